@@ -1,0 +1,35 @@
+# The C world of include/: one `cdef extern` block per header, kept exactly in sync with the headers' signatures.
+# Everything here is pure C (no Python objects), so every function is declared nogil and noexcept.
+from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+
+
+cdef extern from "rmq_endian.h" nogil:
+    uint16_t rmq_load_be16(const unsigned char *p) noexcept
+    uint32_t rmq_load_be32(const unsigned char *p) noexcept
+    uint64_t rmq_load_be64(const unsigned char *p) noexcept
+    int16_t rmq_load_be16s(const unsigned char *p) noexcept
+    int32_t rmq_load_be32s(const unsigned char *p) noexcept
+    int64_t rmq_load_be64s(const unsigned char *p) noexcept
+    void rmq_store_be16(unsigned char *p, uint16_t v) noexcept
+    void rmq_store_be32(unsigned char *p, uint32_t v) noexcept
+    void rmq_store_be64(unsigned char *p, uint64_t v) noexcept
+
+
+cdef extern from "rmq_crc32.h" nogil:
+    # zlib's convention: start from 0, pass the previous result to continue.
+    uint32_t rmq_crc32(uint32_t crc, const void *buf, size_t length) noexcept
+    uint32_t rmq_crc32_table(uint32_t crc, const void *buf, size_t length) noexcept
+    const char *rmq_crc32_impl() noexcept
+    # rmq_crc32_pclmul exists only on x86 builds; reach it through rmq_crc32, which checks the CPU first.
+
+
+cdef extern from "rmq_java_hash.h" nogil:
+    # Java's String.hashCode() of new String(s[0:n], UTF_8).
+    int32_t rmq_java_hash_utf8(const unsigned char *s, size_t n) noexcept
+
+
+cdef extern from "rmq_atomic.h" nogil:
+    int64_t rmq_atomic_load_i64(const int64_t *p) noexcept                      # acquire
+    void rmq_atomic_store_i64(int64_t *p, int64_t v) noexcept                   # release
+    bint rmq_atomic_cas_i64(int64_t *p, int64_t *expected, int64_t desired) noexcept
+    int64_t rmq_atomic_fetch_add_i64(int64_t *p, int64_t delta) noexcept        # returns the old value

@@ -1,0 +1,135 @@
+# The commitlog record codec: RocketMQ's MessageExtEncoder / MessageDecoder / checkMessageAndReturnSize.
+from libc.stdint cimport int32_t, int64_t, uint32_t
+
+from rmqcore._mapped_file cimport MappedFile
+
+cdef enum:
+    MESSAGE_MAGIC_CODE = -626843481      # 0xDAA320A7, v1: 1-byte topic length
+    MESSAGE_MAGIC_CODE_V2 = -626843477   # 0xDAA320AB, 5.x: 2-byte topic length
+    BLANK_MAGIC_CODE = -875286124        # 0xCBD43194, fills the end of a commitlog file
+    END_FILE_MIN_BLANK_LENGTH = 8
+    QUEUE_OFFSET_POSITION = 20
+    PHY_POS_POSITION = 28
+    SYSFLAG_POSITION = 36
+    BORN_HOST_POSITION = 48
+    CRC32_RESERVED_LEN = 20              # "__CRC32#" + \x01 + 10 digits + \x02 (5.x)
+
+    FLAG_COMPRESSED = 0x1
+    FLAG_MULTI_TAGS = 0x2
+    TRANSACTION_NOT_TYPE = 0
+    TRANSACTION_PREPARED_TYPE = 0x4
+    TRANSACTION_COMMIT_TYPE = 0x8
+    TRANSACTION_ROLLBACK_TYPE = 0xC
+    FLAG_BORNHOST_V6 = 0x10
+    FLAG_STOREHOSTADDRESS_V6 = 0x20
+
+    # parse_record results: > 0 is never returned; these say what was found at the position.
+    RECORD_OK = 1
+    RECORD_BLANK = 2          # BLANK_MAGIC_CODE: the rest of the file is padding
+    RECORD_END = 3            # totalSize 0: no data past here
+    ERR_TRUNCATED = -1        # fewer bytes than the header or than totalSize
+    ERR_MAGIC = -2
+    ERR_TOTAL_SIZE = -3
+    ERR_BODY_LENGTH = -4
+    ERR_TOPIC_LENGTH = -5
+    ERR_PROPERTIES_LENGTH = -6
+    ERR_LENGTH_MISMATCH = -7  # totalSize differs from the sum of the parts
+    ERR_BODY_CRC = -8
+    ERR_RECORD_CRC = -9       # 5.x __CRC32# property
+
+
+# A record's fields, parsed in place; *_pos are offsets from the record start.
+cdef struct RecordView:
+    int32_t total_size
+    int32_t magic
+    int32_t body_crc
+    int32_t queue_id
+    int32_t flag
+    int64_t queue_offset
+    int64_t physical_offset
+    int32_t sys_flag
+    int64_t born_timestamp
+    int32_t born_host_pos
+    int32_t born_host_len
+    int64_t store_timestamp
+    int32_t store_host_pos
+    int32_t store_host_len
+    int32_t reconsume_times
+    int64_t prepared_transaction_offset
+    int32_t body_pos
+    int32_t body_len
+    int32_t topic_pos
+    int32_t topic_len
+    int32_t props_pos
+    int32_t props_len
+
+
+cdef int parse_record(const unsigned char *p, int64_t avail, RecordView *rv, bint check_crc) noexcept nogil
+cdef int64_t tags_code_of(const unsigned char *props, int32_t props_len) noexcept nogil
+cdef bint find_property(const unsigned char *props, int32_t props_len, const char *name, int32_t name_len,
+                        int32_t *value_pos, int32_t *value_len) noexcept nogil
+
+
+cdef class _Buffer:
+    cdef Py_buffer view
+    cdef bint held
+    cdef int acquire(self, obj) except -1
+    cdef void release(self)
+
+
+cdef class Message:
+    cdef public str topic
+    cdef public object body
+    cdef public int queue_id
+    cdef public int flag
+    cdef public int sys_flag
+    cdef public int64_t born_timestamp
+    cdef public object born_host
+    cdef public int reconsume_times
+    cdef public int64_t prepared_transaction_offset
+    cdef public dict properties
+
+
+cdef class MessageExt:
+    cdef object _src                    # the bytes or memoryview the record lives in (kept alive)
+    cdef Py_ssize_t _pos                # record start inside _src
+    cdef RecordView rv
+    cdef readonly str topic
+    cdef dict _props                    # parsed lazily
+    cdef const unsigned char *_ptr(self, _Buffer b) except NULL
+
+
+cdef struct EncodedRecord:
+    Py_ssize_t pos          # where the record starts in EncodeBuffer.data
+    int32_t length
+    int32_t tran_type
+    int32_t store_ts_pos    # 56, or 68 with an IPv6 born host
+
+
+cdef class EncodeBuffer:
+    cdef unsigned char *data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t capacity
+    cdef EncodedRecord *rec
+    cdef Py_ssize_t count
+    cdef Py_ssize_t rec_capacity
+    cdef list queue_keys        # (topic, queue_id) per record: the topic-queue table key
+    cdef list uniq_keys
+    cdef int reserve(self, Py_ssize_t nbytes) except -1
+
+
+cdef class PutResult:
+    cdef readonly object status
+    cdef readonly int64_t commitlog_offset
+    cdef readonly int64_t queue_offset
+    cdef readonly int32_t wrote_bytes
+    cdef readonly int64_t store_timestamp
+    cdef readonly str uniq_key
+    cdef bytes _store_host
+    cdef PutResult with_status(self, status)
+
+
+cdef class AppendMessageCallback:
+    cdef public dict topic_queue_table
+    cdef bytes store_host_bytes
+    cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp)

@@ -1,0 +1,1321 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The commitlog record codec, as RocketMQ's MessageExtEncoder, MessageDecoder and checkMessageAndReturnSize.
+
+Every integer is big-endian. ``parse_record`` is the one place that decides whether bytes are a record: it never
+trusts a length field, checks each against the record's totalSize and the bytes available, and returns a code
+instead of raising so GIL-free scanners (dispatch, recovery) can use it; ``_raise_record_error`` is the one place
+that turns those codes into exceptions.
+"""
+import os
+import random
+import time
+import ipaddress
+
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memchr, memcmp, memcpy
+
+from rmqcore._c cimport (rmq_atomic_load_i64, rmq_crc32, rmq_java_hash_utf8, rmq_load_be16, rmq_load_be32, rmq_load_be64,
+                         rmq_store_be16, rmq_store_be32, rmq_store_be64)
+from rmqcore._mapped_file cimport MappedFile
+
+from rmqcore.errors import CorruptRecordError, MessageIllegalError
+from rmqcore.status import PutStatus
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk_id, timespec *tp)
+    int CLOCK_REALTIME
+
+# Public constants (Python names as RocketMQ's).
+PY_MESSAGE_MAGIC_CODE = MESSAGE_MAGIC_CODE
+PY_MESSAGE_MAGIC_CODE_V2 = MESSAGE_MAGIC_CODE_V2
+PY_BLANK_MAGIC_CODE = BLANK_MAGIC_CODE
+TOPIC_MAX_LENGTH = 127
+PROPERTIES_MAX_LENGTH = 32767
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_CRC32 = "__CRC32#"
+KEY_SEPARATOR = " "
+
+cdef int32_t PAGE = 4096
+cdef PUT_OK = PutStatus.PUT_OK
+
+
+cdef inline int64_t now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+def current_millis():
+    """Wall-clock milliseconds, as System.currentTimeMillis()."""
+    return now_ms()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Java String.hashCode and tags codes
+
+def java_hash_code(str s not None):
+    """Java's ``String.hashCode()`` of ``s`` (a signed 32-bit int), over UTF-16 code units as Java counts them."""
+    cdef Py_ssize_t n
+    cdef const char *u = PyUnicode_AsUTF8AndSize(s, &n)
+    return rmq_java_hash_utf8(<const unsigned char *>u, <size_t>n)
+
+
+def tags_code(tags):
+    """RocketMQ's tagsString2tagsCode: the Java hash of the TAGS property, 0 when there is none."""
+    if not tags:
+        return 0
+    return java_hash_code(tags)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Properties: name \x01 value \x02 ...
+
+cdef inline int32_t _find_byte(const unsigned char *p, int32_t start, int32_t end, unsigned char c) noexcept nogil:
+    cdef const void *hit
+    if start >= end:
+        return -1
+    hit = memchr(p + start, c, <size_t>(end - start))
+    if hit == NULL:
+        return -1
+    return <int32_t>(<const unsigned char *>hit - p)
+
+
+cdef bint find_property(const unsigned char *props, int32_t props_len, const char *name, int32_t name_len,
+                        int32_t *value_pos, int32_t *value_len) noexcept nogil:
+    # Mirrors MessageDecoder.string2messageProperties: a pair counts only with a non-empty name and value, and
+    # the last pair of a name wins.
+    cdef int32_t index = 0, nxt, kv
+    cdef bint found = False
+    while index < props_len:
+        nxt = _find_byte(props, index, props_len, 2)
+        if nxt < 0:
+            nxt = props_len
+        kv = _find_byte(props, index, props_len, 1)
+        if kv > index and kv < nxt - 1:
+            if kv - index == name_len and memcmp(props + index, name, <size_t>name_len) == 0:
+                value_pos[0] = kv + 1
+                value_len[0] = nxt - kv - 1
+                found = True
+        index = nxt + 1
+    return found
+
+
+cdef int64_t tags_code_of(const unsigned char *props, int32_t props_len) noexcept nogil:
+    cdef int32_t vpos = 0, vlen = 0
+    if find_property(props, props_len, "TAGS", 4, &vpos, &vlen):
+        return <int64_t>rmq_java_hash_utf8(props + vpos, <size_t>vlen)
+    return 0
+
+
+cdef dict _parse_properties(const unsigned char *props, int32_t props_len):
+    cdef dict out = {}
+    cdef int32_t index = 0, nxt, kv
+    while index < props_len:
+        nxt = _find_byte(props, index, props_len, 2)
+        if nxt < 0:
+            nxt = props_len
+        kv = _find_byte(props, index, props_len, 1)
+        if kv > index and kv < nxt - 1:
+            out[PyUnicode_DecodeUTF8(<const char *>props + index, kv - index, "replace")] = \
+                PyUnicode_DecodeUTF8(<const char *>props + kv + 1, nxt - kv - 1, "replace")
+        index = nxt + 1
+    return out
+
+
+def string_to_properties(data):
+    """MessageDecoder.string2messageProperties over a str or the UTF-8 bytes of one."""
+    cdef const unsigned char[::1] view
+    if isinstance(data, str):
+        data = (<str>data).encode("utf-8", "surrogatepass")
+    view = data
+    if view.shape[0] == 0:
+        return {}
+    return _parse_properties(&view[0], <int32_t>view.shape[0])
+
+
+def properties_to_string(dict properties):
+    """MessageDecoder.messageProperties2String: every pair followed by \\x02; pairs with a None value skipped."""
+    if not properties:
+        return ""
+    return "".join([f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hosts
+
+cdef dict _HOST_CACHE = {}
+
+
+def host_to_bytes(host):
+    """``"ip:port"`` (IPv6 as ``"[addr]:port"``) or ``(ip, port)`` → RocketMQ's socketAddress2ByteBuffer bytes:
+    4 (or 16) address bytes then the port as a 4-byte int."""
+    cached = _HOST_CACHE.get(host)
+    if cached is not None:
+        return cached
+    if isinstance(host, tuple):
+        ip, port = host
+    elif isinstance(host, str):
+        ip, sep, port = host.rpartition(":")
+        if not sep:
+            raise ValueError(f"host {host!r} must be 'ip:port'")
+        if ip.startswith("[") and ip.endswith("]"):
+            ip = ip[1:len(ip) - 1]
+    else:
+        raise TypeError(f"host must be 'ip:port' or (ip, port), got {type(host).__name__}")
+    try:
+        port = int(port)
+        addr = ipaddress.ip_address(ip)
+    except ValueError as e:
+        raise ValueError(f"host {host!r}: {e}") from None
+    if not 0 <= port <= 0x7FFFFFFF:
+        raise ValueError(f"host {host!r}: port out of range")
+    out = addr.packed + port.to_bytes(4, "big")
+    if len(_HOST_CACHE) < 4096:
+        _HOST_CACHE[host] = out
+    return out
+
+
+cdef str _host_str(const unsigned char *p, int32_t n):
+    cdef uint32_t port
+    if n == 8:
+        port = rmq_load_be32(p + 4)
+        return f"{p[0]}.{p[1]}.{p[2]}.{p[3]}:{port}"
+    port = rmq_load_be32(p + 16)
+    return f"[{ipaddress.IPv6Address(bytes(p[:16]))}]:{port}"
+
+
+def bytes_to_host(data):
+    """The inverse of host_to_bytes."""
+    cdef const unsigned char[::1] v = data
+    if v.shape[0] not in (8, 20):
+        raise ValueError(f"host bytes must be 8 or 20 long, got {v.shape[0]}")
+    return _host_str(&v[0], <int32_t>v.shape[0])
+
+
+cdef str _hex_upper(const unsigned char *p, Py_ssize_t n):
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n * 2)
+    cdef char *o = PyBytes_AS_STRING(out)
+    cdef const char *digits = "0123456789ABCDEF"
+    cdef Py_ssize_t i
+    for i in range(n):
+        o[2 * i] = digits[p[i] >> 4]
+        o[2 * i + 1] = digits[p[i] & 15]
+    return out.decode("ascii")
+
+
+cdef str _offset_msg_id(bytes store_host, int64_t offset):
+    cdef unsigned char buf[28]
+    cdef Py_ssize_t n = len(store_host)
+    memcpy(buf, PyBytes_AS_STRING(store_host), n)
+    rmq_store_be64(buf + n, <uint64_t>offset)
+    return _hex_upper(buf, n + 8)
+
+
+def offset_msg_id(store_host, int64_t offset):
+    """MessageDecoder.createMessageId: hex of store host bytes + the 8-byte commitlog offset (upper case)."""
+    if not isinstance(store_host, bytes):
+        store_host = host_to_bytes(store_host)
+    return _offset_msg_id(store_host, offset)
+
+
+def decode_offset_msg_id(str msg_id not None):
+    """MessageDecoder.decodeMessageId: (store host "ip:port", commitlog offset)."""
+    raw = bytes.fromhex(msg_id)
+    if len(raw) not in (16, 28):
+        raise ValueError(f"offset msg id must be 32 or 56 hex chars, got {len(msg_id)}")
+    return bytes_to_host(raw[:len(raw) - 8]), int.from_bytes(raw[len(raw) - 8:], "big", signed=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Record parsing
+
+cdef inline int32_t cal_msg_length_c(int version, int32_t sys_flag, int32_t body_len, int32_t topic_len,
+                                     int32_t props_len) noexcept nogil:
+    cdef int32_t born = 8 if (sys_flag & FLAG_BORNHOST_V6) == 0 else 20
+    cdef int32_t store = 8 if (sys_flag & FLAG_STOREHOSTADDRESS_V6) == 0 else 20
+    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8
+            + 4 + body_len + (1 if version == 1 else 2) + topic_len + 2 + props_len)
+
+
+def cal_msg_length(int32_t sys_flag, int32_t body_len, int32_t topic_len, int32_t props_len, int version=1):
+    """MessageExtEncoder.calMsgLength: the record size for these parts (v1: 1-byte topic length, v2: 2)."""
+    if version not in (1, 2):
+        raise ValueError("version must be 1 or 2")
+    return cal_msg_length_c(version, sys_flag, body_len, topic_len, props_len)
+
+
+cdef int parse_record(const unsigned char *p, int64_t avail, RecordView *rv, bint check_crc) noexcept nogil:
+    cdef int64_t pos
+    cdef int32_t total, version, expected, digit, i
+    cdef const unsigned char *tail
+    if avail < 4:
+        return RECORD_END if avail <= 0 else ERR_TRUNCATED
+    total = <int32_t>rmq_load_be32(p)
+    rv.total_size = total
+    if total == 0:
+        return RECORD_END
+    if avail < 8:
+        return ERR_TRUNCATED
+    rv.magic = <int32_t>rmq_load_be32(p + 4)
+    if rv.magic == BLANK_MAGIC_CODE:
+        return RECORD_BLANK if total >= END_FILE_MIN_BLANK_LENGTH and total <= avail else ERR_TOTAL_SIZE
+    if rv.magic == MESSAGE_MAGIC_CODE:
+        version = 1
+    elif rv.magic == MESSAGE_MAGIC_CODE_V2:
+        version = 2
+    else:
+        return ERR_MAGIC
+    if total < cal_msg_length_c(version, 0, 0, 0, 0):
+        return ERR_TOTAL_SIZE
+    if total > avail:
+        return ERR_TRUNCATED
+    rv.body_crc = <int32_t>rmq_load_be32(p + 8)
+    rv.queue_id = <int32_t>rmq_load_be32(p + 12)
+    rv.flag = <int32_t>rmq_load_be32(p + 16)
+    rv.queue_offset = <int64_t>rmq_load_be64(p + 20)
+    rv.physical_offset = <int64_t>rmq_load_be64(p + 28)
+    rv.sys_flag = <int32_t>rmq_load_be32(p + 36)
+    rv.born_timestamp = <int64_t>rmq_load_be64(p + 40)
+    rv.born_host_pos = 48
+    rv.born_host_len = 8 if (rv.sys_flag & FLAG_BORNHOST_V6) == 0 else 20
+    pos = 48 + rv.born_host_len
+    rv.store_host_len = 8 if (rv.sys_flag & FLAG_STOREHOSTADDRESS_V6) == 0 else 20
+    # The minimum size checked above assumed IPv4 hosts; the fixed fields up to bodyLength must fit.
+    if pos + 8 + rv.store_host_len + 4 + 8 + 4 > total:
+        return ERR_TOTAL_SIZE
+    rv.store_timestamp = <int64_t>rmq_load_be64(p + pos)
+    pos += 8
+    rv.store_host_pos = <int32_t>pos
+    pos += rv.store_host_len
+    rv.reconsume_times = <int32_t>rmq_load_be32(p + pos)
+    rv.prepared_transaction_offset = <int64_t>rmq_load_be64(p + pos + 4)
+    rv.body_len = <int32_t>rmq_load_be32(p + pos + 12)
+    pos += 16
+    rv.body_pos = <int32_t>pos
+    if rv.body_len < 0 or pos + rv.body_len > total:
+        return ERR_BODY_LENGTH
+    pos += rv.body_len
+    if version == 1:
+        if pos + 1 > total:
+            return ERR_TOPIC_LENGTH
+        rv.topic_len = p[pos]
+        pos += 1
+    else:
+        if pos + 2 > total:
+            return ERR_TOPIC_LENGTH
+        rv.topic_len = rmq_load_be16(p + pos)
+        pos += 2
+    rv.topic_pos = <int32_t>pos
+    if pos + rv.topic_len > total:
+        return ERR_TOPIC_LENGTH
+    pos += rv.topic_len
+    if pos + 2 > total:
+        return ERR_PROPERTIES_LENGTH
+    rv.props_len = <int16_t>rmq_load_be16(p + pos)
+    pos += 2
+    rv.props_pos = <int32_t>pos
+    if rv.props_len < 0 or pos + rv.props_len > total:
+        return ERR_PROPERTIES_LENGTH
+    if cal_msg_length_c(version, rv.sys_flag, rv.body_len, rv.topic_len, rv.props_len) != total:
+        return ERR_LENGTH_MISMATCH
+    if check_crc:
+        if rv.body_len > 0 and <int32_t>(rmq_crc32(0, p + rv.body_pos, <size_t>rv.body_len) & 0x7FFFFFFF) != rv.body_crc:
+            return ERR_BODY_CRC
+        # 5.x appends "__CRC32#\x01" + 10 digits (least significant first) + "\x02": a CRC of the record before it.
+        if rv.props_len >= CRC32_RESERVED_LEN:
+            tail = p + total - CRC32_RESERVED_LEN
+            if memcmp(tail, b"__CRC32#\x01", 9) == 0 and tail[19] == 2:
+                expected = 0
+                for i in range(18, 8, -1):
+                    digit = tail[i] - 48
+                    if digit < 0 or digit > 9:
+                        return ERR_RECORD_CRC
+                    expected = expected * 10 + digit
+                if <int32_t>(rmq_crc32(0, p, <size_t>(total - CRC32_RESERVED_LEN)) & 0x7FFFFFFF) != expected:
+                    return ERR_RECORD_CRC
+    return RECORD_OK
+
+
+cdef dict _ERROR_FIELDS = {
+    ERR_TRUNCATED: ("totalSize", "record runs past the end of the data (truncated file?)"),
+    ERR_MAGIC: ("magicCode", "not a RocketMQ v1/v2 message or blank magic code"),
+    ERR_TOTAL_SIZE: ("totalSize", "smaller than the fixed part of a record or than its hosts need"),
+    ERR_BODY_LENGTH: ("bodyLength", "negative or past the record's totalSize"),
+    ERR_TOPIC_LENGTH: ("topicLength", "past the record's totalSize"),
+    ERR_PROPERTIES_LENGTH: ("propertiesLength", "negative or past the record's totalSize"),
+    ERR_LENGTH_MISMATCH: ("totalSize", "differs from the sum of the record's parts"),
+    ERR_BODY_CRC: ("bodyCRC", "does not match the CRC32 of the body"),
+    ERR_RECORD_CRC: ("__CRC32#", "the 5.x record CRC property does not match the record"),
+}
+
+
+def record_error(int code, int64_t offset, path=None):
+    """The CorruptRecordError for a parse_record code (the one place codes become exceptions)."""
+    field, why = _ERROR_FIELDS.get(code, ("record", f"unknown parse result {code}"))
+    return CorruptRecordError(offset, field, why, path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Value types
+
+@cython.freelist(64)
+cdef class Message:
+    """A message to put: topic, body, queue id, and RocketMQ's properties (TAGS, KEYS, UNIQ_KEY, ...).
+
+    ``tags`` and ``keys`` are shorthands for the TAGS and KEYS properties (keys joined by a space).
+    ``born_timestamp`` 0 means "now" at put; ``born_host`` None means the store's own host.
+    """
+
+    def __init__(self, str topic not None, body=b"", int queue_id=0, tags=None, keys=None, dict properties=None,
+                 *, int flag=0, int sys_flag=0, int64_t born_timestamp=0, born_host=None, int reconsume_times=0,
+                 int64_t prepared_transaction_offset=0):
+        self.topic = topic
+        self.body = b"" if body is None else body
+        self.queue_id = queue_id
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.properties = {} if properties is None else dict(properties)
+        if tags is not None:
+            self.properties[PROPERTY_TAGS] = tags
+        if keys is not None:
+            self.keys = keys
+
+    @property
+    def tags(self):
+        return self.properties.get(PROPERTY_TAGS)
+
+    @tags.setter
+    def tags(self, value):
+        if value is None:
+            self.properties.pop(PROPERTY_TAGS, None)
+        else:
+            self.properties[PROPERTY_TAGS] = value
+
+    @property
+    def keys(self):
+        k = self.properties.get(PROPERTY_KEYS)
+        return [x for x in k.split(KEY_SEPARATOR) if x] if k else []
+
+    @keys.setter
+    def keys(self, value):
+        if value is None:
+            self.properties.pop(PROPERTY_KEYS, None)
+        elif isinstance(value, str):
+            self.properties[PROPERTY_KEYS] = value
+        else:
+            self.properties[PROPERTY_KEYS] = KEY_SEPARATOR.join(value)
+
+    @property
+    def uniq_key(self):
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    def __repr__(self):
+        return (f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={len(self.body)} bytes, "
+                f"properties={self.properties!r})")
+
+
+cdef class _Buffer:
+    # Scoped Py_buffer acquisition (released in __dealloc__ or release()).
+
+    cdef int acquire(self, obj) except -1:
+        PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE)
+        self.held = True
+        return 0
+
+    cdef void release(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+            self.held = False
+
+    def __dealloc__(self):
+        self.release()
+
+
+@cython.no_gc
+@cython.freelist(256)
+cdef class MessageExt:
+    """A stored message, decoded in place. ``body`` is a zero-copy memoryview into the source (a mapped file or
+    bytes) while this object is held; ``properties`` are parsed on first use."""
+
+    def __init__(self):
+        raise TypeError("MessageExt objects come from decode_message, CommitLog and MessageStore reads")
+
+    cdef inline const unsigned char *_ptr(self, _Buffer b) except NULL:
+        b.acquire(self._src)
+        return <const unsigned char *>b.view.buf + self._pos
+
+    @property
+    def store_size(self):
+        return self.rv.total_size
+
+    @property
+    def magic_code(self):
+        return self.rv.magic
+
+    @property
+    def version(self):
+        return 1 if self.rv.magic == MESSAGE_MAGIC_CODE else 2
+
+    @property
+    def body_crc(self):
+        return self.rv.body_crc
+
+    @property
+    def queue_id(self):
+        return self.rv.queue_id
+
+    @property
+    def flag(self):
+        return self.rv.flag
+
+    @property
+    def queue_offset(self):
+        return self.rv.queue_offset
+
+    @property
+    def commitlog_offset(self):
+        return self.rv.physical_offset
+
+    @property
+    def sys_flag(self):
+        return self.rv.sys_flag
+
+    @property
+    def born_timestamp(self):
+        return self.rv.born_timestamp
+
+    @property
+    def store_timestamp(self):
+        return self.rv.store_timestamp
+
+    @property
+    def reconsume_times(self):
+        return self.rv.reconsume_times
+
+    @property
+    def prepared_transaction_offset(self):
+        return self.rv.prepared_transaction_offset
+
+    @property
+    def body(self):
+        return memoryview(self._src)[self._pos + self.rv.body_pos:self._pos + self.rv.body_pos + self.rv.body_len]
+
+    @property
+    def born_host(self):
+        cdef _Buffer b = _Buffer()
+        return _host_str(self._ptr(b) + self.rv.born_host_pos, self.rv.born_host_len)
+
+    @property
+    def store_host(self):
+        cdef _Buffer b = _Buffer()
+        return _host_str(self._ptr(b) + self.rv.store_host_pos, self.rv.store_host_len)
+
+    @property
+    def msg_id(self):
+        """The offset msg id: store host + this record's physical offset, as MessageDecoder.decode sets it."""
+        cdef _Buffer b = _Buffer()
+        cdef const unsigned char *p = self._ptr(b)
+        cdef unsigned char buf[28]
+        memcpy(buf, p + self.rv.store_host_pos, self.rv.store_host_len)
+        rmq_store_be64(buf + self.rv.store_host_len, <uint64_t>self.rv.physical_offset)
+        return _hex_upper(buf, self.rv.store_host_len + 8)
+
+    @property
+    def properties(self):
+        cdef _Buffer b
+        if self._props is None:
+            b = _Buffer()
+            self._props = _parse_properties(self._ptr(b) + self.rv.props_pos, self.rv.props_len)
+        return self._props
+
+    @property
+    def tags(self):
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def tags_code(self):
+        cdef _Buffer b = _Buffer()
+        return tags_code_of(self._ptr(b) + self.rv.props_pos, self.rv.props_len)
+
+    @property
+    def keys(self):
+        k = self.properties.get(PROPERTY_KEYS)
+        return [x for x in k.split(KEY_SEPARATOR) if x] if k else []
+
+    @property
+    def uniq_key(self):
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def transaction_type(self):
+        return self.rv.sys_flag & TRANSACTION_ROLLBACK_TYPE
+
+    def record(self):
+        """Zero-copy view of the whole record."""
+        return memoryview(self._src)[self._pos:self._pos + self.rv.total_size]
+
+    def as_dict(self):
+        """Every field, the body as bytes: for comparisons and export."""
+        return {
+            "store_size": self.store_size, "magic_code": self.magic_code, "body_crc": self.body_crc,
+            "queue_id": self.queue_id, "flag": self.flag, "queue_offset": self.queue_offset,
+            "commitlog_offset": self.commitlog_offset, "sys_flag": self.sys_flag,
+            "born_timestamp": self.born_timestamp, "born_host": self.born_host,
+            "store_timestamp": self.store_timestamp, "store_host": self.store_host,
+            "reconsume_times": self.reconsume_times,
+            "prepared_transaction_offset": self.prepared_transaction_offset,
+            "body": bytes(self.body), "topic": self.topic, "properties": dict(self.properties),
+        }
+
+    def __repr__(self):
+        return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+                f"commitlog_offset={self.commitlog_offset}, store_size={self.store_size})")
+
+
+cdef MessageExt _make_ext(object src, Py_ssize_t pos, const unsigned char *p, RecordView *rv):
+    cdef MessageExt m = MessageExt.__new__(MessageExt)
+    m._src = src
+    m._pos = pos
+    m.rv = rv[0]
+    m.topic = PyUnicode_DecodeUTF8(<const char *>p + rv.topic_pos, rv.topic_len, "replace")
+    return m
+
+
+def decode_message(data, Py_ssize_t offset=0, bint check_crc=False, int64_t base_offset=0):
+    """Decode the record at ``offset`` of ``data`` (any buffer) into a zero-copy MessageExt.
+
+    Raises CorruptRecordError naming the field when the bytes are not a whole valid record (blank and end-of-data
+    markers included); ``base_offset`` is added to ``offset`` in that error.
+    """
+    cdef _Buffer b = _Buffer()
+    cdef RecordView rv
+    cdef int code
+    cdef const unsigned char *p
+    b.acquire(data)
+    if offset < 0 or offset > b.view.len:
+        raise ValueError(f"offset {offset} outside the buffer of {b.view.len} bytes")
+    p = <const unsigned char *>b.view.buf + offset
+    code = parse_record(p, b.view.len - offset, &rv, check_crc)
+    if code == RECORD_OK:
+        return _make_ext(data, offset, p, &rv)
+    if code == RECORD_BLANK:
+        raise CorruptRecordError(base_offset + offset, "magicCode", "blank (end of file) record, not a message")
+    if code == RECORD_END:
+        raise CorruptRecordError(base_offset + offset, "totalSize", "0: no record here (end of data)")
+    raise record_error(code, base_offset + offset)
+
+
+@cython.final
+cdef class RecordIterator:
+    """Iterate the messages of ``data`` from ``start``: stops at end of data (totalSize 0) or at a blank record;
+    raises CorruptRecordError (offset = base_offset + position) at the first bad record.
+
+    ``position`` is where the next record starts, so a caller that catches the error knows the last good end.
+    """
+    cdef object src
+    cdef _Buffer buf
+    cdef readonly Py_ssize_t position
+    cdef Py_ssize_t end
+    cdef bint check_crc
+    cdef readonly int64_t base_offset
+    cdef readonly bint hit_blank
+
+    def __init__(self, data, Py_ssize_t start=0, Py_ssize_t end=-1, bint check_crc=False, int64_t base_offset=0):
+        self.src = data
+        self.buf = _Buffer()
+        self.buf.acquire(data)
+        if end < 0 or end > self.buf.view.len:
+            end = self.buf.view.len
+        if start < 0 or start > end:
+            raise ValueError(f"start {start} outside [0, {end}]")
+        self.position = start
+        self.end = end
+        self.check_crc = check_crc
+        self.base_offset = base_offset
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef RecordView rv
+        cdef const unsigned char *p = <const unsigned char *>self.buf.view.buf + self.position
+        cdef int code = parse_record(p, self.end - self.position, &rv, self.check_crc)
+        cdef MessageExt m
+        if code == RECORD_OK:
+            m = _make_ext(self.src, self.position, p, &rv)
+            self.position += rv.total_size
+            return m
+        if code == RECORD_BLANK:
+            self.hit_blank = True
+            raise StopIteration
+        if code == RECORD_END:
+            raise StopIteration
+        raise record_error(code, self.base_offset + self.position)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Encoding
+
+cdef bint _valid_topic_char[128]
+for _c in range(128):
+    _valid_topic_char[_c] = (chr(_c).isascii() and chr(_c).isalnum()) or chr(_c) in "%|_-"
+
+
+cdef inline int _check_utf8_separators(const char *s, Py_ssize_t n) noexcept nogil:
+    return memchr(s, 1, <size_t>n) != NULL or memchr(s, 2, <size_t>n) != NULL
+
+
+cdef class UniqKeyGenerator:
+    """MessageClientIDSetter: 32 hex chars (IPv4) = ip + pid(2) + a per-process int(4) fixed prefix, then the
+    milliseconds since the start of this month (4) and a counter (2)."""
+    cdef bytes _prefix
+    cdef int64_t _start
+    cdef int64_t _next_start
+    cdef uint16_t _counter
+
+    def __init__(self, bytes ip not None):
+        if len(ip) not in (4, 16):
+            raise ValueError("ip must be 4 or 16 bytes")
+        fix = ip + (os.getpid() & 0xFFFF).to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")
+        self._prefix = _hex_upper(fix, len(fix)).encode("ascii")
+        self._counter = random.getrandbits(16)
+        self._set_month(now_ms())
+
+    cdef _set_month(self, int64_t now):
+        t = time.localtime(now / 1000.0)
+        start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+        nxt = time.mktime((t.tm_year + (t.tm_mon // 12), t.tm_mon % 12 + 1, 1, 0, 0, 0, 0, 0, -1))
+        self._start = <int64_t>(start * 1000)
+        self._next_start = <int64_t>(nxt * 1000)
+
+    cpdef str next_key(self):
+        cdef int64_t now = now_ms()
+        cdef unsigned char tail[6]
+        if now >= self._next_start:
+            self._set_month(now)
+        rmq_store_be32(tail, <uint32_t>(now - self._start))
+        rmq_store_be16(tail + 4, self._counter)
+        self._counter += 1
+        return self._prefix.decode("ascii") + _hex_upper(tail, 6)
+
+
+cdef class EncodeBuffer:
+    """Records encoded outside the put lock, back to back in one reusable C buffer (RocketMQ keeps a thread-local
+    encoder buffer for the same reason: no allocation per message). Under the lock only the queue offset, the
+    physical offset and the store time are patched as each record is copied into the file."""
+
+    def __cinit__(self):
+        self.data = NULL
+        self.rec = NULL
+        self.size = 0
+        self.capacity = 0
+        self.count = 0
+        self.rec_capacity = 0
+        self.queue_keys = []
+        self.uniq_keys = []
+
+    def __dealloc__(self):
+        free(self.data)
+        free(self.rec)
+
+    cdef int reserve(self, Py_ssize_t nbytes) except -1:
+        cdef Py_ssize_t cap
+        cdef void *p
+        if self.size + nbytes > self.capacity:
+            cap = max(self.capacity * 2, self.size + nbytes, 64 * 1024)
+            p = realloc(self.data, <size_t>cap)
+            if p == NULL:
+                raise MemoryError()
+            self.data = <unsigned char *>p
+            self.capacity = cap
+        if self.count == self.rec_capacity:
+            cap = max(self.rec_capacity * 2, 64)
+            p = realloc(self.rec, <size_t>cap * sizeof(EncodedRecord))
+            if p == NULL:
+                raise MemoryError()
+            self.rec = <EncodedRecord *>p
+            self.rec_capacity = cap
+        return 0
+
+    def clear(self):
+        self.size = 0
+        self.count = 0
+        self.queue_keys = []
+        self.uniq_keys = []
+
+    def __len__(self):
+        return self.count
+
+    def record(self, Py_ssize_t i):
+        """A copy of encoded record ``i`` (queue offset, physical offset and store time still 0)."""
+        if i < 0 or i >= self.count:
+            raise IndexError(i)
+        return PyBytes_FromStringAndSize(<const char *>self.data + self.rec[i].pos, self.rec[i].length)
+
+    def length(self, Py_ssize_t i):
+        if i < 0 or i >= self.count:
+            raise IndexError(i)
+        return self.rec[i].length
+
+    @property
+    def max_length(self):
+        cdef Py_ssize_t i
+        cdef int32_t m = 0
+        for i in range(self.count):
+            if self.rec[i].length > m:
+                m = self.rec[i].length
+        return m
+
+
+cdef class MessageEncoder:
+    """Validates and encodes Messages into v1 commitlog records for one store (its host and size limit)."""
+    cdef readonly int max_message_size
+    cdef readonly bytes store_host_bytes
+    cdef readonly UniqKeyGenerator uniq_keys
+    cdef bint check_topic_chars
+
+    def __init__(self, store_host="127.0.0.1:10911", int max_message_size=4 * 1024 * 1024,
+                 bint check_topic_chars=True):
+        if max_message_size <= 0:
+            raise ValueError("max_message_size must be > 0")
+        self.max_message_size = max_message_size
+        self.store_host_bytes = host_to_bytes(store_host)
+        self.uniq_keys = UniqKeyGenerator(self.store_host_bytes[:len(self.store_host_bytes) - 4])
+        self.check_topic_chars = check_topic_chars
+
+    cpdef int encode_into(self, Message msg, EncodeBuffer out) except -1:
+        cdef Py_ssize_t topic_n, body_n, props_n = 0, kn, vn, i
+        cdef const char *topic_u
+        cdef const char *ku
+        cdef const char *vu
+        cdef dict props
+        cdef bytes born, store = self.store_host_bytes
+        cdef int32_t sys_flag, total
+        cdef int64_t born_ts
+        cdef unsigned char *p
+        cdef unsigned char *q
+        cdef uint32_t crc = 0
+        cdef _Buffer body = _Buffer()
+        cdef EncodedRecord *rec
+        cdef str uniq
+
+        if msg is None:
+            raise TypeError("put needs a Message, got None")
+        topic = msg.topic
+        if topic is None or not isinstance(topic, str):
+            raise MessageIllegalError("topic", "must be a str", None)
+        topic_u = PyUnicode_AsUTF8AndSize(topic, &topic_n)
+        if topic_n == 0:
+            raise MessageIllegalError("topic", "must not be empty", 1)
+        if topic_n > TOPIC_MAX_LENGTH:
+            raise MessageIllegalError("topic", f"{topic_n} UTF-8 bytes, longer than {TOPIC_MAX_LENGTH}",
+                                      TOPIC_MAX_LENGTH)
+        if self.check_topic_chars:
+            for i in range(topic_n):
+                if (<unsigned char>topic_u[i]) >= 128 or not _valid_topic_char[<unsigned char>topic_u[i]]:
+                    raise MessageIllegalError(
+                        "topic", f"{topic!r} has an illegal character at byte {i}; allowed: ^[%|a-zA-Z0-9_-]+$",
+                        "^[%|a-zA-Z0-9_-]+$")
+        if msg.queue_id < 0:
+            raise MessageIllegalError("queue_id", f"{msg.queue_id} is negative", 0)
+
+        props = msg.properties
+        if props is None:
+            props = msg.properties = {}
+        if PROPERTY_UNIQ_KEY not in props:
+            props[PROPERTY_UNIQ_KEY] = self.uniq_keys.next_key()
+        uniq = props[PROPERTY_UNIQ_KEY]
+        for k, v in props.items():
+            if v is None:
+                continue
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise MessageIllegalError(f"properties[{k!r}]", "names and values must be str", None)
+            ku = PyUnicode_AsUTF8AndSize(k, &kn)
+            vu = PyUnicode_AsUTF8AndSize(v, &vn)
+            if kn == 0:
+                raise MessageIllegalError("properties", "a property name is empty", None)
+            if _check_utf8_separators(ku, kn) or _check_utf8_separators(vu, vn):
+                raise MessageIllegalError(f"properties[{k!r}]", "contains \\x01 or \\x02, RocketMQ's separators",
+                                          None)
+            props_n += kn + vn + 2
+        if props_n > PROPERTIES_MAX_LENGTH:
+            raise MessageIllegalError("properties", f"{props_n} bytes, more than {PROPERTIES_MAX_LENGTH}",
+                                      PROPERTIES_MAX_LENGTH, PutStatus.PROPERTIES_SIZE_EXCEEDED)
+
+        body.acquire(msg.body)
+        body_n = body.view.len
+        born = store if msg.born_host is None else host_to_bytes(msg.born_host)
+        sys_flag = msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOSTADDRESS_V6)
+        if len(born) == 20:
+            sys_flag |= FLAG_BORNHOST_V6
+        if len(store) == 20:
+            sys_flag |= FLAG_STOREHOSTADDRESS_V6
+        total = cal_msg_length_c(1, sys_flag, <int32_t>body_n, <int32_t>topic_n, <int32_t>props_n)
+        if body_n > self.max_message_size or total > self.max_message_size:
+            raise MessageIllegalError("body", f"record of {body_n if body_n > self.max_message_size else total} "
+                                      f"bytes exceeds max_message_size {self.max_message_size}",
+                                      self.max_message_size)
+        born_ts = msg.born_timestamp if msg.born_timestamp != 0 else now_ms()
+
+        out.reserve(total)
+        p = out.data + out.size
+        if body_n:
+            if body_n >= 65536:
+                with nogil:
+                    crc = rmq_crc32(0, body.view.buf, <size_t>body_n) & 0x7FFFFFFF
+            else:
+                crc = rmq_crc32(0, body.view.buf, <size_t>body_n) & 0x7FFFFFFF
+        rmq_store_be32(p, <uint32_t>total)
+        rmq_store_be32(p + 4, <uint32_t>MESSAGE_MAGIC_CODE)
+        rmq_store_be32(p + 8, crc)
+        rmq_store_be32(p + 12, <uint32_t>msg.queue_id)
+        rmq_store_be32(p + 16, <uint32_t>msg.flag)
+        rmq_store_be64(p + 20, 0)
+        rmq_store_be64(p + 28, 0)
+        rmq_store_be32(p + 36, <uint32_t>sys_flag)
+        rmq_store_be64(p + 40, <uint64_t>born_ts)
+        q = p + 48
+        memcpy(q, PyBytes_AS_STRING(born), len(born))
+        q += len(born)
+        rmq_store_be64(q, 0)                                      # store timestamp: set under the put lock
+        q += 8
+        memcpy(q, PyBytes_AS_STRING(store), len(store))
+        q += len(store)
+        rmq_store_be32(q, <uint32_t>msg.reconsume_times)
+        rmq_store_be64(q + 4, <uint64_t>msg.prepared_transaction_offset)
+        rmq_store_be32(q + 12, <uint32_t>body_n)
+        q += 16
+        if body_n:
+            memcpy(q, body.view.buf, body_n)
+            q += body_n
+        body.release()
+        q[0] = <unsigned char>topic_n
+        memcpy(q + 1, topic_u, topic_n)
+        q += 1 + topic_n
+        rmq_store_be16(q, <uint16_t>props_n)
+        q += 2
+        for k, v in props.items():
+            if v is None:
+                continue
+            ku = PyUnicode_AsUTF8AndSize(k, &kn)
+            vu = PyUnicode_AsUTF8AndSize(v, &vn)
+            memcpy(q, ku, kn)
+            q[kn] = 1
+            memcpy(q + kn + 1, vu, vn)
+            q[kn + 1 + vn] = 2
+            q += kn + vn + 2
+        if q != p + total:  # properties changed size under us (another thread mutated the dict)
+            raise RuntimeError("message properties changed while the message was being encoded")
+
+        rec = &out.rec[out.count]
+        rec.pos = out.size
+        rec.length = total
+        rec.tran_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
+        rec.store_ts_pos = 48 + <int32_t>len(born)
+        out.queue_keys.append((topic, msg.queue_id))
+        out.uniq_keys.append(uniq)
+        out.size += total
+        out.count += 1
+        return 0
+
+    def encode(self, Message msg):
+        """Encode one message into a fresh EncodeBuffer (tests, tools)."""
+        cdef EncodeBuffer b = EncodeBuffer()
+        self.encode_into(msg, b)
+        return b
+
+    def encode_batch(self, messages, EncodeBuffer out=None):
+        """Encode every message into ``out`` (cleared first) so a bad one raises before anything is written."""
+        if out is None:
+            out = EncodeBuffer()
+        else:
+            out.clear()
+        for m in messages:
+            self.encode_into(<Message?>m, out)
+        return out
+
+
+@cython.no_gc
+@cython.freelist(256)
+cdef class PutResult:
+    """RocketMQ's PutMessageResult + AppendMessageResult: status, where the record went, when."""
+
+    def __init__(self, status, int64_t commitlog_offset=-1, int64_t queue_offset=-1, int32_t wrote_bytes=0,
+                 int64_t store_timestamp=0, str uniq_key=None, bytes store_host=None):
+        self.status = status
+        self.commitlog_offset = commitlog_offset
+        self.queue_offset = queue_offset
+        self.wrote_bytes = wrote_bytes
+        self.store_timestamp = store_timestamp
+        self.uniq_key = uniq_key
+        self._store_host = store_host
+
+    @property
+    def ok(self):
+        return self.status is PUT_OK
+
+    @property
+    def msg_id(self):
+        """The offset msg id (store host + commitlog offset), computed on demand as RocketMQ's msgIdSupplier."""
+        if self._store_host is None or self.commitlog_offset < 0:
+            return None
+        return _offset_msg_id(self._store_host, self.commitlog_offset)
+
+    cdef PutResult with_status(self, status):
+        cdef PutResult r = PutResult.__new__(PutResult)
+        r.status = status
+        r.commitlog_offset = self.commitlog_offset
+        r.queue_offset = self.queue_offset
+        r.wrote_bytes = self.wrote_bytes
+        r.store_timestamp = self.store_timestamp
+        r.uniq_key = self.uniq_key
+        r._store_host = self._store_host
+        return r
+
+    def replace_status(self, status):
+        return self.with_status(status)
+
+    def __repr__(self):
+        return (f"PutResult({self.status.name}, commitlog_offset={self.commitlog_offset}, "
+                f"queue_offset={self.queue_offset}, wrote_bytes={self.wrote_bytes}, msg_id={self.msg_id!r})")
+
+
+cdef class AppendMessageCallback:
+    """RocketMQ's DefaultAppendMessageCallback: runs under the put lock, owns the topic-queue table
+    ((topic, queue_id) → next queue offset)."""
+
+    def __init__(self, bytes store_host_bytes not None):
+        self.topic_queue_table = {}
+        self.store_host_bytes = store_host_bytes
+
+    cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp):
+        # Returns None when the file cannot take the record: a blank record then fills the rest of the file
+        # (END_OF_FILE) and the caller retries on the next file.
+        cdef EncodedRecord *rec = &eb.rec[i]
+        cdef int32_t n = rec.length
+        cdef int64_t wrote = rmq_atomic_load_i64(&mf._wrote)
+        cdef int64_t max_blank = mf.file_size - wrote
+        cdef int64_t queue_offset
+        cdef unsigned char *dst
+        cdef PyObject *cur
+        cdef PutResult r
+        cdef object key = eb.queue_keys[i]
+        cdef bint consumable = rec.tran_type != TRANSACTION_PREPARED_TYPE and rec.tran_type != TRANSACTION_ROLLBACK_TYPE
+        if n + END_FILE_MIN_BLANK_LENGTH > max_blank:
+            if max_blank >= END_FILE_MIN_BLANK_LENGTH:
+                dst = mf.append_ptr(max_blank)
+                if dst == NULL:
+                    raise RuntimeError(f"{mf.file_name} refused its blank record")
+                rmq_store_be32(dst, <uint32_t>max_blank)
+                rmq_store_be32(dst + 4, <uint32_t>BLANK_MAGIC_CODE)
+            mf.advance(max_blank, 0)
+            return None
+        dst = mf.append_ptr(n)
+        if dst == NULL:
+            raise RuntimeError(f"{mf.file_name} is not writable")
+        cur = PyDict_GetItem(self.topic_queue_table, key)
+        queue_offset = 0 if cur == NULL else <int64_t>(<object>cur)
+        memcpy(dst, eb.data + rec.pos, <size_t>n)
+        rmq_store_be64(dst + QUEUE_OFFSET_POSITION, <uint64_t>(queue_offset if consumable else 0))
+        rmq_store_be64(dst + PHY_POS_POSITION, <uint64_t>(mf.file_from_offset + wrote))
+        rmq_store_be64(dst + rec.store_ts_pos, <uint64_t>store_timestamp)
+        mf.advance(n, store_timestamp)
+        if consumable:
+            PyDict_SetItem(self.topic_queue_table, key, queue_offset + 1)
+        r = PutResult.__new__(PutResult)
+        r.status = PUT_OK
+        r.commitlog_offset = mf.file_from_offset + wrote
+        r.queue_offset = queue_offset if consumable else 0
+        r.wrote_bytes = n
+        r.store_timestamp = store_timestamp
+        r.uniq_key = eb.uniq_keys[i]
+        r._store_host = self.store_host_bytes
+        return r
+
+    def append(self, MappedFile mf not None, EncodeBuffer eb not None, Py_ssize_t i=0, int64_t store_timestamp=0):
+        """Append encoded record ``i``; returns its PutResult, or None when the file was full (blank written)."""
+        if i < 0 or i >= eb.count:
+            raise IndexError(i)
+        return self.do_append(mf, eb, i, store_timestamp if store_timestamp else now_ms())
+
+    def append_batch(self, MappedFile mf not None, EncodeBuffer eb not None, Py_ssize_t start, list results not None,
+                     int64_t store_timestamp=0):
+        """Append records start.. until the file fills; results are appended to ``results``. Returns the index of
+        the first record not appended (len(eb) when all went in)."""
+        cdef Py_ssize_t i
+        cdef PutResult r
+        if store_timestamp == 0:
+            store_timestamp = now_ms()
+        for i in range(start, eb.count):
+            r = self.do_append(mf, eb, i, store_timestamp)
+            if r is None:
+                return i
+            results.append(r)
+        return eb.count
+
+
+def scan_records(data, Py_ssize_t start=0, Py_ssize_t end=-1, bint check_crc=False):
+    """Walk records from ``start`` without building objects (GIL released): recovery's and verify's inner loop.
+
+    Returns ``(position, count, code)``: ``position`` is the end of the last good record, ``count`` how many
+    records were good, ``code`` what stopped the walk: RESULT_END (no more data: end of buffer or zeros),
+    RESULT_BLANK (the end-of-file padding, which starts at ``position``), or a negative error code for
+    ``record_error``.
+    """
+    cdef _Buffer b = _Buffer()
+    cdef RecordView rv
+    cdef const unsigned char *base
+    cdef Py_ssize_t pos, count = 0
+    cdef int code = RECORD_END
+    b.acquire(data)
+    if end < 0 or end > b.view.len:
+        end = b.view.len
+    if start < 0 or start > end:
+        raise ValueError(f"start {start} outside [0, {end}]")
+    base = <const unsigned char *>b.view.buf
+    pos = start
+    with nogil:
+        while True:
+            code = parse_record(base + pos, end - pos, &rv, check_crc)
+            if code != RECORD_OK:
+                break
+            pos += rv.total_size
+            count += 1
+    return pos, count, code
+
+
+RESULT_OK = RECORD_OK
+RESULT_BLANK = RECORD_BLANK
+RESULT_END = RECORD_END
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading a batch for a pull: DefaultMessageStore.getMessage's inner loop over consume-queue units
+
+SELECT_FOUND = 0
+SELECT_NO_MATCHED_MESSAGE = 1
+SELECT_MESSAGE_WAS_REMOVING = 2
+
+
+def select_messages(const unsigned char[::1] units, list files, int64_t file_size, int max_count,
+                    int64_t max_transfer_bytes, int max_transfer_count, tag_codes=None, exact_tags=None):
+    """Walk consume-queue units (raw 20-byte big-endian units) and decode the messages they point at, zero-copy.
+
+    ``files`` are the commitlog's MappedFiles in order; ``tag_codes`` a set of tag hash codes to match first and
+    ``exact_tags`` the set of tag strings the record must then carry. Returns ``(messages, units_consumed,
+    status, buffer_total_size, max_phy_offset_pulling)`` with RocketMQ's batch-full rule (count, bytes) and its
+    statuses (SELECT_FOUND / SELECT_NO_MATCHED_MESSAGE / SELECT_MESSAGE_WAS_REMOVING). A unit that points at
+    bytes which are not a whole valid record of its size is skipped as removed.
+    """
+    cdef Py_ssize_t nunits = units.shape[0] // 20
+    cdef Py_ssize_t i = 0, max_filter = max(16000, max_count * 20) // 20
+    cdef const unsigned char *u
+    cdef int64_t offset, tags, first_from, next_phy_file_start = -1, total = 0, max_phy = 0, pos
+    cdef int32_t size
+    cdef Py_ssize_t findex, nfiles = len(files), count = 0
+    cdef int status = SELECT_NO_MATCHED_MESSAGE
+    cdef list out = []
+    cdef list views = [None] * nfiles
+    cdef list readable = [0] * nfiles
+    cdef MappedFile mf
+    cdef _Buffer b
+    cdef RecordView rv
+    cdef MessageExt m
+    cdef const unsigned char *p
+    cdef bint filtering = tag_codes is not None
+    if nfiles == 0 or nunits == 0:
+        return out, 0, status, 0, 0
+    first_from = (<MappedFile>files[0]).file_from_offset
+    bufs = [None] * nfiles
+    while i < nunits and i < max_filter:
+        u = &units[0] + i * 20
+        offset = <int64_t>rmq_load_be64(u)
+        size = <int32_t>rmq_load_be32(u + 8)
+        tags = <int64_t>rmq_load_be64(u + 12)
+        max_phy = offset
+        if next_phy_file_start != -1 and offset < next_phy_file_start:
+            i += 1
+            continue
+        # RocketMQ's isTheBatchFull (every page counts as in memory: the files are mapped).
+        if total != 0 and count != 0:
+            if count >= max_count or total + size > max_transfer_bytes or count > max_transfer_count - 1:
+                break
+        if filtering and tags not in tag_codes:
+            i += 1
+            continue
+        findex = (offset - first_from) // file_size if offset >= first_from else -1
+        if findex < 0 or findex >= nfiles or size <= 0:
+            if total == 0:
+                status = SELECT_MESSAGE_WAS_REMOVING
+            next_phy_file_start = (offset // file_size + 1) * file_size
+            i += 1
+            continue
+        if views[findex] is None:
+            mf = <MappedFile>files[findex]
+            v = mf.select(0, mf.read_position_c())
+            if v is not None:
+                b = _Buffer()
+                b.acquire(v)
+                bufs[findex] = b
+                readable[findex] = b.view.len
+            views[findex] = v if v is not None else False
+        pos = offset - (first_from + findex * file_size)
+        if views[findex] is False or pos + size > <int64_t>readable[findex]:
+            if total == 0:
+                status = SELECT_MESSAGE_WAS_REMOVING
+            next_phy_file_start = (offset // file_size + 1) * file_size
+            i += 1
+            continue
+        b = <_Buffer>bufs[findex]
+        p = <const unsigned char *>b.view.buf + pos
+        if parse_record(p, size, &rv, False) != RECORD_OK or rv.total_size != size:
+            if total == 0:
+                status = SELECT_MESSAGE_WAS_REMOVING
+            i += 1
+            continue
+        m = _make_ext(views[findex], <Py_ssize_t>pos, p, &rv)
+        if exact_tags is not None and m.tags not in exact_tags:
+            i += 1
+            continue
+        out.append(m)
+        count += 1
+        total += size
+        status = SELECT_FOUND
+        next_phy_file_start = -1
+        i += 1
+    return out, i, status, total, max_phy
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The put path in one call
+
+cdef class CommitLogWriter:
+    """CommitLog's put path without Python frames between the API and the copy: encode + CRC outside the put lock
+    into a reusable buffer, then under the lock take queue offsets and append, rolling to the next file (through
+    the MappedFileQueue) when a record does not fit. Raises MessageIllegalError before anything is written."""
+    cdef MessageEncoder encoder
+    cdef readonly AppendMessageCallback callback
+    cdef object lock
+    cdef object mapped_file_queue
+    cdef MappedFile current
+    cdef int32_t max_record
+    cdef int64_t file_size
+    cdef list _free
+    cdef object _failed
+
+    def __init__(self, MessageEncoder encoder not None, AppendMessageCallback callback not None, lock,
+                 mapped_file_queue, int32_t max_record, int64_t file_size, failed_result):
+        self.encoder = encoder
+        self.callback = callback
+        self.lock = lock
+        self.mapped_file_queue = mapped_file_queue
+        self.max_record = max_record
+        self.file_size = file_size
+        self._free = []
+        self._failed = failed_result
+
+    cdef EncodeBuffer _take(self):
+        cdef EncodeBuffer b
+        if self._free:
+            b = <EncodeBuffer>self._free.pop()
+            b.size = 0
+            b.count = 0
+            b.queue_keys = []
+            b.uniq_keys = []
+            return b
+        return EncodeBuffer()
+
+    cdef _give(self, EncodeBuffer b):
+        if len(self._free) < 16 and b.capacity <= 8 * 1024 * 1024:
+            self._free.append(b)
+
+    cdef int _check(self, EncodeBuffer b) except -1:
+        cdef Py_ssize_t i
+        for i in range(b.count):
+            if b.rec[i].length > self.max_record:
+                raise MessageIllegalError(
+                    "body", f"record of {b.rec[i].length} bytes does not fit a commitlog file of "
+                    f"{self.file_size} bytes with its end-of-file blank", self.max_record)
+        return 0
+
+    cdef MappedFile _file(self):
+        # The file to append to: the cached one unless full; else the queue's last or a new one (None: failed).
+        cdef MappedFile mf = self.current
+        if mf is not None and not mf._closed and rmq_atomic_load_i64(&mf._wrote) < mf.file_size:
+            return mf
+        mf = self.mapped_file_queue.get_last_mapped_file()
+        self.current = mf
+        return mf
+
+    def reset(self):
+        """Forget the cached file (after truncation or deletion by recovery and cleaning)."""
+        self.current = None
+
+    cpdef object put(self, Message msg):
+        cdef EncodeBuffer b = self._take()
+        cdef MappedFile mf
+        cdef PutResult r
+        cdef int64_t ts
+        self.encoder.encode_into(msg, b)
+        self._check(b)
+        with self.lock:
+            mf = self._file()
+            if mf is None:
+                return self._failed()
+            ts = now_ms()
+            r = self.callback.do_append(mf, b, 0, ts)
+            if r is None:
+                mf = self._file()
+                if mf is None:
+                    return self._failed()
+                r = self.callback.do_append(mf, b, 0, ts)
+        self._give(b)
+        return r
+
+    cpdef list put_batch(self, messages):
+        cdef EncodeBuffer b = self._take()
+        cdef MappedFile mf
+        cdef PutResult r
+        cdef int64_t ts
+        cdef Py_ssize_t i = 0
+        cdef list out = []
+        for m in messages:
+            self.encoder.encode_into(<Message?>m, b)
+        self._check(b)
+        with self.lock:
+            ts = now_ms()
+            while i < b.count:
+                mf = self._file()
+                if mf is None:
+                    while i < b.count:
+                        out.append(self._failed())
+                        i += 1
+                    break
+                while i < b.count:
+                    r = self.callback.do_append(mf, b, i, ts)
+                    if r is None:
+                        break
+                    out.append(r)
+                    i += 1
+        self._give(b)
+        return out

@@ -1,0 +1,32 @@
+# A fixed-size file named by its first global offset, mmap'ed, with RocketMQ's three positions:
+# wrote (appended), committed (copied from a TransientStorePool buffer into the file) and flushed (on disk).
+from libc.stdint cimport int64_t
+
+
+cdef class MappedFile:
+    cdef readonly str file_name          # full path
+    cdef readonly int64_t file_from_offset  # global offset of byte 0: the file's 20-digit name
+    cdef readonly int64_t file_size
+    cdef readonly bint read_only
+    cdef int fd
+    cdef unsigned char *base            # the mapping, file_size bytes
+    cdef unsigned char *write_buffer    # TransientStorePool buffer (appends land here until commit), or NULL
+    cdef object _pool                   # the pool write_buffer came from, to give it back
+    cdef object _pool_buffer            # keeps the pool's buffer object alive while borrowed
+    # Positions are read by flush, commit and reader threads without the put lock: C11 atomics via rmq_atomic.h.
+    cdef int64_t _wrote
+    cdef int64_t _committed
+    cdef int64_t _flushed
+    cdef int64_t _store_timestamp       # store time of the last message appended (ms), for find-by-time
+    cdef bint _closed
+    cdef int _holds                     # RocketMQ's ReferenceResource: GIL-free sections and exported views
+
+    cdef unsigned char *append_ptr(self, int64_t n) noexcept nogil
+    cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil
+    cdef int64_t read_position_c(self) noexcept nogil
+    cdef bint hold(self) noexcept
+    cdef void release(self) noexcept
+    cdef _attach_write_buffer(self, pool, buf)
+    cdef _close_fd(self)
+    cdef _unmap(self)
+    cdef _give_back_buffer(self)

@@ -1,0 +1,410 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""MappedFile: one commitlog or consume-queue segment on an mmap, as RocketMQ's DefaultMappedFile.
+
+Appends go to the mapping (or to a borrowed TransientStorePool buffer), readers get zero-copy memoryviews of the
+mapping, flush is msync over the dirty range. Every GIL-free section holds a reference (``hold``/``release``) so a
+concurrent ``destroy`` never unmaps memory somebody still touches; the unmap happens at the last release.
+"""
+import os
+
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
+from libc.errno cimport errno
+from libc.stdint cimport int64_t
+from libc.string cimport memcpy, memset
+from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR, open as c_open
+from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
+from posix.stat cimport fstat, struct_stat
+from posix.unistd cimport close as c_close, ftruncate
+
+from rmqcore._c cimport rmq_atomic_load_i64, rmq_atomic_store_i64
+
+from rmqcore.errors import StoreClosedError, StoreLayoutError
+
+cdef extern from "<fcntl.h>" nogil:
+    int posix_fallocate(int fd, long offset, long length)
+    int O_CLOEXEC
+
+cdef extern from "rmq_mman.h" nogil:
+    int RMQ_OS_PAGE_SIZE
+    int rmq_prefault_write(unsigned char *p, size_t length)
+    int rmq_msync_range(unsigned char *base, int64_t start, int64_t end)
+
+OS_PAGE_SIZE = RMQ_OS_PAGE_SIZE
+
+
+def offset_to_file_name(int64_t offset):
+    """RocketMQ's UtilAll.offset2FileName: the offset zero-padded to 20 digits."""
+    if offset < 0:
+        raise ValueError(f"file offset must be >= 0, got {offset}")
+    return "%020d" % offset
+
+
+def _raise_os(int err, str what, str path):
+    raise OSError(err, f"{what}: {os.strerror(err)}", path)
+
+
+cdef class MappedFile:
+    """One mapped segment. ``MappedFile(path, file_size)`` opens it, creating and pre-allocating it when absent.
+
+    The file name must be the 20-digit start offset. An existing file must have exactly ``file_size`` bytes.
+    ``read_only=True`` maps an existing file for reading only (stores copied off a broker).
+    """
+
+    def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None):
+        self.fd = -1
+        self.base = NULL
+        self.write_buffer = NULL
+
+    def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None):
+        cdef struct_stat st
+        cdef int flags
+        cdef int err
+        cdef void *p
+        if file_size <= 0:
+            raise ValueError(f"file_size must be > 0, got {file_size}")
+        base_name = os.path.basename(file_name)
+        if len(base_name) != 20 or not base_name.isdigit():
+            raise StoreLayoutError(f"{file_name}: a mapped file is named by its start offset in 20 digits")
+        self.file_name = file_name
+        self.file_from_offset = int(base_name)
+        self.file_size = file_size
+        self.read_only = read_only
+        path_b = os.fsencode(file_name)
+        flags = (O_RDONLY if read_only else (O_RDWR | O_CREAT)) | O_CLOEXEC
+        self.fd = c_open(path_b, flags, 0o644)
+        if self.fd < 0:
+            _raise_os(errno, "open", file_name)
+        if fstat(self.fd, &st) != 0:
+            err = errno
+            self._close_fd()
+            _raise_os(err, "fstat", file_name)
+        if st.st_size == 0 and not read_only:
+            # Allocate blocks now: a sparse file would turn a full disk into SIGBUS on the put path; this way it
+            # is an error here, when the file is made (CREATE_MAPPED_FILE_FAILED).
+            err = posix_fallocate(self.fd, 0, file_size)
+            if err != 0:
+                self._close_fd()
+                os.unlink(file_name)
+                _raise_os(err, "allocate", file_name)
+        elif st.st_size != file_size:
+            self._close_fd()
+            raise StoreLayoutError(
+                f"{file_name}: size {st.st_size} differs from the configured mapped file size {file_size}")
+        with nogil:
+            p = mmap(NULL, <size_t>file_size, PROT_READ if read_only else (PROT_READ | PROT_WRITE),
+                     MAP_SHARED, self.fd, 0)
+        if p == MAP_FAILED:
+            err = errno
+            self._close_fd()
+            _raise_os(err, "mmap", file_name)
+        self.base = <unsigned char *>p
+        if pool is not None:
+            buf = pool.borrow_buffer()
+            if buf is not None:
+                self._attach_write_buffer(pool, buf)
+
+    cdef _attach_write_buffer(self, pool, buf):
+        cdef unsigned char[::1] view = buf
+        if view.shape[0] < self.file_size:
+            raise ValueError("transient store pool buffer is smaller than the mapped file")
+        self._pool = pool
+        self._pool_buffer = buf
+        self.write_buffer = &view[0]
+
+    cdef _close_fd(self):
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            munmap(self.base, <size_t>self.file_size)
+            self.base = NULL
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
+
+    # -- reference counting (RocketMQ's ReferenceResource) ------------------------------------------------------
+
+    cdef bint hold(self) noexcept:
+        if self._closed:
+            return False
+        self._holds += 1
+        return True
+
+    cdef void release(self) noexcept:
+        # Runs from __releasebuffer__ too, possibly while another exception is being raised: never raise here.
+        self._holds -= 1
+        if self._closed and self._holds == 0:
+            try:
+                self._unmap()
+            except BaseException:
+                pass
+
+    cdef _unmap(self):
+        if self.base != NULL:
+            munmap(self.base, <size_t>self.file_size)
+            self.base = NULL
+        self._close_fd()
+        self._give_back_buffer()
+
+    cdef _give_back_buffer(self):
+        if self._pool is not None:
+            self.write_buffer = NULL
+            pool, buf = self._pool, self._pool_buffer
+            self._pool = None
+            self._pool_buffer = None
+            pool.return_buffer(buf)
+
+    def _check_open(self):
+        if self._closed:
+            raise StoreClosedError(f"{self.file_name} is closed")
+
+    # -- positions ----------------------------------------------------------------------------------------------
+
+    @property
+    def wrote_position(self):
+        return rmq_atomic_load_i64(&self._wrote)
+
+    @property
+    def committed_position(self):
+        return rmq_atomic_load_i64(&self._committed)
+
+    @property
+    def flushed_position(self):
+        return rmq_atomic_load_i64(&self._flushed)
+
+    @property
+    def read_position(self):
+        """Bytes readers may see: committed ones when a write buffer is in use, else every appended byte."""
+        return self.read_position_c()
+
+    @property
+    def store_timestamp(self):
+        return self._store_timestamp
+
+    @property
+    def has_write_buffer(self):
+        return self.write_buffer != NULL
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def is_full(self):
+        return rmq_atomic_load_i64(&self._wrote) == self.file_size
+
+    def set_positions(self, int64_t position):
+        """Set wrote, committed and flushed to ``position`` (used when loading and recovering files)."""
+        if position < 0 or position > self.file_size:
+            raise ValueError(f"position {position} outside [0, {self.file_size}] of {self.file_name}")
+        rmq_atomic_store_i64(&self._wrote, position)
+        rmq_atomic_store_i64(&self._committed, position)
+        rmq_atomic_store_i64(&self._flushed, position)
+
+    def set_store_timestamp(self, int64_t ts):
+        self._store_timestamp = ts
+
+    cdef int64_t read_position_c(self) noexcept nogil:
+        if self.write_buffer != NULL:
+            return rmq_atomic_load_i64(&self._committed)
+        return rmq_atomic_load_i64(&self._wrote)
+
+    # -- appending (the caller serialises appends: CommitLog's put lock, one dispatcher per consume queue) -------
+
+    cdef unsigned char *append_ptr(self, int64_t n) noexcept nogil:
+        """Where the next ``n`` bytes go, or NULL when they do not fit."""
+        cdef int64_t pos = rmq_atomic_load_i64(&self._wrote)
+        if self.read_only or self.base == NULL or pos + n > self.file_size:
+            return NULL
+        if self.write_buffer != NULL:
+            return self.write_buffer + pos
+        return self.base + pos
+
+    cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil:
+        if store_timestamp > 0:
+            self._store_timestamp = store_timestamp
+        rmq_atomic_store_i64(&self._wrote, rmq_atomic_load_i64(&self._wrote) + n)
+
+    def append(self, data):
+        """Append raw bytes (consume-queue units, blank fill); returns False when they do not fit."""
+        cdef const unsigned char[::1] src = data
+        cdef Py_ssize_t n = src.shape[0]
+        cdef unsigned char *dst
+        self._check_open()
+        if self.read_only:
+            raise PermissionError(f"{self.file_name} is mapped read-only")
+        dst = self.append_ptr(n)
+        if dst == NULL:
+            return False
+        if n:
+            memcpy(dst, &src[0], n)
+        self.advance(n, 0)
+        return True
+
+    def write_at(self, int64_t position, data):
+        """Overwrite bytes at ``position`` below the wrote position (consume-queue repair on recovery)."""
+        cdef const unsigned char[::1] src = data
+        cdef Py_ssize_t n = src.shape[0]
+        self._check_open()
+        if self.read_only:
+            raise PermissionError(f"{self.file_name} is mapped read-only")
+        if position < 0 or position + n > self.file_size:
+            raise ValueError(f"write of {n} bytes at {position} outside {self.file_name}")
+        if n:
+            memcpy(self.base + position, &src[0], n)
+
+    # -- commit and flush ---------------------------------------------------------------------------------------
+
+    def commit(self, int commit_least_pages=0):
+        """Copy appended bytes from the write buffer into the file; returns the committed position.
+
+        RocketMQ's isAbleToCommit rule: a full file always commits; otherwise at least ``commit_least_pages``
+        whole pages must be waiting (0: any byte). A full, committed file gives its buffer back to the pool.
+        """
+        cdef int64_t wrote, committed
+        if self.write_buffer == NULL:
+            return rmq_atomic_load_i64(&self._wrote)
+        if not self.hold():
+            return rmq_atomic_load_i64(&self._committed)
+        try:
+            wrote = rmq_atomic_load_i64(&self._wrote)
+            committed = rmq_atomic_load_i64(&self._committed)
+            if _able(wrote, committed, self.file_size, commit_least_pages):
+                with nogil:
+                    memcpy(self.base + committed, self.write_buffer + committed, <size_t>(wrote - committed))
+                rmq_atomic_store_i64(&self._committed, wrote)
+            if rmq_atomic_load_i64(&self._committed) == self.file_size:
+                self._give_back_buffer()
+            return rmq_atomic_load_i64(&self._committed)
+        finally:
+            self.release()
+
+    def flush(self, int flush_least_pages=0):
+        """msync the dirty range; returns the flushed position. Same least-pages rule as commit."""
+        cdef int64_t value, flushed
+        cdef int err = 0
+        if self.read_only:
+            return rmq_atomic_load_i64(&self._flushed)
+        if not self.hold():
+            return rmq_atomic_load_i64(&self._flushed)
+        try:
+            value = self.read_position_c()
+            flushed = rmq_atomic_load_i64(&self._flushed)
+            if _able(value, flushed, self.file_size, flush_least_pages):
+                with nogil:
+                    err = rmq_msync_range(self.base, flushed, value)
+                if err != 0:
+                    _raise_os(err, "msync", self.file_name)
+                rmq_atomic_store_i64(&self._flushed, value)
+            return rmq_atomic_load_i64(&self._flushed)
+        finally:
+            self.release()
+
+    def warm_up(self):
+        """Pre-fault the pages past the wrote position (RocketMQ's warmMappedFile), with the GIL released.
+
+        Done by the allocate service on the next file before the writer reaches it, so puts never page-fault.
+        """
+        cdef int64_t start
+        cdef int err = 0
+        if self.read_only or not self.hold():
+            return
+        try:
+            start = rmq_atomic_load_i64(&self._wrote)
+            start = (start + RMQ_OS_PAGE_SIZE - 1) & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1)
+            if start < self.file_size:
+                with nogil:
+                    err = rmq_prefault_write(self.base + start, <size_t>(self.file_size - start))
+                if err != 0:
+                    _raise_os(err, "warm up", self.file_name)
+        finally:
+            self.release()
+
+    # -- reading ------------------------------------------------------------------------------------------------
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("mapped files are exported read-only")
+        if not self.hold():
+            raise StoreClosedError(f"{self.file_name} is closed")
+        PyBuffer_FillInfo(buffer, self, self.base, self.file_size, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        self.release()
+
+    def select(self, int64_t pos, int64_t size=-1):
+        """Zero-copy memoryview of ``size`` bytes at ``pos`` (to the read position when size < 0), or None when
+        the range is not readable (yet). The view keeps the mapping alive while it exists."""
+        cdef int64_t readable = self.read_position_c()
+        if self._closed or pos < 0 or pos > readable:
+            return None
+        if size < 0:
+            size = readable - pos
+        if pos + size > readable:
+            return None
+        return memoryview(self)[pos:pos + size]
+
+    def view(self):
+        """Zero-copy read-only memoryview of the whole file (including bytes past the read position)."""
+        self._check_open()
+        return memoryview(self)
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    def truncate_to(self, int64_t position):
+        """Drop everything after ``position``: zero the tail (as RocketMQ's truncateDirtyFiles leaves a file to be
+        rewritten) and set the positions there."""
+        self._check_open()
+        if position < 0 or position > self.file_size:
+            raise ValueError(f"position {position} outside [0, {self.file_size}] of {self.file_name}")
+        if not self.read_only and position < self.file_size:
+            memset(self.base + position, 0, <size_t>(self.file_size - position))
+            if self.write_buffer != NULL:
+                memset(self.write_buffer + position, 0, <size_t>(self.file_size - position))
+        self.set_positions(position)
+
+    def close(self):
+        """Unmap and close once no reader holds a view; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._holds == 0:
+            self._unmap()
+
+    def destroy(self):
+        """Close and delete the file from disk."""
+        self.close()
+        try:
+            os.unlink(self.file_name)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self):
+        return (f"MappedFile({self.file_name!r}, size={self.file_size}, wrote={self.wrote_position}, "
+                f"committed={self.committed_position}, flushed={self.flushed_position})")
+
+
+cdef inline bint _able(int64_t value, int64_t done, int64_t file_size, int least_pages) noexcept nogil:
+    # RocketMQ's isAbleToFlush / isAbleToCommit.
+    if done >= value:
+        return False
+    if value == file_size:
+        return True
+    if least_pages > 0:
+        return (value // RMQ_OS_PAGE_SIZE) - (done // RMQ_OS_PAGE_SIZE) >= least_pages
+    return True
+
+
+cdef extern from "<sys/mman.h>" nogil:
+    int mlock(const void *addr, size_t length)
+
+
+def lock_memory(buffer):
+    """mlock a writable buffer (TransientStorePool); returns "" or the OS's reason for refusing."""
+    cdef unsigned char[::1] view = buffer
+    if view.shape[0] == 0:
+        return ""
+    if mlock(&view[0], <size_t>view.shape[0]) != 0:
+        return os.strerror(errno)
+    return ""

@@ -1,0 +1,215 @@
+"""CommitLog: every message of every topic, appended in order to a MappedFileQueue of RocketMQ records.
+
+A put encodes and CRCs the message outside the put lock (MessageEncoder), then under the lock takes the queue
+offset from the topic-queue table and copies the record to the wrote position (AppendMessageCallback, Cython);
+when the record does not fit, the rest of the file becomes a blank record and the message goes to the next file.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from ._codec import (AppendMessageCallback, CommitLogWriter, MessageEncoder, PutResult, RESULT_BLANK, RESULT_END, RecordIterator,
+                     current_millis, decode_message, record_error, scan_records)
+from .config import StoreConfig
+from .errors import CorruptRecordError, StoreClosedError
+from .mapped_file_queue import MappedFileQueue
+from .status import PutStatus
+
+log = logging.getLogger(__name__)
+
+END_FILE_MIN_BLANK_LENGTH = 8
+
+
+class CommitLog:
+    def __init__(self, store_path: str, config: StoreConfig | None = None, *, pool=None, read_only: bool = False):
+        self.config = config or StoreConfig()
+        self.store_path = store_path
+        self.read_only = read_only
+        self.encoder = MessageEncoder(self.config.store_host, self.config.max_message_size)
+        self.callback = AppendMessageCallback(self.encoder.store_host_bytes)
+        self.mapped_file_queue = MappedFileQueue(
+            store_path, self.config.mapped_file_size_commit_log, allocate=not read_only,
+            warm=self.config.warm_mapped_file_enable, pool=pool, read_only=read_only)
+        self.put_lock = threading.Lock()
+        self._closed = False
+        file_size = self.config.mapped_file_size_commit_log
+        # One record must fit a file with room for the end-of-file blank after it.
+        max_record = min(self.config.max_message_size, file_size - END_FILE_MIN_BLANK_LENGTH)
+        self.writer = CommitLogWriter(self.encoder, self.callback, self.put_lock, self.mapped_file_queue,
+                                      max_record, file_size,
+                                      lambda: PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED))
+        self.last_recovery: dict = {}
+
+    # -- open ---------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, store_path: str, config: StoreConfig | None = None, **kw) -> "CommitLog":
+        """Load, recover and rebuild the topic-queue table by scanning (standalone use; the MessageStore restores
+        the table from its consume queues instead)."""
+        log_ = cls(store_path, config, **kw)
+        log_.load()
+        log_.recover(check_crc=log_.config.check_crc_on_recover)
+        log_.rebuild_topic_queue_table()
+        return log_
+
+    def load(self) -> None:
+        self.mapped_file_queue.load()
+
+    def recover(self, check_crc: bool = True, from_file_index: int | None = None) -> int:
+        """Find the end of valid data scanning from the third-last file (or ``from_file_index``), then cut every
+        byte after it. Returns the recovered max offset. Corruption stops the scan there, as RocketMQ does."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            self.last_recovery = {"records": 0, "process_offset": 0, "truncated_bytes": 0}
+            return 0
+        index = max(0, len(files) - 3) if from_file_index is None else from_file_index
+        process_offset = files[index].file_from_offset
+        records = 0
+        stop_reason = "end of data"
+        for mf in files[index:]:
+            view = mf.view()
+            try:
+                pos, count, code = scan_records(view, 0, -1, check_crc)
+            finally:
+                view.release()
+            records += count
+            process_offset = mf.file_from_offset + pos
+            if code == RESULT_BLANK:
+                continue
+            if code != RESULT_END:
+                err = record_error(code, mf.file_from_offset + pos, mf.file_name)
+                stop_reason = str(err)
+                log.warning("commitlog recovery stops at %s", err)
+            break
+        old_max = self.mapped_file_queue.get_max_wrote_position()
+        self.mapped_file_queue.truncate_dirty_files(process_offset)
+        self.mapped_file_queue.set_flushed_where(process_offset)
+        self.writer.reset()
+        self.last_recovery = {"records": records, "process_offset": process_offset,
+                              "truncated_bytes": max(0, old_max - process_offset), "stop": stop_reason}
+        return process_offset
+
+    def rebuild_topic_queue_table(self) -> dict:
+        table: dict = {}
+        for m in self.iterate(self.min_offset):
+            if m.transaction_type in (0x4, 0xC):
+                continue
+            key = (m.topic, m.queue_id)
+            table[key] = max(table.get(key, 0), m.queue_offset + 1)
+        self.callback.topic_queue_table = table
+        return table
+
+    # -- put ----------------------------------------------------------------------------------------------------
+
+    def _check_open(self):
+        if self._closed:
+            raise StoreClosedError("commit log is closed")
+        if self.read_only:
+            raise PermissionError(f"{self.store_path} is opened read-only")
+
+    def put_message(self, msg) -> PutResult:
+        """Append one message; MessageIllegalError (nothing written) for a message RocketMQ would refuse."""
+        if self._closed or self.read_only:
+            self._check_open()
+        return self.writer.put(msg)
+
+    def put_messages(self, messages) -> list[PutResult]:
+        """Append many messages under one lock. All are validated and encoded first, so a bad one raises before
+        anything is written. If a new file cannot be made midway, the rest get CREATE_MAPPED_FILE_FAILED."""
+        if self._closed or self.read_only:
+            self._check_open()
+        return self.writer.put_batch(messages)
+
+    @property
+    def topic_queue_table(self) -> dict:
+        return self.callback.topic_queue_table
+
+    # -- read ---------------------------------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        mf = self.mapped_file_queue.first()
+        return mf.file_from_offset if mf is not None else 0
+
+    @property
+    def max_offset(self) -> int:
+        return self.mapped_file_queue.get_max_offset()
+
+    def get_data(self, offset: int, size: int = -1):
+        """Zero-copy view of ``size`` readable bytes at global ``offset`` (to the read position when < 0)."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        return mf.select(offset - mf.file_from_offset, size)
+
+    def look_message(self, offset: int, check_crc: bool = False):
+        """The message whose record starts at ``offset``, or None when no readable record starts there."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos < 0 or pos >= mf.read_position:
+            return None
+        view = mf.select(0, mf.read_position)
+        if view is None:
+            return None
+        try:
+            return decode_message(view, pos, check_crc, mf.file_from_offset)
+        except CorruptRecordError:
+            return None
+
+    def iterate(self, from_offset: int = 0, check_crc: bool = False):
+        """Every message from ``from_offset`` (a record start) to the end, across files. A corrupt record raises
+        CorruptRecordError naming its offset and file."""
+        files = self.mapped_file_queue.mapped_files
+        for mf in files:
+            end = mf.file_from_offset + mf.read_position
+            if end <= from_offset:
+                continue
+            start = max(0, from_offset - mf.file_from_offset)
+            view = mf.select(0, mf.read_position)
+            if view is None:
+                continue
+            try:
+                yield from RecordIterator(view, start, -1, check_crc, mf.file_from_offset)
+            except CorruptRecordError as e:
+                e.path = mf.file_name
+                raise
+
+    # -- flush / close ------------------------------------------------------------------------------------------
+
+    def flush(self, least_pages: int = 0) -> int:
+        """Flush (and commit, with write buffers) everything appended so far; returns the flushed offset."""
+        mfq = self.mapped_file_queue
+        while True:
+            mfq.commit(least_pages)
+            done = mfq.flush(least_pages)
+            if done or mfq.flushed_where >= mfq.get_max_wrote_position():
+                return mfq.flushed_where
+
+    @property
+    def flushed_where(self) -> int:
+        return self.mapped_file_queue.flushed_where
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if not self.read_only:
+            self.flush(0)
+        self._closed = True
+        self.mapped_file_queue.shutdown()
+
+    def destroy(self) -> None:
+        self._closed = True
+        self.mapped_file_queue.destroy()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def files(self) -> list[str]:
+        return [os.path.basename(mf.file_name) for mf in self.mapped_file_queue.mapped_files]

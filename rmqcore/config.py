@@ -1,0 +1,82 @@
+"""StoreConfig: RocketMQ's MessageStoreConfig field names in snake_case, with RocketMQ's defaults.
+
+Tests and demos pass small file sizes; production stores keep the defaults so their files are RocketMQ's.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+
+
+@dataclass
+class StoreConfig:
+    # Files
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300000 * 20
+    max_hash_slot_num: int = 5000000
+    max_index_num: int = 5000000 * 4
+    message_index_enable: bool = True
+    # Messages
+    max_message_size: int = 1024 * 1024 * 4
+    # The broker's address (brokerIP1:listenPort in RocketMQ), written as storeHost into every record.
+    store_host: str = "127.0.0.1:10911"
+    # Flush
+    flush_disk_type: str = "ASYNC_FLUSH"
+    flush_interval_commit_log: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 1000 * 10
+    flush_commit_log_timed: bool = True
+    commit_interval_commit_log: int = 200
+    commit_commit_log_least_pages: int = 4
+    commit_commit_log_thorough_interval: int = 200
+    flush_interval_consume_queue: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 1000 * 60
+    sync_flush_timeout: int = 1000 * 5
+    # Write buffers: off by default, as in RocketMQ.
+    transient_store_pool_enable: bool = False
+    transient_store_pool_size: int = 5
+    # Pre-fault new files. RocketMQ defaults warmMapedFileEnable to false because its warm-up writes a zero per
+    # page from Java; ours is one madvise(MADV_POPULATE_WRITE) on the allocate thread, and limits.md shows that
+    # page faults, not copying, bound the append rate, so it is on by default here.
+    warm_mapped_file_enable: bool = True
+    # Reads
+    max_transfer_bytes_on_message_in_memory: int = 1024 * 256
+    max_transfer_count_on_message_in_memory: int = 32
+    # Recovery and cleaning
+    check_crc_on_recover: bool = True
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    delete_commit_log_files_interval: int = 100
+    delete_consume_queue_files_interval: int = 100
+    destroy_mapped_file_interval_forcibly: int = 1000 * 120
+    # Delay levels of the schedule topic, as RocketMQ's messageDelayLevel.
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        if self.flush_disk_type not in FLUSH_TYPES:
+            raise ValueError(f"flush_disk_type must be one of {FLUSH_TYPES}, got {self.flush_disk_type!r}")
+        for name in ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_message_size",
+                     "max_hash_slot_num", "max_index_num"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.mapped_file_size_consume_queue % 20:
+            raise ValueError("mapped_file_size_consume_queue must be a multiple of the 20-byte unit, got "
+                             f"{self.mapped_file_size_consume_queue}")
+        if self.max_message_size + 8 > self.mapped_file_size_commit_log:
+            raise ValueError(f"max_message_size {self.max_message_size} does not fit a commitlog file of "
+                             f"{self.mapped_file_size_commit_log} bytes (record + 8-byte end-of-file blank)")
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type == "SYNC_FLUSH"
+
+    def replace(self, **changes) -> "StoreConfig":
+        return dataclasses.replace(self, **changes)

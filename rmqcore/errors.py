@@ -1,0 +1,47 @@
+"""Exceptions. Every one names what was wrong (the field, the file, the offset) and the limit it broke."""
+from .status import PutStatus
+
+
+class RmqStoreError(Exception):
+    """Base of every error rmqcore raises on purpose."""
+
+
+class MessageIllegalError(RmqStoreError, ValueError):
+    """A message the store refuses, as RocketMQ refuses it; nothing was written.
+
+    ``field`` names the offending part of the message, ``limit`` the rule it broke and ``status`` the
+    PutMessageStatus RocketMQ would have answered with.
+    """
+
+    def __init__(self, field: str, message: str, limit=None, status: PutStatus = PutStatus.MESSAGE_ILLEGAL):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.limit = limit
+        self.status = status
+
+
+class CorruptRecordError(RmqStoreError):
+    """A commitlog record that fails a structural or CRC check.
+
+    ``offset`` is the record's global commitlog offset (or the offset in the buffer when decoding a loose buffer),
+    ``field`` the field that is wrong.
+    """
+
+    def __init__(self, offset: int, field: str, message: str, path: str | None = None):
+        where = f"{path} " if path else ""
+        super().__init__(f"{where}record at offset {offset}: {field}: {message}")
+        self.offset = offset
+        self.field = field
+        self.path = path
+
+
+class StoreLayoutError(RmqStoreError):
+    """A store directory that does not hold what RocketMQ would have written there (foreign files, gaps, sizes)."""
+
+
+class StoreClosedError(RmqStoreError):
+    """The store (or the mapped file) was closed."""
+
+
+class StoreLockedError(RmqStoreError):
+    """Another process or another MessageStore in this process holds the store's lock file."""

@@ -1,0 +1,287 @@
+"""MappedFileQueue: a directory of equal-size mapped files named by their start offsets, as one log.
+
+Offsets are global: file N starts at N × file size. The queue loads and checks a directory (a foreign file, a gap
+or a wrong size is a StoreLayoutError, never a guess), finds the file for an offset or a time, creates the next
+file (pre-created and pre-faulted in the background when ``allocate`` is on, as RocketMQ's
+AllocateMappedFileService), truncates dirty tails and deletes expired files.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ._mapped_file import MappedFile, offset_to_file_name
+from .errors import StoreLayoutError
+
+log = logging.getLogger(__name__)
+
+
+class MappedFileQueue:
+    def __init__(self, store_path: str, mapped_file_size: int, *, allocate: bool = False, warm: bool = False,
+                 pool=None, read_only: bool = False):
+        if mapped_file_size <= 0:
+            raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self.read_only = read_only
+        self._files: list[MappedFile] = []
+        self._lock = threading.RLock()
+        self._warm = warm
+        self._pool = pool
+        self._allocator = ThreadPoolExecutor(1, thread_name_prefix="AllocateMappedFileService") if allocate else None
+        self._pending: dict[int, Future] = {}
+        self.flushed_where = 0
+        self.committed_where = 0
+        self.store_timestamp = 0
+
+    # -- loading ------------------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map every file of the directory; positions are set to the full size (recovery truncates later)."""
+        if not os.path.isdir(self.store_path):
+            if self.read_only:
+                raise StoreLayoutError(f"{self.store_path}: no such directory")
+            return
+        names = sorted(os.listdir(self.store_path))
+        foreign = [n for n in names if not (len(n) == 20 and n.isdigit())]
+        if foreign:
+            raise StoreLayoutError(
+                f"{self.store_path}: holds files that are not mapped files named by a 20-digit offset: "
+                f"{', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}")
+        files = []
+        try:
+            expected = None
+            for name in names:
+                path = os.path.join(self.store_path, name)
+                start = int(name)
+                if start % self.mapped_file_size:
+                    raise StoreLayoutError(f"{path}: start offset is not a multiple of the file size "
+                                           f"{self.mapped_file_size}")
+                if expected is not None and start != expected:
+                    raise StoreLayoutError(f"{self.store_path}: gap between {offset_to_file_name(expected)} "
+                                           f"and {name}: files are missing")
+                size = os.path.getsize(path)
+                if size != self.mapped_file_size:
+                    raise StoreLayoutError(f"{path}: size {size} differs from the configured mapped file size "
+                                           f"{self.mapped_file_size}")
+                mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only)
+                mf.set_positions(self.mapped_file_size)
+                files.append(mf)
+                expected = start + self.mapped_file_size
+        except BaseException:
+            for mf in files:
+                mf.close()
+            raise
+        with self._lock:
+            self._files = files
+
+    # -- access -------------------------------------------------------------------------------------------------
+
+    @property
+    def mapped_files(self) -> list[MappedFile]:
+        with self._lock:
+            return list(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def first(self) -> MappedFile | None:
+        with self._lock:
+            return self._files[0] if self._files else None
+
+    def last(self) -> MappedFile | None:
+        with self._lock:
+            return self._files[-1] if self._files else None
+
+    def get_last_mapped_file(self, start_offset: int = 0, need_create: bool = True) -> MappedFile | None:
+        """The file to append to: the last one unless it is full, else a new one (None if none can be made)."""
+        with self._lock:
+            last = self._files[-1] if self._files else None
+            if last is not None and not last.is_full():
+                return last
+            if not need_create:
+                return last
+            if last is None:
+                create_offset = start_offset - start_offset % self.mapped_file_size
+            else:
+                create_offset = last.file_from_offset + self.mapped_file_size
+            return self._create(create_offset)
+
+    def _path(self, offset: int) -> str:
+        return os.path.join(self.store_path, offset_to_file_name(offset))
+
+    def _new_file(self, offset: int) -> MappedFile:
+        os.makedirs(self.store_path, exist_ok=True)
+        mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool)
+        if self._warm:
+            mf.warm_up()
+        return mf
+
+    def _create(self, offset: int) -> MappedFile | None:
+        if self.read_only:
+            return None
+        pending = self._pending.pop(offset, None)
+        try:
+            mf = pending.result() if pending is not None else self._new_file(offset)
+        except OSError as e:
+            log.error("create mapped file %s failed: %s", self._path(offset), e)
+            return None
+        self._files.append(mf)
+        if self._allocator is not None:
+            nxt = offset + self.mapped_file_size
+            if nxt not in self._pending:
+                self._pending[nxt] = self._allocator.submit(self._new_file, nxt)
+        return mf
+
+    def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False):
+        with self._lock:
+            if not self._files:
+                return None
+            first = self._files[0]
+            index = (offset - first.file_from_offset) // self.mapped_file_size
+            if 0 <= index < len(self._files) and offset >= first.file_from_offset:
+                mf = self._files[index]
+                if mf.file_from_offset <= offset < mf.file_from_offset + self.mapped_file_size:
+                    return mf
+            return first if return_first_on_not_found else None
+
+    def get_mapped_file_by_time(self, timestamp_ms: int):
+        """The first file whose last store time is at or after ``timestamp_ms`` (RocketMQ's getMappedFileByTime)."""
+        with self._lock:
+            for mf in self._files:
+                if mf.store_timestamp >= timestamp_ms:
+                    return mf
+            return self._files[-1] if self._files else None
+
+    def get_min_offset(self) -> int:
+        with self._lock:
+            return self._files[0].file_from_offset if self._files else -1
+
+    def get_max_offset(self) -> int:
+        with self._lock:
+            if not self._files:
+                return 0
+            last = self._files[-1]
+            return last.file_from_offset + last.read_position
+
+    def get_max_wrote_position(self) -> int:
+        with self._lock:
+            if not self._files:
+                return 0
+            last = self._files[-1]
+            return last.file_from_offset + last.wrote_position
+
+    # -- commit / flush -----------------------------------------------------------------------------------------
+
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush the file holding flushed_where; returns True when nothing was flushed (RocketMQ's convention)."""
+        mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
+        if mf is None:
+            return True
+        ts = mf.store_timestamp
+        where = mf.file_from_offset + mf.flush(least_pages)
+        result = where == self.flushed_where
+        self.flushed_where = where
+        if least_pages == 0:
+            self.store_timestamp = ts
+        return result
+
+    def commit(self, least_pages: int = 0) -> bool:
+        mf = self.find_mapped_file_by_offset(self.committed_where, self.committed_where == 0)
+        if mf is None:
+            return True
+        where = mf.file_from_offset + mf.commit(least_pages)
+        result = where == self.committed_where
+        self.committed_where = where
+        return result
+
+    # -- truncation and deletion --------------------------------------------------------------------------------
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Keep data below ``offset``: the file holding it is cut there, files wholly above it are deleted."""
+        with self._lock:
+            keep = []
+            for mf in self._files:
+                end = mf.file_from_offset + self.mapped_file_size
+                if end > offset:
+                    if offset >= mf.file_from_offset:
+                        mf.truncate_to(offset - mf.file_from_offset)
+                        keep.append(mf)
+                    else:
+                        mf.destroy()
+                else:
+                    keep.append(mf)
+            self._files = keep
+            self.flushed_where = min(self.flushed_where, offset) if self.flushed_where else offset
+            self.committed_where = min(self.committed_where, offset) if self.committed_where else offset
+
+    def set_flushed_where(self, offset: int) -> None:
+        self.flushed_where = offset
+        self.committed_where = offset
+
+    def delete_last_mapped_file(self) -> None:
+        with self._lock:
+            if self._files:
+                self._files.pop().destroy()
+
+    def delete_expired_file_by_time(self, expired_time_ms: int, delete_files_interval_ms: int = 0,
+                                    clean_immediately: bool = False, now_ms: int | None = None) -> int:
+        """Delete files whose last modification is older than ``expired_time_ms`` (or all when cleaning at once),
+        never the last file, which is being written. Returns how many were deleted."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        deleted = 0
+        with self._lock:
+            candidates = self._files[:-1]
+        for mf in candidates:
+            live_max = int(os.path.getmtime(mf.file_name) * 1000) + expired_time_ms
+            if not (now >= live_max or clean_immediately):
+                break
+            with self._lock:
+                if self._files and self._files[0] is mf:
+                    self._files.pop(0)
+                else:
+                    break
+            mf.destroy()
+            deleted += 1
+            if delete_files_interval_ms > 0:
+                time.sleep(delete_files_interval_ms / 1000)
+        return deleted
+
+    def delete_files_below(self, offset: int) -> int:
+        """Delete the files that end at or below ``offset`` (consume queues and index after commitlog cleaning)."""
+        deleted = 0
+        with self._lock:
+            while len(self._files) > 1 and self._files[0].file_from_offset + self.mapped_file_size <= offset:
+                self._files.pop(0).destroy()
+                deleted += 1
+        return deleted
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        if self._allocator is not None:
+            self._allocator.shutdown(wait=True)
+            for offset, fut in self._pending.items():
+                # A pre-created file that was never written stays on disk, as RocketMQ leaves it: it is empty.
+                try:
+                    fut.result().close()
+                except OSError:
+                    pass
+            self._pending.clear()
+        with self._lock:
+            for mf in self._files:
+                mf.close()
+
+    def destroy(self) -> None:
+        self.shutdown()
+        with self._lock:
+            for mf in self._files:
+                mf.destroy()
+            self._files = []
+        try:
+            os.rmdir(self.store_path)
+        except OSError:
+            pass

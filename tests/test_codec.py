@@ -1,0 +1,267 @@
+"""The commitlog record codec: golden bytes from the format table, and Cython == reference.py for any message."""
+import struct
+
+import pytest
+from hypothesis import given, strategies as st
+
+from rmqcore import CorruptRecordError, Message, MessageIllegalError, PutStatus
+from rmqcore import _codec as C
+from rmqcore import reference as R
+
+STORE_HOST = "10.1.2.3:10911"
+
+
+def encode(msg, store_host=STORE_HOST, **kw):
+    enc = C.MessageEncoder(store_host, **kw)
+    return enc.encode(msg).record(0)
+
+
+# -- golden layout ---------------------------------------------------------------------------------------------------
+
+def test_golden_record_layout_field_by_field():
+    msg = Message("TopicA", b"hello", 3, properties={"UNIQ_KEY": "U1", "TAGS": "TagA"}, flag=7, sys_flag=0,
+                  born_timestamp=1_700_000_000_123, born_host="192.168.0.9:5555", reconsume_times=2,
+                  prepared_transaction_offset=99)
+    rec = encode(msg)
+    props = b"UNIQ_KEY\x01U1\x02TAGS\x01TagA\x02"
+    assert len(rec) == 91 + 5 + 6 + len(props)
+    assert struct.unpack_from(">i", rec, 0)[0] == len(rec)                      # 1 totalSize @0
+    assert struct.unpack_from(">I", rec, 4)[0] == 0xDAA320A7                   # 2 magic @4
+    assert struct.unpack_from(">i", rec, 8)[0] == R.crc32(b"hello")            # 3 bodyCRC @8
+    assert struct.unpack_from(">i", rec, 12)[0] == 3                           # 4 queueId @12
+    assert struct.unpack_from(">i", rec, 16)[0] == 7                           # 5 flag @16
+    assert struct.unpack_from(">q", rec, 20)[0] == 0                           # 6 queueOffset @20 (set at append)
+    assert struct.unpack_from(">q", rec, 28)[0] == 0                           # 7 physicalOffset @28
+    assert struct.unpack_from(">i", rec, 36)[0] == 0                           # 8 sysFlag @36
+    assert struct.unpack_from(">q", rec, 40)[0] == 1_700_000_000_123           # 9 bornTimestamp @40
+    assert rec[48:52] == bytes([192, 168, 0, 9]) and struct.unpack_from(">i", rec, 52)[0] == 5555  # 10 bornHost
+    assert struct.unpack_from(">q", rec, 56)[0] == 0                           # 11 storeTimestamp @56
+    assert rec[64:68] == bytes([10, 1, 2, 3]) and struct.unpack_from(">i", rec, 68)[0] == 10911    # 12 storeHost
+    assert struct.unpack_from(">i", rec, 72)[0] == 2                           # 13 reconsumeTimes @72
+    assert struct.unpack_from(">q", rec, 76)[0] == 99                          # 14 preparedTransactionOffset @76
+    assert struct.unpack_from(">i", rec, 84)[0] == 5 and rec[88:93] == b"hello"  # 15 body
+    assert rec[93] == 6 and rec[94:100] == b"TopicA"                           # 16 topic, 1-byte length
+    assert struct.unpack_from(">h", rec, 100)[0] == len(props) and rec[102:] == props  # 17 properties
+
+
+def test_ipv6_hosts_set_sysflag_bits_and_widen_fields():
+    msg = Message("T", b"x", 0, properties={"UNIQ_KEY": "U"}, born_host="[::1]:7")
+    rec = encode(msg, store_host="[fe80::2]:10911")
+    sys_flag = struct.unpack_from(">i", rec, 36)[0]
+    assert sys_flag & 0x10 and sys_flag & 0x20
+    assert rec[48:64] == bytes(15) + b"\x01" and struct.unpack_from(">i", rec, 64)[0] == 7
+    assert len(rec) == C.cal_msg_length(0x30, 1, 1, len(b"UNIQ_KEY\x01U\x02"))
+    m = C.decode_message(rec)
+    assert m.born_host == "[::1]:7" and m.store_host == "[fe80::2]:10911"
+
+
+def test_cal_msg_length_fixed_overhead_is_91():
+    assert C.cal_msg_length(0, 0, 0, 0) == 91 == R.cal_msg_length(0, 0, 0, 0)
+    assert C.cal_msg_length(0, 0, 0, 0, version=2) == 92
+    assert C.cal_msg_length(0x30, 10, 5, 7) == 91 + 24 + 22
+
+
+def test_uniq_key_added_when_absent_like_the_producer():
+    msg = Message("T", b"x")
+    assert msg.uniq_key is None
+    rec = encode(msg)
+    key = msg.uniq_key
+    assert len(key) == 32 and key == key.upper() and int(key, 16) >= 0
+    assert key.startswith("0A010203")                 # ip of the store host
+    assert C.decode_message(rec).uniq_key == key
+    given_key = Message("T", b"x", properties={"UNIQ_KEY": "MINE"})
+    encode(given_key)
+    assert given_key.uniq_key == "MINE"
+
+
+def test_offset_msg_id_round_trip():
+    assert C.offset_msg_id("10.1.2.3:10911", 1234) == R.offset_msg_id("10.1.2.3:10911", 1234)
+    msg_id = C.offset_msg_id("10.1.2.3:10911", 1 << 40)
+    assert len(msg_id) == 32
+    assert C.decode_offset_msg_id(msg_id) == ("10.1.2.3:10911", 1 << 40)
+
+
+def test_blank_record_and_end_of_data_are_not_messages():
+    with pytest.raises(CorruptRecordError, match="blank"):
+        C.decode_message(R.blank_record(100) + bytes(92))
+    with pytest.raises(CorruptRecordError, match="end of data"):
+        C.decode_message(bytes(200))
+    it = C.RecordIterator(encode(Message("T", b"a")) + R.blank_record(64) + bytes(56))
+    assert len(list(it)) == 1 and it.hit_blank
+
+
+# -- differential: Cython vs reference -------------------------------------------------------------------------------
+
+hosts = st.one_of(
+    st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255), st.integers(0, 255),
+              st.integers(0, 65535)).map(lambda t: f"{t[0]}.{t[1]}.{t[2]}.{t[3]}:{t[4]}"),
+    st.tuples(st.binary(min_size=16, max_size=16), st.integers(0, 65535)).map(
+        lambda t: f"[{__import__('ipaddress').IPv6Address(t[0])}]:{t[1]}"),
+)
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), max_size=20)
+prop_names = text.filter(lambda s: len(s) > 0)
+int32 = st.integers(-(1 << 31), (1 << 31) - 1)
+int64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@st.composite
+def messages(draw):
+    topic = draw(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30).filter(
+        lambda t: 0 < len(t.encode()) <= 127))
+    props = draw(st.dictionaries(prop_names, text, max_size=6))
+    props["UNIQ_KEY"] = draw(st.text(alphabet="0123456789ABCDEF", min_size=1, max_size=32))
+    return dict(
+        topic=topic,
+        body=draw(st.one_of(st.binary(max_size=300), st.just(b""), st.binary(min_size=5000, max_size=9000))),
+        queue_id=draw(st.integers(0, (1 << 31) - 1)),
+        flag=draw(int32),
+        sys_flag=draw(st.sampled_from([0, 0x1, 0x2, 0x4, 0x8, 0xC, 0x3, 0x40, 0x80, 0x100, 0x200, 0x300, 0x38F])),
+        born_timestamp=draw(st.integers(1, (1 << 63) - 1)),
+        born_host=draw(hosts),
+        reconsume_times=draw(int32),
+        prepared_transaction_offset=draw(int64),
+        properties=props,
+    )
+
+
+@given(messages(), hosts)
+def test_encode_matches_reference_byte_for_byte(fields, store_host):
+    msg = Message(fields["topic"], fields["body"], fields["queue_id"], properties=fields["properties"],
+                  flag=fields["flag"], sys_flag=fields["sys_flag"], born_timestamp=fields["born_timestamp"],
+                  born_host=fields["born_host"], reconsume_times=fields["reconsume_times"],
+                  prepared_transaction_offset=fields["prepared_transaction_offset"])
+    ours = C.MessageEncoder(store_host, check_topic_chars=False).encode(msg).record(0)
+    ref = R.encode_message(store_host=store_host, **fields)
+    assert ours == ref
+
+
+@given(messages(), hosts, st.integers(0, (1 << 62)), st.integers(0, (1 << 62)), st.integers(0, (1 << 62)),
+       st.sampled_from([1, 2]), st.booleans())
+def test_decode_matches_reference(fields, store_host, qoff, phys, store_ts, version, crc_prop):
+    rec = R.encode_message(store_host=store_host, queue_offset=qoff, physical_offset=phys,
+                           store_timestamp=store_ts, version=version, append_crc_property=crc_prop, **fields)
+    ref = R.decode_message(rec, check_crc=True)
+    m = C.decode_message(rec, check_crc=True)
+    assert m.as_dict() == ref
+    assert m.version == version
+    assert m.tags_code == R.tags_code(ref["properties"].get("TAGS"))
+    assert bytes(m.body) == fields["body"]
+    # zero-copy: the body is a view into the source buffer
+    assert m.body.obj is rec or isinstance(m.body, memoryview)
+
+
+@given(st.binary(max_size=400), st.integers(0, 399))
+def test_decoder_never_trusts_bytes(junk, cut):
+    """Random bytes: the Cython decoder and the reference agree on accept/reject, and never read out of bounds."""
+    for data in (junk, junk[:cut]):
+        try:
+            ref = R.decode_message(data, check_crc=True)
+        except CorruptRecordError as e:
+            with pytest.raises(CorruptRecordError) as ours:
+                C.decode_message(data, check_crc=True)
+            assert ours.value.field == e.field
+        else:
+            assert C.decode_message(data, check_crc=True).as_dict() == ref
+
+
+@given(messages(), st.data())
+def test_corrupted_records_are_rejected_with_the_reference_verdict(fields, data):
+    rec = bytearray(R.encode_message(store_host=STORE_HOST, **fields))
+    mode = data.draw(st.sampled_from(["flip", "truncate", "length"]))
+    if mode == "flip":
+        pos = data.draw(st.integers(0, len(rec) - 1))
+        rec[pos] ^= data.draw(st.integers(1, 255))
+    elif mode == "truncate":
+        rec = rec[:data.draw(st.integers(0, len(rec) - 1))]
+    else:
+        field_pos = data.draw(st.sampled_from([0, 84]))
+        struct.pack_into(">i", rec, field_pos, data.draw(int32))
+    buf = bytes(rec)
+    try:
+        ref = R.decode_message(buf, check_crc=True)
+    except CorruptRecordError as e:
+        with pytest.raises(CorruptRecordError) as ours:
+            C.decode_message(buf, check_crc=True)
+        assert ours.value.field == e.field
+    else:
+        assert C.decode_message(buf, check_crc=True).as_dict() == ref
+
+
+def test_body_crc_mismatch_is_reported_by_field():
+    rec = bytearray(encode(Message("T", b"payload", properties={"UNIQ_KEY": "U"})))
+    rec[90] ^= 0xFF
+    C.decode_message(bytes(rec))                       # structure is fine without the CRC check
+    with pytest.raises(CorruptRecordError) as e:
+        C.decode_message(bytes(rec), check_crc=True)
+    assert e.value.field == "bodyCRC"
+
+
+def test_v5_crc_property_is_verified():
+    rec = bytearray(R.encode_message(topic="T", body=b"abc", properties={"A": "1"}, append_crc_property=True))
+    assert rec[-20:-11] == b"__CRC32#\x01" and rec[-1] == 2
+    assert C.decode_message(bytes(rec), check_crc=True).properties["A"] == "1"
+    rec[50] ^= 1   # inside the born host: not covered by the body CRC
+    with pytest.raises(CorruptRecordError) as e:
+        C.decode_message(bytes(rec), check_crc=True)
+    assert e.value.field == "__CRC32#"
+
+
+@given(st.text(alphabet=st.sampled_from("ab\x01\x02é😀"), max_size=40))
+def test_properties_parse_like_java(s):
+    assert C.string_to_properties(s) == R.string_to_properties(s)
+
+
+@given(st.dictionaries(prop_names, text, max_size=5))
+def test_properties_round_trip(props):
+    s = C.properties_to_string(props)
+    assert s == R.properties_to_string(props)
+    assert C.string_to_properties(s) == {k: v for k, v in props.items() if v}
+
+
+def test_message_tags_and_keys_shorthands():
+    m = Message("T", b"", tags="TagA", keys=["k1", "k2"])
+    assert m.properties == {"TAGS": "TagA", "KEYS": "k1 k2"}
+    assert m.tags == "TagA" and m.keys == ["k1", "k2"]
+    m.keys = "single key"
+    assert m.keys == ["single", "key"]
+
+
+# -- bad input --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("topic, field", [
+    ("", "topic"), ("x" * 128, "topic"), ("bad topic", "topic"), ("tópico", "topic"), ("a/b", "topic"),
+])
+def test_illegal_topics(topic, field):
+    with pytest.raises(MessageIllegalError) as e:
+        encode(Message(topic, b"x"))
+    assert e.value.field == field and e.value.status is PutStatus.MESSAGE_ILLEGAL
+
+
+def test_topic_of_127_bytes_is_accepted():
+    assert C.decode_message(encode(Message("T" * 127, b"x"))).topic == "T" * 127
+
+
+def test_illegal_properties_and_sizes():
+    with pytest.raises(MessageIllegalError) as e:
+        encode(Message("T", b"x", properties={"a\x01": "v"}))
+    assert e.value.field == "properties['a\\x01']"
+    with pytest.raises(MessageIllegalError):
+        encode(Message("T", b"x", properties={"a": "v\x02"}))
+    with pytest.raises(MessageIllegalError) as e:
+        encode(Message("T", b"x", properties={"big": "v" * 33000}))
+    assert e.value.status is PutStatus.PROPERTIES_SIZE_EXCEEDED and e.value.limit == 32767
+    with pytest.raises(MessageIllegalError) as e:
+        encode(Message("T", b"x" * 2000), max_message_size=1000)
+    assert e.value.field == "body" and e.value.limit == 1000
+    with pytest.raises(MessageIllegalError) as e:
+        encode(Message("T", b"x", queue_id=-1))
+    assert e.value.field == "queue_id"
+    with pytest.raises(MessageIllegalError):
+        encode(Message("T", b"x", properties={"a": 1}))
+
+
+def test_host_parsing_errors_are_clear():
+    with pytest.raises(ValueError, match="ip:port"):
+        C.host_to_bytes("nohost")
+    with pytest.raises(ValueError):
+        C.host_to_bytes("300.1.1.1:80")

@@ -1,0 +1,182 @@
+"""MappedFile and MappedFileQueue: names, sizes, positions, zero-copy views, flush/commit rules, layout errors."""
+import os
+import time
+
+import pytest
+
+from rmqcore import StoreLayoutError, StoreClosedError
+from rmqcore._mapped_file import MappedFile, offset_to_file_name
+from rmqcore.mapped_file_queue import MappedFileQueue
+from rmqcore.transient_store_pool import TransientStorePool
+
+SIZE = 64 * 1024
+
+
+def test_file_name_is_20_digit_offset():
+    assert offset_to_file_name(0) == "00000000000000000000"
+    assert offset_to_file_name(1073741824) == "00000000001073741824"
+    with pytest.raises(ValueError):
+        offset_to_file_name(-1)
+
+
+def test_create_append_select_zero_copy(tmp_path):
+    mf = MappedFile(str(tmp_path / offset_to_file_name(SIZE)), SIZE)
+    assert mf.file_from_offset == SIZE and mf.file_size == SIZE
+    assert os.path.getsize(mf.file_name) == SIZE
+    assert mf.append(b"abc") and mf.wrote_position == 3
+    view = mf.select(0)
+    assert bytes(view) == b"abc"
+    whole = mf.view()
+    mf.append(b"def")
+    assert bytes(whole[3:6]) == b"def"          # same memory, no copy
+    assert mf.select(4, 10) is None             # not readable yet
+    assert not mf.append(b"x" * SIZE)           # does not fit
+    with pytest.raises(TypeError):
+        memoryview(mf)[0] = 1                   # exported read-only: readers cannot corrupt the log
+    del view, whole
+    mf.destroy()
+    assert not os.path.exists(mf.file_name)
+
+
+def test_bad_names_and_sizes(tmp_path):
+    with pytest.raises(StoreLayoutError, match="20 digits"):
+        MappedFile(str(tmp_path / "foo"), SIZE)
+    path = tmp_path / offset_to_file_name(0)
+    path.write_bytes(b"x" * 100)
+    with pytest.raises(StoreLayoutError, match="size 100"):
+        MappedFile(str(path), SIZE)
+    with pytest.raises(FileNotFoundError):
+        MappedFile(str(tmp_path / offset_to_file_name(SIZE * 5)), SIZE, read_only=True)
+
+
+def test_flush_least_pages_rule(tmp_path):
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
+    mf.append(b"x" * 100)
+    assert mf.flush(4) == 0                     # less than 4 dirty pages: nothing
+    mf.append(b"x" * 4096 * 4)
+    assert mf.flush(4) == 100 + 4096 * 4
+    mf.append(b"y")
+    assert mf.flush(0) == 100 + 4096 * 4 + 1    # 0: any byte
+    mf.destroy()
+
+
+def test_views_outlive_close(tmp_path):
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
+    mf.append(b"hello")
+    view = mf.select(0)
+    mf.close()
+    assert mf.closed
+    assert bytes(view) == b"hello"              # the mapping stays until the last view goes
+    with pytest.raises(StoreClosedError):
+        mf.view()
+    assert mf.select(0) is None
+    del view
+
+
+def test_truncate_zeroes_tail_and_resets_positions(tmp_path):
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
+    mf.append(b"a" * 1000)
+    mf.truncate_to(10)
+    assert (mf.wrote_position, mf.committed_position, mf.flushed_position) == (10, 10, 10)
+    assert bytes(mf.view()[10:1000]) == bytes(990)
+    mf.destroy()
+
+
+def test_warm_up_and_reopen_keeps_data(tmp_path):
+    path = str(tmp_path / offset_to_file_name(0))
+    mf = MappedFile(path, SIZE)
+    mf.append(b"persist")
+    mf.warm_up()                                # must not touch bytes below the wrote position
+    mf.flush()
+    mf.close()
+    ro = MappedFile(path, SIZE, read_only=True)
+    assert bytes(ro.view()[:7]) == b"persist"
+    with pytest.raises(PermissionError):
+        ro.append(b"x")
+    ro.close()
+
+
+def test_transient_store_pool_commit(tmp_path):
+    pool = TransientStorePool(2, SIZE)
+    pool.init()
+    assert pool.available_buffer_nums() == 2
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE, pool=pool)
+    assert mf.has_write_buffer and pool.available_buffer_nums() == 1
+    mf.append(b"buffered")
+    assert mf.read_position == 0 and mf.select(0, 8) is None   # not committed: invisible to readers
+    assert mf.commit(0) == 8
+    assert bytes(mf.select(0, 8)) == b"buffered"
+    mf.append(b"z" * (SIZE - 8))
+    assert mf.commit(4) == SIZE                 # a full file always commits
+    assert pool.available_buffer_nums() == 2    # and gives its buffer back
+    assert mf.flush() == SIZE
+    mf.destroy()
+    pool.destroy()
+
+
+# -- MappedFileQueue ---------------------------------------------------------------------------------------------------
+
+def test_queue_rolls_and_finds_by_offset(tmp_path):
+    q = MappedFileQueue(str(tmp_path / "q"), SIZE)
+    first = q.get_last_mapped_file()
+    first.append(b"x" * SIZE)
+    second = q.get_last_mapped_file()
+    assert second.file_from_offset == SIZE and len(q) == 2
+    assert q.find_mapped_file_by_offset(SIZE + 5) is second
+    assert q.find_mapped_file_by_offset(3) is first
+    assert q.find_mapped_file_by_offset(10 * SIZE) is None
+    assert q.get_min_offset() == 0 and q.get_max_offset() == SIZE
+    q.shutdown()
+
+
+def test_queue_load_rejects_foreign_files_gaps_and_sizes(tmp_path):
+    d = tmp_path / "q"
+    d.mkdir()
+    (d / offset_to_file_name(0)).write_bytes(bytes(SIZE))
+    (d / offset_to_file_name(2 * SIZE)).write_bytes(bytes(SIZE))
+    with pytest.raises(StoreLayoutError, match="gap"):
+        MappedFileQueue(str(d), SIZE).load()
+    (d / offset_to_file_name(SIZE)).write_bytes(bytes(SIZE - 1))
+    with pytest.raises(StoreLayoutError, match="size"):
+        MappedFileQueue(str(d), SIZE).load()
+    (d / offset_to_file_name(SIZE)).write_bytes(bytes(SIZE))
+    (d / "notes.txt").write_text("hi")
+    with pytest.raises(StoreLayoutError, match="notes.txt"):
+        MappedFileQueue(str(d), SIZE).load()
+    (d / "notes.txt").unlink()
+    q = MappedFileQueue(str(d), SIZE)
+    q.load()
+    assert len(q) == 3
+    q.shutdown()
+
+
+def test_queue_truncate_dirty_files(tmp_path):
+    q = MappedFileQueue(str(tmp_path / "q"), SIZE)
+    for _ in range(3):
+        q.get_last_mapped_file().append(b"y" * SIZE)
+    q.truncate_dirty_files(SIZE + 100)
+    assert len(q) == 2 and q.get_max_offset() == SIZE + 100
+    assert not os.path.exists(tmp_path / "q" / offset_to_file_name(2 * SIZE))
+    q.shutdown()
+
+
+def test_delete_expired_files_by_time_never_the_last(tmp_path):
+    q = MappedFileQueue(str(tmp_path / "q"), SIZE)
+    for _ in range(3):
+        q.get_last_mapped_file().append(b"y" * SIZE)
+    q.get_last_mapped_file()
+    now = int(time.time() * 1000)
+    assert q.delete_expired_file_by_time(72 * 3600 * 1000, now_ms=now) == 0          # all young
+    assert q.delete_expired_file_by_time(72 * 3600 * 1000, now_ms=now + 73 * 3600 * 1000) == 3
+    assert len(q) == 1 and q.get_min_offset() == 3 * SIZE
+    q.shutdown()
+
+
+def test_background_allocation_precreates_next_file(tmp_path):
+    q = MappedFileQueue(str(tmp_path / "q"), SIZE, allocate=True, warm=True)
+    q.get_last_mapped_file()
+    deadline = time.time() + 5
+    while not os.path.exists(tmp_path / "q" / offset_to_file_name(SIZE)) and time.time() < deadline:
+        time.sleep(0.01)
+    assert os.path.exists(tmp_path / "q" / offset_to_file_name(SIZE))
+    q.shutdown()
