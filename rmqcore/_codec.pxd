@@ -104,6 +104,7 @@ cdef struct EncodedRecord:
     int32_t length
     int32_t tran_type
     int32_t store_ts_pos    # 56, or 68 with an IPv6 born host
+    int32_t queue_id
 
 
 cdef class EncodeBuffer:
@@ -113,7 +114,7 @@ cdef class EncodeBuffer:
     cdef EncodedRecord *rec
     cdef Py_ssize_t count
     cdef Py_ssize_t rec_capacity
-    cdef list queue_keys        # (topic, queue_id) per record: the topic-queue table key
+    cdef list topics            # topic per record (with EncodedRecord.queue_id: the topic-queue key)
     cdef list uniq_keys
     cdef int reserve(self, Py_ssize_t nbytes) except -1
 
@@ -130,6 +131,6 @@ cdef class PutResult:
 
 
 cdef class AppendMessageCallback:
-    cdef public dict topic_queue_table
+    cdef dict _table            # topic → {queue_id → next queue offset}: no tuple per put
     cdef bytes store_host_bytes
     cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp)

@@ -731,7 +731,7 @@ cdef class EncodeBuffer:
         self.capacity = 0
         self.count = 0
         self.rec_capacity = 0
-        self.queue_keys = []
+        self.topics = []
         self.uniq_keys = []
 
     def __dealloc__(self):
@@ -760,7 +760,7 @@ cdef class EncodeBuffer:
     def clear(self):
         self.size = 0
         self.count = 0
-        self.queue_keys = []
+        self.topics = []
         self.uniq_keys = []
 
     def __len__(self):
@@ -932,7 +932,8 @@ cdef class MessageEncoder:
         rec.length = total
         rec.tran_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
         rec.store_ts_pos = 48 + <int32_t>len(born)
-        out.queue_keys.append((topic, msg.queue_id))
+        rec.queue_id = msg.queue_id
+        out.topics.append(topic)
         out.uniq_keys.append(uniq)
         out.size += total
         out.count += 1
@@ -1005,8 +1006,20 @@ cdef class AppendMessageCallback:
     ((topic, queue_id) → next queue offset)."""
 
     def __init__(self, bytes store_host_bytes not None):
-        self.topic_queue_table = {}
+        self._table = {}
         self.store_host_bytes = store_host_bytes
+
+    @property
+    def topic_queue_table(self):
+        """{(topic, queue_id): next queue offset} (a copy)."""
+        return {(t, q): o for t, queues in self._table.items() for q, o in queues.items()}
+
+    @topic_queue_table.setter
+    def topic_queue_table(self, table):
+        inner = {}
+        for (t, q), o in table.items():
+            inner.setdefault(t, {})[q] = o
+        self._table = inner
 
     cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp):
         # Returns None when the file cannot take the record: a blank record then fills the rest of the file
@@ -1019,7 +1032,8 @@ cdef class AppendMessageCallback:
         cdef unsigned char *dst
         cdef PyObject *cur
         cdef PutResult r
-        cdef object key = eb.queue_keys[i]
+        cdef object topic = eb.topics[i]
+        cdef object queues
         cdef bint consumable = rec.tran_type != TRANSACTION_PREPARED_TYPE and rec.tran_type != TRANSACTION_ROLLBACK_TYPE
         if n + END_FILE_MIN_BLANK_LENGTH > max_blank:
             if max_blank >= END_FILE_MIN_BLANK_LENGTH:
@@ -1033,7 +1047,14 @@ cdef class AppendMessageCallback:
         dst = mf.append_ptr(n)
         if dst == NULL:
             raise RuntimeError(f"{mf.file_name} is not writable")
-        cur = PyDict_GetItem(self.topic_queue_table, key)
+        cur = PyDict_GetItem(self._table, topic)
+        if cur == NULL:
+            queues = {}
+            PyDict_SetItem(self._table, topic, queues)
+        else:
+            queues = <object>cur
+        qid = rec.queue_id
+        cur = PyDict_GetItem(queues, qid)
         queue_offset = 0 if cur == NULL else <int64_t>(<object>cur)
         memcpy(dst, eb.data + rec.pos, <size_t>n)
         rmq_store_be64(dst + QUEUE_OFFSET_POSITION, <uint64_t>(queue_offset if consumable else 0))
@@ -1041,7 +1062,7 @@ cdef class AppendMessageCallback:
         rmq_store_be64(dst + rec.store_ts_pos, <uint64_t>store_timestamp)
         mf.advance(n, store_timestamp)
         if consumable:
-            PyDict_SetItem(self.topic_queue_table, key, queue_offset + 1)
+            PyDict_SetItem(queues, qid, queue_offset + 1)
         r = PutResult.__new__(PutResult)
         r.status = PUT_OK
         r.commitlog_offset = mf.file_from_offset + wrote
@@ -1240,7 +1261,7 @@ cdef class CommitLogWriter:
             b = <EncodeBuffer>self._free.pop()
             b.size = 0
             b.count = 0
-            b.queue_keys = []
+            b.topics = []
             b.uniq_keys = []
             return b
         return EncodeBuffer()
