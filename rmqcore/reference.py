@@ -292,3 +292,166 @@ def decode_cq_units(buf) -> list[tuple[int, int, int]]:
     b = bytes(buf)
     return [struct.unpack_from(">qiq", b, i) for i in range(0, len(b) - len(b) % CQ_STORE_UNIT_SIZE,
                                                              CQ_STORE_UNIT_SIZE)]
+
+
+# -- index file -----------------------------------------------------------------------------------------------------
+# IndexFile / IndexHeader (store/index): header 40 bytes, hash_slot_num slots of 4 bytes, index_num items of 20
+# bytes (keyHash 4, phyOffset 8, timeDiff 4, prevIndex 4); item 0 is never used, indexCount starts at 1.
+
+INDEX_INVALID = 0
+_INDEX_HEADER_STRUCT = struct.Struct(">qqqqii")
+_INDEX_ITEM_STRUCT = struct.Struct(">iqii")
+_INT32_MAX = 0x7FFFFFFF
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+
+def parse_index_header(buf) -> dict:
+    """The six header fields as stored (indexCount raw: IndexHeader.load reads <= 0 as 1)."""
+    bt, et, bp, ep, slots, count = _INDEX_HEADER_STRUCT.unpack_from(buf, 0)
+    return {"begin_timestamp": bt, "end_timestamp": et, "begin_phy_offset": bp, "end_phy_offset": ep,
+            "hash_slot_count": slots, "index_count": count}
+
+
+def _wrap64(v: int) -> int:
+    v &= 0xFFFFFFFFFFFFFFFF
+    return v - (1 << 64) if v & (1 << 63) else v
+
+
+def _java_ldiv(a: int, b: int) -> int:
+    """Java's long division: truncates toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+class IndexFileRef:
+    """IndexFile over a writable buffer (bytearray or mmap) of exactly index_file_size(...) bytes.
+
+    ``IndexFileRef(buf, slots, num, end_phy_offset, end_timestamp)`` formats a new file in ``buf`` (the
+    constructor's carry-over of the previous file's end offset/time, then the whole header written, indexCount 1);
+    ``IndexFileRef.open(buf, slots, num)`` loads an existing one (IndexHeader.load). Every put rewrites the header.
+    """
+
+    def __init__(self, buf, hash_slot_num: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0,
+                 *, load: bool = False):
+        from .errors import StoreLayoutError
+        size = index_file_size(hash_slot_num, index_num)
+        if len(buf) != size:
+            raise StoreLayoutError(f"index file has {len(buf)} bytes, expected {size}")
+        self.buf = buf
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        if load:
+            h = parse_index_header(buf)
+            self.begin_timestamp = h["begin_timestamp"]
+            self.end_timestamp = h["end_timestamp"]
+            self.begin_phy_offset = h["begin_phy_offset"]
+            self.end_phy_offset = h["end_phy_offset"]
+            self.hash_slot_count = h["hash_slot_count"]
+            self.index_count = h["index_count"] if h["index_count"] > 0 else 1
+        else:
+            self.begin_timestamp = self.end_timestamp = 0
+            self.begin_phy_offset = self.end_phy_offset = 0
+            self.hash_slot_count = 0
+            self.index_count = 1
+            if end_phy_offset > 0:
+                self.begin_phy_offset = self.end_phy_offset = end_phy_offset
+            if end_timestamp > 0:
+                self.begin_timestamp = self.end_timestamp = end_timestamp
+            self.write_header()
+
+    @classmethod
+    def create(cls, hash_slot_num: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0):
+        return cls(bytearray(index_file_size(hash_slot_num, index_num)), hash_slot_num, index_num,
+                   end_phy_offset, end_timestamp)
+
+    @classmethod
+    def open(cls, buf, hash_slot_num: int, index_num: int):
+        return cls(buf, hash_slot_num, index_num, load=True)
+
+    def write_header(self) -> None:
+        _INDEX_HEADER_STRUCT.pack_into(self.buf, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                                       self.end_phy_offset, _int32(self.hash_slot_count), _int32(self.index_count))
+
+    def _slot_pos(self, key_hash: int) -> int:
+        return INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * INDEX_HASH_SLOT_SIZE
+
+    def _item_pos(self, index: int) -> int:
+        return INDEX_HEADER_SIZE + self.hash_slot_num * INDEX_HASH_SLOT_SIZE + index * INDEX_SIZE
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        return self.put_hash(index_key_hash(key), phy_offset, store_timestamp)
+
+    def put_hash(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """IndexFile.putKey with keyHash = indexKeyHashMethod(key) already computed."""
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        slot_pos = self._slot_pos(key_hash)
+        (slot_value,) = struct.unpack_from(">i", self.buf, slot_pos)
+        if slot_value <= INDEX_INVALID or slot_value > count:
+            slot_value = INDEX_INVALID
+        # timeDiff is taken against the begin time before this put (a new file's carried-over time for item 1).
+        time_diff = _java_ldiv(_wrap64(store_timestamp - self.begin_timestamp), 1000)
+        if self.begin_timestamp <= 0:
+            time_diff = 0
+        elif time_diff > _INT32_MAX:
+            time_diff = _INT32_MAX
+        elif time_diff < 0:
+            time_diff = 0
+        _INDEX_ITEM_STRUCT.pack_into(self.buf, self._item_pos(count), key_hash, phy_offset, time_diff, slot_value)
+        struct.pack_into(">i", self.buf, slot_pos, count)
+        if count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if slot_value == INDEX_INVALID:
+            self.hash_slot_count = _int32(self.hash_slot_count + 1)
+        self.index_count = count + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self.write_header()
+        return True
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, phy_offsets: list | None = None):
+        return self.select_hash(index_key_hash(key), max_num, begin, end, phy_offsets)
+
+    def select_hash(self, key_hash: int, max_num: int, begin: int, end: int, phy_offsets: list | None = None):
+        """IndexFile.selectPhyOffset: appends to ``phy_offsets`` (shared across files, as in Java) until it holds
+        max_num. Two guards Java lacks, silent on any file RocketMQ writes: an item index past the file ends the walk
+        (Java's getInt would throw and the walk end the same way) and at most min(indexCount, index_num) items are
+        visited (Java spins on a damaged file's multi-item cycle)."""
+        out = [] if phy_offsets is None else phy_offsets
+        count = self.index_count
+        (slot_value,) = struct.unpack_from(">i", self.buf, self._slot_pos(key_hash))
+        if slot_value <= INDEX_INVALID or slot_value > count or count <= 1:
+            return out
+        limit = min(count, self.index_num)
+        steps = 0
+        next_index = slot_value
+        while True:
+            if len(out) >= max_num:
+                break
+            if next_index >= self.index_num or steps >= limit:
+                break
+            steps += 1
+            key_hash_read, phy_read, time_diff, prev_index = _INDEX_ITEM_STRUCT.unpack_from(
+                self.buf, self._item_pos(next_index))
+            if time_diff < 0:
+                break
+            time_read = _wrap64(self.begin_timestamp + time_diff * 1000)
+            if key_hash == key_hash_read and begin <= time_read <= end:
+                out.append(phy_read)
+            if (prev_index <= INDEX_INVALID or prev_index > count or prev_index == next_index
+                    or time_read < begin):
+                break
+            next_index = prev_index
+        return out

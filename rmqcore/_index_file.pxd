@@ -1,0 +1,33 @@
+# RocketMQ's IndexFile on a posix mmap: 40-byte header, hash_slot_num 4-byte slots, index_num 20-byte items.
+# put_hash / select_hash_c run without the GIL; callers from other Cython modules bracket them with
+# hold() / release() (taken with the GIL) so a concurrent destroy() never unmaps under them.
+from libc.stdint cimport int32_t, int64_t
+
+
+cdef class IndexFile:
+    cdef readonly str file_name          # full path, as RocketMQ's getFileName
+    cdef readonly int64_t file_size      # 40 + hash_slot_num*4 + index_num*20
+    cdef readonly int32_t hash_slot_num
+    cdef readonly int32_t index_num
+    cdef readonly bint read_only
+    cdef unsigned char *base             # the mapping, file_size bytes; NULL once unmapped
+    # IndexHeader's fields (the in-memory copy RocketMQ keeps in atomics); mirrored into the mapping on every put.
+    cdef int64_t _begin_timestamp
+    cdef int64_t _end_timestamp
+    cdef int64_t _begin_phy_offset
+    cdef int64_t _end_phy_offset
+    cdef int32_t _hash_slot_count
+    cdef int32_t _index_count
+    cdef bint _closed
+    cdef int _holds                      # ReferenceResource: running GIL-free sections; unmap at the last release
+
+    cdef bint put_hash(self, int32_t key_hash, int64_t phy_offset, int64_t store_timestamp) noexcept nogil
+    cdef int64_t put_hashes_c(self, const int32_t *key_hashes, const int64_t *phy_offsets,
+                              const int64_t *timestamps, int64_t n, bint skip_indexed) noexcept nogil
+    cdef int32_t select_hash_c(self, int32_t key_hash, int32_t max_num, int64_t begin, int64_t end,
+                               int64_t *out) noexcept nogil
+    cdef void _write_header(self) noexcept nogil
+    cdef bint hold(self)
+    cdef void release(self)
+    cdef void _unmap(self)
+    cdef int _hold_or_raise(self) except -1

@@ -1,0 +1,547 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""IndexFile: RocketMQ's message-key index (``store/index/IndexFile.java``), byte for byte, on a posix mmap.
+
+Layout (big-endian): a 40-byte header (beginTimestamp@0, endTimestamp@8, beginPhyOffset@16, endPhyOffset@24,
+hashSlotCount@32, indexCount@36), ``hash_slot_num`` slots of 4 bytes (the newest item index of the slot, 0 = empty),
+then ``index_num`` items of 20 bytes (keyHash 4, phyOffset 8, timeDiff 4 in seconds since beginTimestamp,
+prevIndex 4 = the slot's previous head). Item 0 is never used: indexCount starts at 1.
+
+``put_hash`` (IndexFile.putKey) and ``select_hash_c`` (IndexFile.selectPhyOffset) run without the GIL. Every GIL-free
+section holds a reference (``hold``/``release``, RocketMQ's ReferenceResource) so ``close``/``destroy`` from another
+thread unmaps only at the last release. One writer at a time, as RocketMQ (the reput thread); readers may run
+concurrently with it: every index read from the file is checked against ``index_num`` before it is dereferenced,
+so neither a torn read nor a hostile file can make a walk leave the mapping.
+"""
+import os
+
+from libc.errno cimport EEXIST, errno
+from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from posix.fcntl cimport O_CREAT, O_EXCL, O_RDONLY, O_RDWR, open as c_open
+from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap, msync, MS_SYNC
+from posix.stat cimport fstat, struct_stat
+from posix.types cimport off_t
+from posix.unistd cimport close as c_close
+
+from rmqcore._c cimport rmq_java_hash_utf8, rmq_load_be32, rmq_load_be64, rmq_store_be32, rmq_store_be64
+
+from rmqcore.errors import StoreClosedError, StoreLayoutError
+
+cdef extern from "<fcntl.h>" nogil:
+    int posix_fallocate(int fd, off_t offset, off_t length)
+    int O_CLOEXEC
+
+cdef extern from *:
+    """
+    /* Items are written before the slot that publishes them: keep the compiler (and weakly ordered CPUs) from
+     * sinking the item stores below the slot store, so a concurrent reader that sees the slot sees the item. */
+    static inline void rmq_index_release_fence(void) { __atomic_thread_fence(__ATOMIC_RELEASE); }
+    static inline void rmq_index_acquire_fence(void) { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+    """
+    void rmq_index_release_fence() noexcept nogil
+    void rmq_index_acquire_fence() noexcept nogil
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0
+DEFAULT_HASH_SLOT_NUM = 5_000_000
+DEFAULT_INDEX_NUM = 5_000_000 * 4
+
+cdef enum:
+    _HEADER = 40
+    _SLOT = 4
+    _ITEM = 20
+
+
+def index_file_size(int64_t hash_slot_num, int64_t index_num):
+    """Bytes of an index file: 40 + hash_slot_num * 4 + index_num * 20 (420,000,040 with RocketMQ's defaults)."""
+    return _HEADER + hash_slot_num * _SLOT + index_num * _ITEM
+
+
+cdef int32_t _java_hash_utf16(str s):
+    # Java's String.hashCode over UTF-16 code units, for strings UTF-8 cannot carry (lone surrogates).
+    cdef uint32_t h = 0
+    cdef Py_UCS4 c
+    for c in s:
+        if c >= 0x10000:
+            h = h * 31 + <uint32_t>(0xD800 + ((c - 0x10000) >> 10))
+            h = h * 31 + <uint32_t>(0xDC00 + ((c - 0x10000) & 0x3FF))
+        else:
+            h = h * 31 + <uint32_t>c
+    return <int32_t>h
+
+
+cdef inline int32_t _key_hash(str key) except? -1:
+    # IndexFile.indexKeyHashMethod: abs(key.hashCode()), 0 when abs overflows (hashCode == Integer.MIN_VALUE).
+    cdef int32_t h
+    cdef bytes raw
+    try:
+        raw = key.encode("utf-8")
+    except UnicodeEncodeError:
+        h = _java_hash_utf16(key)
+    else:
+        h = rmq_java_hash_utf8(<const unsigned char *>raw, <size_t>len(raw))
+    if h == INT32_MIN:
+        return 0
+    return -h if h < 0 else h
+
+
+def index_key_hash(str key):
+    """IndexFile.indexKeyHashMethod(key): abs of Java's String.hashCode, 0 when that overflows."""
+    return _key_hash(key)
+
+
+cdef inline int64_t _wrap_add(int64_t a, int64_t b) noexcept nogil:
+    # Java long arithmetic wraps; C signed overflow is undefined: go through uint64.
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+
+cdef inline int64_t _wrap_sub(int64_t a, int64_t b) noexcept nogil:
+    return <int64_t>(<uint64_t>a - <uint64_t>b)
+
+
+cdef class IndexFile:
+    """One index file. ``IndexFile(path, hash_slot_num, index_num, end_phy_offset, end_timestamp)`` creates it
+    (pre-allocated with posix_fallocate, so a full disk fails here and not with SIGBUS on a later put) or opens it
+    when it exists (its size must be exactly ``40 + hash_slot_num*4 + index_num*20``; the header is loaded, and
+    ``end_phy_offset``/``end_timestamp`` are then ignored). ``read_only=True`` maps an existing file for reading.
+    """
+
+    def __cinit__(self, *args, **kwargs):
+        self.base = NULL
+        self._closed = True
+        self._holds = 0
+
+    def __init__(self, path, int64_t hash_slot_num=DEFAULT_HASH_SLOT_NUM, int64_t index_num=DEFAULT_INDEX_NUM,
+                 int64_t end_phy_offset=0, int64_t end_timestamp=0, *, bint read_only=False):
+        cdef struct_stat st
+        cdef int fd = -1
+        cdef int err
+        cdef int prot
+        cdef bint created = False
+        cdef int64_t size
+        cdef void *p
+        if self.base != NULL:
+            raise RuntimeError("IndexFile.__init__ called twice")
+        if hash_slot_num < 1 or hash_slot_num > INT32_MAX:
+            raise ValueError(f"hash_slot_num must be in [1, {INT32_MAX}], got {hash_slot_num}")
+        if index_num < 2 or index_num > INT32_MAX:
+            raise ValueError(f"index_num must be in [2, {INT32_MAX}] (item 0 is never used), got {index_num}")
+        size = index_file_size(hash_slot_num, index_num)
+        if size > INT32_MAX:
+            # RocketMQ sizes and addresses the file with Java ints (and one MappedByteBuffer): it could not open it.
+            raise ValueError(f"index file of {size} bytes (40 + {hash_slot_num}*4 + {index_num}*20) exceeds "
+                             f"{INT32_MAX}, the largest RocketMQ can map")
+        name = os.fspath(path)
+        if isinstance(name, bytes):
+            name = os.fsdecode(name)
+        self.file_name = name
+        self.file_size = size
+        self.hash_slot_num = <int32_t>hash_slot_num
+        self.index_num = <int32_t>index_num
+        self.read_only = read_only
+        path_b = os.fsencode(name)
+
+        if read_only:
+            fd = c_open(path_b, O_RDONLY | O_CLOEXEC)
+        else:
+            fd = c_open(path_b, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+            if fd >= 0:
+                created = True
+            elif errno == EEXIST:
+                fd = c_open(path_b, O_RDWR | O_CLOEXEC)
+        if fd < 0:
+            err = errno
+            raise OSError(err, os.strerror(err), name)
+        try:
+            if created:
+                err = posix_fallocate(fd, 0, <off_t>size)
+                if err != 0:
+                    raise OSError(err, f"posix_fallocate of {size} bytes: {os.strerror(err)}", name)
+            else:
+                if fstat(fd, &st) != 0:
+                    err = errno
+                    raise OSError(err, f"fstat: {os.strerror(err)}", name)
+                if st.st_size != size:
+                    raise StoreLayoutError(
+                        f"{name}: index file has {st.st_size} bytes, expected {size} "
+                        f"(40 + hash_slot_num {hash_slot_num} * 4 + index_num {index_num} * 20)")
+            prot = PROT_READ if read_only else (PROT_READ | PROT_WRITE)
+            p = mmap(NULL, <size_t>size, prot, MAP_SHARED, fd, 0)
+            if p == MAP_FAILED:
+                err = errno
+                raise OSError(err, f"mmap of {size} bytes: {os.strerror(err)}", name)
+        except BaseException:
+            c_close(fd)
+            if created:
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
+            raise
+        c_close(fd)   # the mapping outlives the descriptor
+        self.base = <unsigned char *>p
+        self._closed = False
+
+        if created:
+            # IndexFile's constructor: a new file continues where the previous one ended.
+            self._begin_timestamp = 0
+            self._end_timestamp = 0
+            self._begin_phy_offset = 0
+            self._end_phy_offset = 0
+            self._hash_slot_count = 0
+            self._index_count = 1
+            if end_phy_offset > 0:
+                self._begin_phy_offset = end_phy_offset
+                self._end_phy_offset = end_phy_offset
+            if end_timestamp > 0:
+                self._begin_timestamp = end_timestamp
+                self._end_timestamp = end_timestamp
+            # RocketMQ leaves indexCount@36 at 0 until the first put or flush (load() reads <= 0 as 1); writing the
+            # whole header now makes a fresh file read back the same either way.
+            self._write_header()
+        else:
+            # IndexHeader.load
+            self._begin_timestamp = <int64_t>rmq_load_be64(self.base)
+            self._end_timestamp = <int64_t>rmq_load_be64(self.base + 8)
+            self._begin_phy_offset = <int64_t>rmq_load_be64(self.base + 16)
+            self._end_phy_offset = <int64_t>rmq_load_be64(self.base + 24)
+            self._hash_slot_count = <int32_t>rmq_load_be32(self.base + 32)
+            self._index_count = <int32_t>rmq_load_be32(self.base + 36)
+            if self._index_count <= 0:
+                self._index_count = 1
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            munmap(self.base, <size_t>self.file_size)
+            self.base = NULL
+
+    # -- reference counting (RocketMQ's ReferenceResource) -----------------------------------------------------
+
+    cdef bint hold(self):
+        if self._closed or self.base == NULL:
+            return False
+        self._holds += 1
+        return True
+
+    cdef void release(self):
+        self._holds -= 1
+        if self._holds <= 0:
+            self._holds = 0
+            if self._closed:
+                self._unmap()
+
+    cdef void _unmap(self):
+        if self.base != NULL:
+            munmap(self.base, <size_t>self.file_size)
+            self.base = NULL
+
+    cdef int _hold_or_raise(self) except -1:
+        if not self.hold():
+            raise StoreClosedError(f"{self.file_name}: index file is closed")
+        return 0
+
+    # -- the header ----------------------------------------------------------------------------------------------
+
+    cdef void _write_header(self) noexcept nogil:
+        # IndexHeader.updateByteBuffer. RocketMQ 4.9.x already writes each field as it changes and rewrites the whole
+        # header at flush; rmqcore rewrites all 40 bytes after every put, so the mapping (and so the file after a
+        # crash of this process, the kernel keeps the pages) always holds a header consistent with its items.
+        cdef unsigned char *b = self.base
+        rmq_store_be64(b, <uint64_t>self._begin_timestamp)
+        rmq_store_be64(b + 8, <uint64_t>self._end_timestamp)
+        rmq_store_be64(b + 16, <uint64_t>self._begin_phy_offset)
+        rmq_store_be64(b + 24, <uint64_t>self._end_phy_offset)
+        rmq_store_be32(b + 32, <uint32_t>self._hash_slot_count)
+        rmq_store_be32(b + 36, <uint32_t>self._index_count)
+
+    @property
+    def begin_timestamp(self):
+        return self._begin_timestamp
+
+    @property
+    def end_timestamp(self):
+        return self._end_timestamp
+
+    @property
+    def begin_phy_offset(self):
+        return self._begin_phy_offset
+
+    @property
+    def end_phy_offset(self):
+        return self._end_phy_offset
+
+    @property
+    def hash_slot_count(self):
+        return self._hash_slot_count
+
+    @property
+    def index_count(self):
+        return self._index_count
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def is_write_full(self):
+        return self._index_count >= self.index_num
+
+    def is_time_matched(self, int64_t begin, int64_t end):
+        """IndexFile.isTimeMatched: [begin, end] covers the file's span or one of its ends falls inside it."""
+        cdef int64_t b = self._begin_timestamp, e = self._end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    # -- putKey ----------------------------------------------------------------------------------------------------
+
+    cdef bint put_hash(self, int32_t key_hash, int64_t phy_offset, int64_t store_timestamp) noexcept nogil:
+        """IndexFile.putKey for an already computed indexKeyHashMethod(key). False when the file is full (or not
+        writable, or key_hash < 0, which indexKeyHashMethod never returns: Java's putKey would fail on it too)."""
+        cdef int32_t count = self._index_count
+        cdef int32_t slot_value
+        cdef int64_t time_diff
+        cdef unsigned char *slot
+        cdef unsigned char *item
+        if self.base == NULL or self.read_only or key_hash < 0 or count >= self.index_num:
+            return False
+        slot = self.base + _HEADER + <int64_t>(key_hash % self.hash_slot_num) * _SLOT
+        slot_value = <int32_t>rmq_load_be32(slot)
+        if slot_value <= 0 or slot_value > count:
+            slot_value = 0
+
+        # Seconds since the file's begin time (taken before the first put moves begin), clamped to [0, INT_MAX].
+        time_diff = _wrap_sub(store_timestamp, self._begin_timestamp) // 1000   # cdivision: truncates, as Java
+        if self._begin_timestamp <= 0:
+            time_diff = 0
+        elif time_diff > INT32_MAX:
+            time_diff = INT32_MAX
+        elif time_diff < 0:
+            time_diff = 0
+
+        item = self.base + _HEADER + <int64_t>self.hash_slot_num * _SLOT + <int64_t>count * _ITEM
+        rmq_store_be32(item, <uint32_t>key_hash)
+        rmq_store_be64(item + 4, <uint64_t>phy_offset)
+        rmq_store_be32(item + 12, <uint32_t><int32_t>time_diff)
+        rmq_store_be32(item + 16, <uint32_t>slot_value)
+        rmq_index_release_fence()
+        rmq_store_be32(slot, <uint32_t>count)
+
+        if count <= 1:
+            self._begin_phy_offset = phy_offset
+            self._begin_timestamp = store_timestamp
+        if slot_value == 0:
+            self._hash_slot_count = <int32_t>(<uint32_t>self._hash_slot_count + 1)
+        self._index_count = count + 1
+        self._end_phy_offset = phy_offset
+        self._end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    cdef int64_t put_hashes_c(self, const int32_t *key_hashes, const int64_t *phy_offsets,
+                              const int64_t *timestamps, int64_t n, bint skip_indexed) noexcept nogil:
+        # Returns how many entries were consumed before the file filled up. With skip_indexed, an entry whose offset
+        # is below the file's endPhyOffset at its turn is consumed without being put (IndexService.buildIndex's
+        # "already indexed" rule, checked as RocketMQ checks it: against the end offset left by the entries before).
+        cdef int64_t i
+        for i in range(n):
+            if skip_indexed and phy_offsets[i] < self._end_phy_offset:
+                continue
+            if not self.put_hash(key_hashes[i], phy_offsets[i], timestamps[i]):
+                return i
+        return n
+
+    def put_key(self, str key, int64_t phy_offset, int64_t store_timestamp):
+        """IndexFile.putKey: index ``key`` (the caller builds ``topic#key``); False when the file is full."""
+        cdef int32_t h = _key_hash(key)
+        cdef bint ok
+        if self.read_only:
+            raise PermissionError(f"{self.file_name}: index file is open read-only")
+        self._hold_or_raise()
+        try:
+            with nogil:
+                ok = self.put_hash(h, phy_offset, store_timestamp)
+        finally:
+            self.release()
+        return ok
+
+    def put_key_hash(self, int32_t key_hash, int64_t phy_offset, int64_t store_timestamp):
+        """putKey for a key already hashed with indexKeyHashMethod (>= 0)."""
+        cdef bint ok
+        if key_hash < 0:
+            raise ValueError(f"key_hash must be >= 0 (indexKeyHashMethod's result), got {key_hash}")
+        if self.read_only:
+            raise PermissionError(f"{self.file_name}: index file is open read-only")
+        self._hold_or_raise()
+        try:
+            with nogil:
+                ok = self.put_hash(key_hash, phy_offset, store_timestamp)
+        finally:
+            self.release()
+        return ok
+
+    def put_hashes(self, const int32_t[::1] key_hashes, const int64_t[::1] phy_offsets,
+                   const int64_t[::1] timestamps, *, bint skip_indexed=False):
+        """Batch putKey of pre-hashed keys (contiguous int32 / int64 / int64 arrays of one length), in order, under
+        one GIL-free section. Returns how many entries were consumed before the file filled up (== len when all went
+        in); with ``skip_indexed`` entries below the running endPhyOffset are consumed without being put."""
+        cdef Py_ssize_t n = key_hashes.shape[0]
+        cdef Py_ssize_t i
+        cdef int64_t done
+        if phy_offsets.shape[0] != n or timestamps.shape[0] != n:
+            raise ValueError(f"put_hashes: arrays differ in length ({n}, {phy_offsets.shape[0]}, "
+                             f"{timestamps.shape[0]})")
+        if self.read_only:
+            raise PermissionError(f"{self.file_name}: index file is open read-only")
+        for i in range(n):
+            if key_hashes[i] < 0:
+                raise ValueError(f"put_hashes: key_hashes[{i}] = {key_hashes[i]} < 0; pass indexKeyHashMethod results")
+        if n == 0:
+            return 0
+        self._hold_or_raise()
+        try:
+            with nogil:
+                done = self.put_hashes_c(&key_hashes[0], &phy_offsets[0], &timestamps[0], n, skip_indexed)
+        finally:
+            self.release()
+        return done
+
+    # -- selectPhyOffset ------------------------------------------------------------------------------------------
+
+    cdef int32_t select_hash_c(self, int32_t key_hash, int32_t max_num, int64_t begin, int64_t end,
+                               int64_t *out) noexcept nogil:
+        """IndexFile.selectPhyOffset: walk the slot's chain newest first; write at most max_num offsets to ``out``
+        (room for min(max_num, index_count) entries) and return how many. The caller holds the file."""
+        cdef int32_t count = self._index_count
+        cdef int64_t begin_ts = self._begin_timestamp
+        cdef int32_t slot_value, next_index, prev_index, key_hash_read
+        cdef int64_t phy_read, time_diff, time_read
+        cdef int64_t steps = 0, limit
+        cdef int32_t n = 0
+        cdef unsigned char *items
+        cdef unsigned char *item
+        if self.base == NULL or key_hash < 0 or max_num <= 0:
+            return 0
+        slot_value = <int32_t>rmq_load_be32(self.base + _HEADER + <int64_t>(key_hash % self.hash_slot_num) * _SLOT)
+        if slot_value <= 0 or slot_value > count or count <= 1:
+            return 0
+        rmq_index_acquire_fence()
+        items = self.base + _HEADER + <int64_t>self.hash_slot_num * _SLOT
+        # A chain RocketMQ writes links each item to a strictly older one, so it visits fewer than index_count items;
+        # the cap only ends cycles of a damaged file (Java would spin on those until maxNum matches).
+        limit = count if count < self.index_num else self.index_num
+        next_index = slot_value
+        while True:
+            if n >= max_num:
+                break
+            # An item past the file: Java's getInt throws IndexOutOfBounds and the walk ends with what it has.
+            if next_index >= self.index_num or steps >= limit:
+                break
+            steps += 1
+            item = items + <int64_t>next_index * _ITEM
+            key_hash_read = <int32_t>rmq_load_be32(item)
+            phy_read = <int64_t>rmq_load_be64(item + 4)
+            time_diff = <int32_t>rmq_load_be32(item + 12)
+            prev_index = <int32_t>rmq_load_be32(item + 16)
+            if time_diff < 0:
+                break
+            time_read = _wrap_add(begin_ts, time_diff * 1000)
+            if key_hash == key_hash_read and time_read >= begin and time_read <= end:
+                out[n] = phy_read
+                n += 1
+            if prev_index <= 0 or prev_index > count or prev_index == next_index or time_read < begin:
+                break
+            next_index = prev_index
+        return n
+
+    def select_phy_offsets(self, str key, int max_num, int64_t begin, int64_t end):
+        """IndexFile.selectPhyOffset(key, maxNum, begin, end): commitlog offsets of items whose key hash matches
+        and whose time lies in [begin, end], newest first, at most ``max_num``."""
+        return self.select_phy_offsets_by_hash(_key_hash(key), max_num, begin, end)
+
+    def select_phy_offsets_by_hash(self, int32_t key_hash, int max_num, int64_t begin, int64_t end):
+        cdef int64_t *out
+        cdef int64_t room
+        cdef int32_t n, i
+        if max_num <= 0 or key_hash < 0:
+            return []
+        self._hold_or_raise()
+        try:
+            room = self._index_count
+            if room > self.index_num:
+                room = self.index_num
+            if room > max_num:
+                room = max_num
+            if room < 1:
+                room = 1
+            out = <int64_t *>malloc(<size_t>room * sizeof(int64_t))
+            if out == NULL:
+                raise MemoryError()
+            try:
+                with nogil:
+                    n = self.select_hash_c(key_hash, <int32_t>room, begin, end, out)
+                return [out[i] for i in range(n)]
+            finally:
+                free(out)
+        finally:
+            self.release()
+
+    # -- life cycle --------------------------------------------------------------------------------------------------
+
+    def flush(self):
+        """IndexFile.flush: msync the mapping. No-op when read-only or closed.
+
+        RocketMQ rewrites the header here (updateByteBuffer); every put already wrote it, and rewriting it from a
+        flush thread while the writer runs could put older figures back over newer ones, so it is not redone."""
+        cdef int rc = 0
+        cdef int err = 0
+        if self.read_only or not self.hold():
+            return
+        try:
+            with nogil:
+                rc = msync(self.base, <size_t>self.file_size, MS_SYNC)
+                if rc != 0:
+                    err = errno
+        finally:
+            self.release()
+        if rc != 0:
+            raise OSError(err, f"msync: {os.strerror(err)}", self.file_name)
+
+    def close(self):
+        """Unmap (at once, or at the last release of a running put/select). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            if self._holds == 0:
+                self._unmap()
+
+    def shutdown(self):
+        """5.x IndexFile.shutdown: flush, then close."""
+        if not self._closed:
+            self.flush()
+        self.close()
+
+    def destroy(self):
+        """IndexFile.destroy: close and delete the file. True when the file was removed."""
+        self.close()
+        try:
+            os.unlink(self.file_name)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def header_bytes(self):
+        """The 40 header bytes as they are in the mapping (for tests and tools)."""
+        self._hold_or_raise()
+        try:
+            return (<char *>self.base)[:_HEADER]
+        finally:
+            self.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"IndexFile({self.file_name!r}, hash_slot_num={self.hash_slot_num}, index_num={self.index_num}, "
+                f"index_count={self._index_count}, closed={self._closed})")
