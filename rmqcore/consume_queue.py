@@ -1,0 +1,272 @@
+"""ConsumeQueue: one topic-queue's index into the commitlog, 20-byte units (offset 8, size 4, tagsCode 8).
+
+Entry i of a queue lives at logical byte offset i × 20 across a MappedFileQueue under
+``consumequeue/{topic}/{queueId}/``. Units are appended by the dispatcher with RocketMQ's putMessagePositionInfo
+rules and read back as zero-copy numpy structured arrays over the mapped file.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from .mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+CQ_STORE_UNIT_SIZE = 20
+CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+# The filler RocketMQ writes before the first entry of a queue that starts at a non-zero offset.
+_BLANK_UNIT = np.array([(0, 0x7FFFFFFF, 0)], dtype=CQ_DTYPE).tobytes()
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, root: str, mapped_file_size: int, *, read_only: bool = False):
+        if mapped_file_size % CQ_STORE_UNIT_SIZE:
+            raise ValueError(f"consume queue file size {mapped_file_size} is not a multiple of 20")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.mapped_file_size = mapped_file_size
+        self.store_path = os.path.join(root, topic, str(queue_id))
+        self.mapped_file_queue = MappedFileQueue(self.store_path, mapped_file_size, read_only=read_only)
+        self.max_physic_offset = -1      # end (offset + size) of the last record this queue points at
+        self.min_logic_offset = 0        # byte offset of the first valid unit
+        self.repeated_builds = 0
+        self.order_errors = 0
+
+    # -- load / recover -----------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        self.mapped_file_queue.load()
+
+    def recover(self) -> None:
+        """Keep the units up to the first invalid one (offset < 0 or size <= 0), scanning the last three files."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return
+        index = max(0, len(files) - 3)
+        process_offset = files[index].file_from_offset
+        for mf in files[index:]:
+            units = np.frombuffer(mf.view(), dtype=CQ_DTYPE)
+            valid = (units["offset"] >= 0) & (units["size"] > 0)
+            bad = np.flatnonzero(~valid)
+            count = int(bad[0]) if len(bad) else len(units)
+            real = np.flatnonzero(units["size"][:count] != 0x7FFFFFFF)
+            if len(real):
+                last = units[int(real[-1])]
+                self.max_physic_offset = int(last["offset"]) + int(last["size"])
+            del units, valid
+            process_offset = mf.file_from_offset + count * CQ_STORE_UNIT_SIZE
+            if count < self.mapped_file_size // CQ_STORE_UNIT_SIZE:
+                break
+        self.mapped_file_queue.truncate_dirty_files(process_offset)
+        self.mapped_file_queue.set_flushed_where(process_offset)
+
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """Drop the units that point at or past ``phy_offset`` (the commitlog was cut there by recovery): files
+        whose first unit does are deleted, the last kept file is cut after its last unit below it."""
+        self.max_physic_offset = -1
+        while True:
+            mf = self.mapped_file_queue.last()
+            if mf is None:
+                return
+            units = np.frombuffer(mf.view(), dtype=CQ_DTYPE)
+            offsets, sizes = units["offset"], units["size"]
+            if int(offsets[0]) >= phy_offset:
+                del units, offsets, sizes
+                self.mapped_file_queue.delete_last_mapped_file()
+                continue
+            keep = (offsets >= 0) & (sizes > 0) & (offsets < phy_offset)
+            keep[0] = True
+            stop = np.flatnonzero(~keep)
+            count = int(stop[0]) if len(stop) else len(units)
+            # Blank fillers (offset 0, size MAX_INT) say nothing about the commitlog: skip them for the max.
+            real = np.flatnonzero(sizes[:count] != 0x7FFFFFFF)
+            if len(real):
+                i = int(real[-1])
+                self.max_physic_offset = int(offsets[i]) + int(sizes[i])
+            del units, offsets, sizes, keep
+            mf.truncate_to(count * CQ_STORE_UNIT_SIZE)
+            self.mapped_file_queue.set_flushed_where(mf.file_from_offset + count * CQ_STORE_UNIT_SIZE)
+            return
+
+    # -- append -------------------------------------------------------------------------------------------------
+
+    def put_message_position_info(self, offset: int, size: int, tags_code: int, cq_offset: int,
+                                  store_timestamp: int = 0) -> bool:
+        """Append one unit with RocketMQ's rules: skip a unit already built (repeat build after recovery), fill
+        blank units before the first entry of a queue that starts past 0, report (and still write) a unit whose
+        logical offset is not the next one."""
+        if offset + size <= self.max_physic_offset:
+            self.repeated_builds += 1
+            return True
+        units = np.array([(offset, size, tags_code)], dtype=CQ_DTYPE)
+        return self.append_units(units, cq_offset, store_timestamp) == 1
+
+    def append_units(self, units: np.ndarray, first_cq_offset: int, store_timestamp: int = 0) -> int:
+        """Append consecutive units whose first has queue offset ``first_cq_offset`` (the dispatcher's batch
+        path). Returns how many were written."""
+        n = len(units)
+        written = 0
+        mfq = self.mapped_file_queue
+        while written < n:
+            cq_offset = first_cq_offset + written
+            expect = cq_offset * CQ_STORE_UNIT_SIZE
+            mf = mfq.get_last_mapped_file(expect)
+            if mf is None:
+                log.error("consume queue %s-%d: cannot create a file at %d", self.topic, self.queue_id, expect)
+                return written
+            if len(mfq) == 1 and cq_offset != 0 and mf.wrote_position == 0 and mf.file_from_offset < expect:
+                self.min_logic_offset = expect
+                mfq.set_flushed_where(expect)
+                mf.append(_BLANK_UNIT * ((expect - mf.file_from_offset) // CQ_STORE_UNIT_SIZE))
+            current = mf.file_from_offset + mf.wrote_position
+            if cq_offset != 0 and expect != current:
+                if expect < current:
+                    # Built already: skip the units this file holds.
+                    skip = min(n - written, (current - expect) // CQ_STORE_UNIT_SIZE)
+                    self.repeated_builds += skip
+                    written += skip
+                    continue
+                self.order_errors += 1
+                log.error("[BUG] consume queue %s-%d order: expected logic offset %d, wrote position %d",
+                          self.topic, self.queue_id, expect, current)
+            room = (self.mapped_file_size - mf.wrote_position) // CQ_STORE_UNIT_SIZE
+            take = min(room, n - written)
+            chunk = units[written:written + take]
+            if not mf.append(chunk.tobytes() if not chunk.flags.c_contiguous else chunk.view(np.uint8)):
+                return written
+            last = chunk[-1]
+            self.max_physic_offset = int(last["offset"]) + int(last["size"])
+            if store_timestamp:
+                mf.set_store_timestamp(store_timestamp)
+            written += take
+        return written
+
+    # -- read ---------------------------------------------------------------------------------------------------
+
+    @property
+    def min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    @property
+    def max_offset_in_queue(self) -> int:
+        return self.mapped_file_queue.get_max_offset() // CQ_STORE_UNIT_SIZE
+
+    def get_units(self, start_index: int, max_count: int | None = None) -> np.ndarray | None:
+        """Zero-copy units from ``start_index`` to the end of the file holding it (RocketMQ's getIndexBuffer),
+        at most ``max_count``; None when the index is below the first file or at/after the end."""
+        offset = start_index * CQ_STORE_UNIT_SIZE
+        if offset < self.min_logic_offset:
+            return None
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        readable = mf.read_position - pos
+        if readable <= 0:
+            return None
+        if max_count is not None:
+            readable = min(readable, max_count * CQ_STORE_UNIT_SIZE)
+        view = mf.select(pos, readable - readable % CQ_STORE_UNIT_SIZE)
+        if view is None:
+            return None
+        return np.frombuffer(view, dtype=CQ_DTYPE)
+
+    def get_unit(self, index: int):
+        units = self.get_units(index, 1)
+        if units is None or len(units) == 0:
+            return None
+        u = units[0]
+        return int(u["offset"]), int(u["size"]), int(u["tags_code"])
+
+    def correct_min_offset(self, phy_min_offset: int) -> None:
+        """After commitlog files are deleted: the first unit still pointing into the commitlog becomes the min."""
+        mf = self.mapped_file_queue.first()
+        if mf is None:
+            return
+        units = np.frombuffer(mf.select(0), dtype=CQ_DTYPE) if mf.read_position else None
+        if units is None or len(units) == 0:
+            return
+        hit = np.flatnonzero((units["offset"] >= phy_min_offset) & (units["size"] != 0x7FFFFFFF))
+        if len(hit):
+            self.min_logic_offset = max(self.min_logic_offset,
+                                        mf.file_from_offset + int(hit[0]) * CQ_STORE_UNIT_SIZE)
+        else:
+            self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + mf.read_position)
+
+    def get_offset_in_queue_by_time(self, timestamp: int, pickup_store_timestamp, min_physic_offset: int) -> int:
+        """RocketMQ's getOffsetInQueueByTime: binary search on store times inside the file found by time; with no
+        exact hit, the nearer of the two neighbours (the right one when the left is farther)."""
+        mf = self.mapped_file_queue.get_mapped_file_by_time(timestamp)
+        if mf is None:
+            return 0
+        view = mf.select(0)
+        if view is None:
+            return 0
+        units = np.frombuffer(view, dtype=CQ_DTYPE)
+        unit = CQ_STORE_UNIT_SIZE
+        low = self.min_logic_offset - mf.file_from_offset if self.min_logic_offset > mf.file_from_offset else 0
+        high = len(units) * unit - unit
+        target = left = right = -1
+        left_value = right_value = -1
+        while high >= low:
+            mid = (low + high) // (2 * unit) * unit
+            u = units[mid // unit]
+            phy, size = int(u["offset"]), int(u["size"])
+            if phy < min_physic_offset:
+                low = mid + unit
+                left = mid
+                continue
+            store_time = pickup_store_timestamp(phy, size)
+            if store_time < 0:
+                return 0
+            if store_time == timestamp:
+                target = mid
+                break
+            if store_time > timestamp:
+                high = mid - unit
+                right, right_value = mid, store_time
+            else:
+                low = mid + unit
+                left, left_value = mid, store_time
+        if target != -1:
+            offset = target
+        elif left_value == -1:
+            offset = right
+        elif right_value == -1:
+            offset = left
+        else:
+            offset = right if abs(timestamp - left_value) > abs(timestamp - right_value) else left
+        return (mf.file_from_offset + offset) // unit
+
+    def flush(self, least_pages: int = 0) -> bool:
+        return self.mapped_file_queue.flush(least_pages)
+
+    def delete_expired_file(self, min_commitlog_offset: int) -> int:
+        """Delete whole files whose last unit points below the commitlog's min offset (never the last file), then
+        correct the min offset, as RocketMQ's deleteExpiredFileByOffset + correctMinOffset."""
+        deleted = 0
+        mfq = self.mapped_file_queue
+        while len(mfq) > 1:
+            mf = mfq.first()
+            if mf.read_position < mf.file_size:
+                break
+            last = np.frombuffer(mf.select(mf.file_size - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE), dtype=CQ_DTYPE)
+            last_offset = int(last[0]["offset"])
+            del last
+            if last_offset >= min_commitlog_offset:
+                break
+            mfq.delete_files_below(mf.file_from_offset + mf.file_size)
+            deleted += 1
+        self.correct_min_offset(min_commitlog_offset)
+        return deleted
+
+    def close(self) -> None:
+        self.mapped_file_queue.shutdown()
+
+    def destroy(self) -> None:
+        self.mapped_file_queue.destroy()
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0

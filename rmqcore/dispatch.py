@@ -1,0 +1,145 @@
+"""ReputMessageService: follows the commitlog and keeps consume queues and index files up to date.
+
+Each pass scans committed commitlog bytes in Cython (``_dispatch.scan_for_dispatch``: records → units and key
+hashes, GIL released), appends the units per queue with one copy per run and hands the key hashes to the index
+service in one call, then wakes readers waiting for new messages (long polling).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+
+from ._dispatch import scan_for_dispatch
+from ._codec import RESULT_BLANK, RESULT_END, record_error
+from .consume_queue import CQ_DTYPE
+
+log = logging.getLogger(__name__)
+
+_CQ_TRANSACTION_TYPES = (0x0, 0x8)   # NOT_TYPE and COMMIT_TYPE go to consume queues; PREPARED and ROLLBACK do not
+
+
+class ReputMessageService(threading.Thread):
+    def __init__(self, store, reput_from_offset: int, max_records: int = 8192):
+        super().__init__(name="ReputMessageService", daemon=True)
+        self.store = store
+        self.reput_from_offset = reput_from_offset
+        self.max_records = max_records
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._idle = False
+        self._topic_ids: dict = {}
+        self._topics: list = []
+        self._lock = threading.Lock()   # one pass at a time (the thread, or a caller draining on close)
+        self.dispatched = 0
+        self.last_error: str | None = None
+        self.lag_ms = 0
+
+    # -- the loop -----------------------------------------------------------------------------------------------
+
+    def wakeup(self) -> None:
+        if self._idle:
+            self._wake.set()
+
+    def behind(self) -> int:
+        return max(0, self.store.commit_log.max_offset - self.reput_from_offset)
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                n = self.do_reput()
+            except Exception:  # keep the service alive; the store reports the error in runtime_info
+                log.exception("dispatch failed")
+                self.last_error = "exception in dispatch, see log"
+                n = 0
+            if n == 0:
+                self._idle = True
+                self._wake.wait(0.001)
+                self._wake.clear()
+                self._idle = False
+
+    def shutdown(self) -> None:
+        # Drain what was written before stopping, so a clean close leaves consume queues and index complete.
+        for _ in range(1000):
+            if self.behind() == 0 or self.do_reput() == 0:
+                break
+        self._stopped.set()
+        self._wake.set()
+        if self.is_alive():
+            self.join()
+
+    def do_reput(self) -> int:
+        """One pass up to the commitlog's readable end; returns how many records were dispatched."""
+        with self._lock:
+            return self._do_reput()
+
+    def _do_reput(self) -> int:
+        cl = self.store.commit_log
+        mfq = cl.mapped_file_queue
+        total = 0
+        while True:
+            if self.reput_from_offset < cl.min_offset:
+                log.warning("reput offset %d is below the commitlog's min offset %d: the gap is skipped",
+                            self.reput_from_offset, cl.min_offset)
+                self.reput_from_offset = cl.min_offset
+            if self.reput_from_offset >= cl.max_offset:
+                return total
+            mf = mfq.find_mapped_file_by_offset(self.reput_from_offset)
+            if mf is None:
+                return total
+            view = mf.select(0, mf.read_position)
+            if view is None:
+                return total
+            try:
+                batch = scan_for_dispatch(view, mf.file_from_offset, self.reput_from_offset - mf.file_from_offset,
+                                          -1, self.max_records, 4 * self.max_records, False, self._topic_ids,
+                                          self._topics, self.store.delay_level_ms)
+            finally:
+                view.release()
+            if batch.n:
+                self.store._apply_dispatch(batch)
+                total += batch.n
+                self.dispatched += batch.n
+                self.lag_ms = max(0, int(time.time() * 1000) - int(batch.store_ts[-1]))
+            self.reput_from_offset = batch.end_offset
+            if batch.code == RESULT_BLANK:
+                self.reput_from_offset = mf.file_from_offset + mf.file_size
+                continue
+            if batch.code == RESULT_END:
+                if batch.n == 0:
+                    return total
+                continue
+            if batch.code < 0:
+                err = record_error(batch.code, batch.end_offset, mf.file_name)
+                if self.last_error != str(err):
+                    log.error("dispatch stops at a bad record: %s", err)
+                self.last_error = str(err)
+                return total
+            # code OK: the batch was full, go on.
+
+
+def group_units(batch):
+    """Split a batch into per-queue runs: yields (topic, queue_id, units, queue_offsets, last_store_ts)."""
+    tran = batch.sys_flag & 0xC
+    keep = (tran == 0x0) | (tran == 0x8)
+    idx = np.flatnonzero(keep)
+    if len(idx) == 0:
+        return
+    key = (batch.topic_idx[idx].astype(np.int64) << 32) | batch.queue_id[idx].astype(np.int64)
+    if len(idx) == 1 or (key[0] == key).all():
+        groups = [idx]
+    else:
+        order = np.argsort(key, kind="stable")
+        sorted_key = key[order]
+        cuts = np.flatnonzero(sorted_key[1:] != sorted_key[:-1]) + 1
+        groups = [idx[g] for g in np.split(order, cuts)]
+    for g in groups:
+        units = np.empty(len(g), dtype=CQ_DTYPE)
+        units["offset"] = batch.phys[g]
+        units["size"] = batch.size[g]
+        units["tags_code"] = batch.tags_code[g]
+        first = int(g[0])
+        yield (batch.topics[int(batch.topic_idx[first])], int(batch.queue_id[first]), units,
+               batch.queue_offset[g], int(batch.store_ts[g[-1]]))

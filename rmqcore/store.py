@@ -1,0 +1,508 @@
+"""MessageStore: RocketMQ's DefaultMessageStore as a Python facade over the Cython core.
+
+Open creates the layout (commitlog/, consumequeue/, index/, checkpoint, abort, lock), takes the lock, loads and
+recovers, then starts the services: dispatch (ReputMessageService), flush, consume-queue flush. Puts go to the
+commit log; the dispatcher builds consume queues and the index behind it; gets read consume queues and decode
+the commitlog records they point at, zero-copy.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import threading
+import time
+
+import numpy as np
+
+from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code,
+                     select_messages)
+from .checkpoint import StoreCheckpoint
+from .commit_log import CommitLog
+from .config import StoreConfig
+from .consume_queue import ConsumeQueue
+from .dispatch import ReputMessageService, group_units
+from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
+from .flush import PeriodicService
+from .index_service import IndexService
+from .message import GetResult
+from .status import GetStatus, PutStatus
+
+log = logging.getLogger(__name__)
+
+_WAITABLE = (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MATCHED_LOGIC_QUEUE)
+_UNIT = {"s": 1000, "m": 60 * 1000, "h": 3600 * 1000, "d": 24 * 3600 * 1000}
+
+
+def parse_delay_levels(spec: str) -> list[int]:
+    """messageDelayLevel ("1s 5s 10s ...") → ms per level, index 0 unused (levels start at 1)."""
+    out = [0]
+    for token in spec.split():
+        m = re.fullmatch(r"(\d+)([smhd])", token)
+        if not m:
+            raise ValueError(f"message_delay_level: bad level {token!r}")
+        out.append(int(m.group(1)) * _UNIT[m.group(2)])
+    return out
+
+
+def parse_tag_filter(tags):
+    """A subscription: None or "*" (everything), "TagA || TagB", or an iterable of tags → (codes, tags) or None."""
+    if tags is None:
+        return None
+    if isinstance(tags, str):
+        if tags.strip() in ("", "*"):
+            return None
+        items = [t.strip() for t in tags.split("||")]
+    else:
+        items = [str(t).strip() for t in tags]
+    items = {t for t in items if t}
+    if not items or "*" in items:
+        return None
+    return {java_hash_code(t) for t in items}, items
+
+
+class MessageStore:
+    """A RocketMQ store directory, open for reading and writing. Use ``MessageStore.open(path, config)``."""
+
+    def __init__(self, path: str, config: StoreConfig | None = None):
+        self.path = os.path.abspath(path)
+        self.config = config or StoreConfig()
+        self.config.validate()
+        self.delay_level_ms = parse_delay_levels(self.config.message_delay_level)
+        self._lock_fd: int | None = None
+        self._running = False
+        self._closed = False
+        self._cq_lock = threading.RLock()
+        self._consume_queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self._arrived = threading.Condition()
+        self._services: list = []
+        self.commit_log: CommitLog | None = None
+        self.index_service: IndexService | None = None
+        self.checkpoint: StoreCheckpoint | None = None
+        self.reput: ReputMessageService | None = None
+        self.recovery: dict = {}
+        self._put_count = 0
+        self._start_time = time.time()
+
+    # -- open / close -------------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str, config: StoreConfig | None = None) -> "MessageStore":
+        store = cls(path, config)
+        store.start()
+        return store
+
+    def _path(self, *parts: str) -> str:
+        return os.path.join(self.path, *parts)
+
+    def _take_lock(self) -> None:
+        os.makedirs(self.path, exist_ok=True)
+        fd = os.open(self._path("lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            # flock, not fcntl record locks: flock locks belong to the open file, so a second open of the same
+            # store in this very process is refused too.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLockedError(f"{self.path} is already open (its lock file is held by another MessageStore "
+                                   "in this or another process)") from None
+        self._lock_fd = fd
+
+    def start(self) -> None:
+        if self._running:
+            return
+        self._take_lock()
+        try:
+            self._load_and_recover()
+            self._start_services()
+        except BaseException:
+            self._release_everything()
+            raise
+        self._running = True
+
+    def _load_and_recover(self) -> None:
+        cfg = self.config
+        last_exit_ok = not os.path.exists(self._path("abort"))
+        self.checkpoint = StoreCheckpoint(self._path("checkpoint"))
+        self.commit_log = CommitLog(self._path("commitlog"), cfg)
+        self.commit_log.load()
+        self._load_consume_queues()
+        self.index_service = IndexService(self._path("index"), cfg.max_hash_slot_num, cfg.max_index_num,
+                                          checkpoint=self.checkpoint)
+        self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
+        # Recovery: the commitlog's end of valid data, then every consume queue cut to it.
+        t0 = time.monotonic()
+        files = self.commit_log.mapped_file_queue.mapped_files
+        check_crc = cfg.check_crc_on_recover
+        if last_exit_ok:
+            process_offset = self.commit_log.recover(check_crc=check_crc)
+        else:
+            process_offset = self.commit_log.recover(check_crc=check_crc,
+                                                      from_file_index=self._abnormal_start_index(files))
+        max_cq_phys = 0
+        for cq in self._all_consume_queues():
+            cq.recover()
+            max_cq_phys = max(max_cq_phys, cq.max_physic_offset)
+        if max_cq_phys >= process_offset:
+            for cq in self._all_consume_queues():
+                cq.truncate_dirty_logic_files(process_offset)
+        self._recover_topic_queue_table()
+        reput_from = self.commit_log.min_offset
+        for cq in self._all_consume_queues():
+            reput_from = max(reput_from, cq.max_physic_offset)
+        if not last_exit_ok:
+            # After a crash, re-dispatch from where the recovery scan started: units and keys already built are
+            # skipped by the consume queues' and the index's repeat checks, the missing ones are added.
+            start_files = self.commit_log.mapped_file_queue.mapped_files
+            start_index = self._abnormal_start_index(start_files) if start_files else 0
+            if start_files:
+                reput_from = min(reput_from, start_files[start_index].file_from_offset)
+        self.recovery = dict(self.commit_log.last_recovery, last_exit_ok=last_exit_ok,
+                             reput_from=reput_from, seconds=round(time.monotonic() - t0, 3))
+        self._reput_from = reput_from
+
+    def _abnormal_start_index(self, files) -> int:
+        # RocketMQ's recoverAbnormally: from the last file whose first message is older than the checkpoint. The
+        # index's time counts too (RocketMQ's messageIndexSafe), so keys of deleted index files are rebuilt.
+        min_ts = (self.checkpoint.min_timestamp_index if self.config.message_index_enable
+                  else self.checkpoint.min_timestamp)
+        for i in range(len(files) - 1, -1, -1):
+            first = self.commit_log.look_message(files[i].file_from_offset)
+            if first is not None and first.store_timestamp <= min_ts:
+                return i
+        return 0
+
+    def _load_consume_queues(self) -> None:
+        root = self._path("consumequeue")
+        if not os.path.isdir(root):
+            return
+        for topic in sorted(os.listdir(root)):
+            tdir = os.path.join(root, topic)
+            if not os.path.isdir(tdir):
+                raise StoreLayoutError(f"{tdir}: consumequeue/ holds a file where a topic directory belongs")
+            for qid in sorted(os.listdir(tdir)):
+                if not qid.isdigit():
+                    raise StoreLayoutError(f"{os.path.join(tdir, qid)}: queue directories are named by queue id")
+                cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue)
+                cq.load()
+                self._consume_queues.setdefault(topic, {})[int(qid)] = cq
+
+    def _all_consume_queues(self) -> list[ConsumeQueue]:
+        with self._cq_lock:
+            return [cq for queues in self._consume_queues.values() for cq in queues.values()]
+
+    def _recover_topic_queue_table(self) -> None:
+        table = {}
+        min_phy = self.commit_log.min_offset
+        for cq in self._all_consume_queues():
+            table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
+            cq.correct_min_offset(min_phy)
+        self.commit_log.callback.topic_queue_table = table
+
+    def _start_services(self) -> None:
+        cfg = self.config
+        with open(self._path("abort"), "w"):
+            pass
+        self._writer = self.commit_log.writer
+        self._sync_flush = cfg.sync_flush
+        self.reput = ReputMessageService(self, self._reput_from)
+        self.reput.start()
+        self._services = [
+            PeriodicService("FlushRealTimeService", self._flush_commit_log, cfg.flush_interval_commit_log,
+                            cfg.flush_commit_log_thorough_interval),
+            PeriodicService("FlushConsumeQueueService", self._flush_consume_queues,
+                            cfg.flush_interval_consume_queue, cfg.flush_consume_queue_thorough_interval),
+        ]
+        for s in self._services:
+            s.start()
+
+    def _flush_commit_log(self, thorough: bool) -> None:
+        self.commit_log.flush(0 if thorough else self.config.flush_commit_log_least_pages)
+        ts = self.commit_log.mapped_file_queue.store_timestamp
+        if ts:
+            self.checkpoint.physic_msg_timestamp = ts
+
+    def _flush_consume_queues(self, thorough: bool) -> None:
+        least = 0 if thorough else self.config.flush_consume_queue_least_pages
+        logics_ts = self._last_dispatched_ts
+        for cq in self._all_consume_queues():
+            cq.flush(least)
+        self.index_service.flush()     # moves the checkpoint's indexMsgTimestamp when a full file is flushed
+        if logics_ts:
+            self.checkpoint.logics_msg_timestamp = logics_ts
+        if thorough:
+            self.checkpoint.flush()
+
+    _last_dispatched_ts = 0
+
+    def close(self) -> None:
+        """Stop the services, dispatch what is left, flush everything, delete the abort file, release the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        was_running, self._running = self._running, False     # puts and gets are refused from here on
+        with self._arrived:
+            self._arrived.notify_all()
+        if was_running:
+            self.reput.shutdown()
+            for s in self._services:
+                s.shutdown()
+            self.commit_log.flush(0)
+            self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
+                                                       self.commit_log.mapped_file_queue.store_timestamp)
+            self._flush_consume_queues(True)
+        self._release_everything(clean=True)
+
+    def _release_everything(self, clean: bool = False) -> None:
+        for cq in self._all_consume_queues():
+            cq.close()
+        if self.index_service is not None:
+            self.index_service.shutdown()
+        if self.commit_log is not None:
+            self.commit_log.mapped_file_queue.shutdown()
+        if self.checkpoint is not None:
+            self.checkpoint.shutdown()
+        if clean:
+            try:
+                os.unlink(self._path("abort"))
+            except FileNotFoundError:
+                pass
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_running(self) -> None:
+        if self._closed or not self._running:
+            raise StoreClosedError(f"message store {self.path} is closed")
+
+    # -- put ----------------------------------------------------------------------------------------------------
+
+    def put(self, msg):
+        """Store one message. Returns a PutResult; raises MessageIllegalError (nothing written) for a message
+        RocketMQ would refuse."""
+        if not self._running:
+            self._check_running()
+        result = self._writer.put(msg)
+        self._put_count += 1
+        if self._sync_flush and result.status is PutStatus.PUT_OK:
+            self.commit_log.flush(0)
+        return result
+
+    def put_batch(self, messages) -> list:
+        """Store many messages under one lock and one flush wait; all are validated before any is written."""
+        if not self._running:
+            self._check_running()
+        results = self._writer.put_batch(messages)
+        self._put_count += len(results)
+        if self._sync_flush and results:
+            self.commit_log.flush(0)
+        # The dispatcher is not woken per put: it polls every millisecond (as RocketMQ's reput service sleeps
+        # 1 ms), so records that arrive together are dispatched together.
+        return results
+
+    # -- dispatch (called by the ReputMessageService) -----------------------------------------------------------
+
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+        queues = self._consume_queues.get(topic)
+        if queues is not None:
+            cq = queues.get(queue_id)
+            if cq is not None:
+                return cq
+        if not create:
+            return None
+        with self._cq_lock:
+            queues = self._consume_queues.setdefault(topic, {})
+            cq = queues.get(queue_id)
+            if cq is None:
+                cq = ConsumeQueue(topic, queue_id, self._path("consumequeue"),
+                                  self.config.mapped_file_size_consume_queue)
+                queues[queue_id] = cq
+            return cq
+
+    def _apply_dispatch(self, batch) -> None:
+        for topic, queue_id, units, queue_offsets, last_ts in group_units(batch):
+            cq = self.find_consume_queue(topic, queue_id)
+            fresh = (units["offset"] + units["size"]) > cq.max_physic_offset
+            if not fresh.all():
+                cq.repeated_builds += int((~fresh).sum())
+                units, queue_offsets = units[fresh], queue_offsets[fresh]
+                if len(units) == 0:
+                    continue
+            if len(units) == 1 or (np.diff(queue_offsets) == 1).all():
+                cq.append_units(units, int(queue_offsets[0]), last_ts)
+            else:
+                for u, qo in zip(units, queue_offsets):
+                    cq.put_message_position_info(int(u["offset"]), int(u["size"]), int(u["tags_code"]), int(qo),
+                                                 last_ts)
+        if self.config.message_index_enable and batch.nkeys:
+            self.index_service.build_index_hashes(batch.key_hash, batch.key_phys, batch.key_ts)
+        self._last_dispatched_ts = int(batch.store_ts[-1])
+        with self._arrived:
+            self._arrived.notify_all()
+
+    # -- get ----------------------------------------------------------------------------------------------------
+
+    def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None,
+                     wait: float = 0.0) -> GetResult:
+        """Pull up to ``max_count`` messages of one queue from logical ``offset`` (RocketMQ's getMessage, same
+        statuses and next_begin_offset). ``tags`` filters by tag ("TagA || TagB"); ``wait`` > 0 long-polls: it
+        returns as soon as a message at ``offset`` arrives, or at the timeout."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        if max_count <= 0:
+            raise ValueError(f"max_count must be > 0, got {max_count}")
+        tag_filter = parse_tag_filter(tags)
+        deadline = time.monotonic() + wait if wait > 0 else None
+        while True:
+            self._check_running()
+            result = self._get(topic, queue_id, offset, max_count, tag_filter)
+            if deadline is None or result.status not in _WAITABLE:
+                return result
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return result
+            with self._arrived:
+                if self._closed:
+                    raise StoreClosedError(f"message store {self.path} closed while waiting")
+                cq = self.find_consume_queue(topic, queue_id, create=False)
+                if cq is None or cq.max_offset_in_queue <= offset:
+                    self._arrived.wait(min(remaining, 0.5))
+
+    def _get(self, topic, queue_id, offset, max_count, tag_filter) -> GetResult:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_offset = cq.min_offset_in_queue
+        max_offset = cq.max_offset_in_queue
+        if max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, min_offset if min_offset == 0 else max_offset,
+                             min_offset, max_offset)
+        units = cq.get_units(offset)
+        if units is None:
+            nxt = (offset * 20 // cq.mapped_file_size + 1) * cq.mapped_file_size // 20
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
+        cfg = self.config
+        codes, exact = tag_filter if tag_filter is not None else (None, None)
+        messages, consumed, code, total, _max_phy = select_messages(
+            units.view(np.uint8), self.commit_log.mapped_file_queue.mapped_files,
+            cfg.mapped_file_size_commit_log, max_count, cfg.max_transfer_bytes_on_message_in_memory,
+            cfg.max_transfer_count_on_message_in_memory, codes, exact)
+        del units
+        status = (GetStatus.FOUND if code == SELECT_FOUND else
+                  GetStatus.MESSAGE_WAS_REMOVING if code == SELECT_MESSAGE_WAS_REMOVING else
+                  GetStatus.NO_MATCHED_MESSAGE)
+        return GetResult(status, offset + consumed, min_offset, max_offset, messages, total)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        return cq.max_offset_in_queue if cq is not None else 0
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        return cq.min_offset_in_queue if cq is not None else -1
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The queue offset whose message was stored nearest to ``timestamp_ms`` (getOffsetInQueueByTime)."""
+        cq = self.find_consume_queue(topic, queue_id, create=False)
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(timestamp_ms, self.pickup_store_timestamp,
+                                              self.commit_log.min_offset)
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        """Store time of the record at ``offset`` read straight from its header, -1 when not readable."""
+        if offset < self.commit_log.min_offset:
+            return -1
+        m = self.commit_log.look_message(offset)
+        return m.store_timestamp if m is not None and m.store_size == size else -1
+
+    def look_message(self, commitlog_offset: int):
+        """The message whose record starts at ``commitlog_offset``, or None."""
+        self._check_running()
+        if commitlog_offset < 0:
+            return None
+        return self.commit_log.look_message(commitlog_offset)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None):
+        """Messages of ``topic`` with ``key`` among their KEYS or as UNIQ_KEY, newest index file first, stored
+        between ``begin`` and ``end`` (ms). Hash collisions are filtered out by comparing the key itself."""
+        self._check_running()
+        if end is None:
+            end = current_millis() + 1000
+        if max_num <= 0:
+            return []
+        out = []
+        seen = set()
+        last_query_time = end
+        for _ in range(3):
+            offsets, _, _ = self.index_service.query_offset(topic, key, max_num, begin, last_query_time)
+            if not offsets:
+                break
+            for i, off in enumerate(offsets):
+                m = self.commit_log.look_message(off)
+                if m is None:
+                    continue
+                if i == 0:
+                    last_query_time = m.store_timestamp
+                if off in seen or m.topic != topic or (key not in m.keys and m.uniq_key != key):
+                    continue
+                seen.add(off)
+                out.append(m)
+                if len(out) >= max_num:
+                    return out
+            if out or last_query_time < begin:
+                break
+        return out
+
+    # -- information --------------------------------------------------------------------------------------------
+
+    def wait_dispatched(self, timeout: float = 10.0) -> bool:
+        """Block until the dispatcher has caught up with everything put so far (tests, demos)."""
+        deadline = time.monotonic() + timeout
+        while self.reput.behind() > 0:
+            if time.monotonic() > deadline:
+                return False
+            self.reput.wakeup()
+            time.sleep(0.0005)
+        return True
+
+    def topics(self) -> dict[str, list[int]]:
+        with self._cq_lock:
+            return {t: sorted(q) for t, q in self._consume_queues.items()}
+
+    def runtime_info(self) -> dict:
+        cl = self.commit_log
+        mfq = cl.mapped_file_queue
+        return {
+            "store_path": self.path,
+            "commitlog_min_offset": cl.min_offset,
+            "commitlog_max_offset": cl.max_offset,
+            "commitlog_flushed_offset": mfq.flushed_where,
+            "commitlog_files": len(mfq),
+            "consume_queues": len(self._all_consume_queues()),
+            "index_files": len(self.index_service.index_file_list) if self.index_service else 0,
+            "dispatch_behind_bytes": self.reput.behind() if self.reput else 0,
+            "dispatch_reput_offset": self.reput.reput_from_offset if self.reput else 0,
+            "dispatched_records": self.reput.dispatched if self.reput else 0,
+            "dispatch_lag_ms": self.reput.lag_ms if self.reput else 0,
+            "dispatch_error": self.reput.last_error if self.reput else None,
+            "put_calls": self._put_count,
+            "recovery": dict(self.recovery),
+            "checkpoint": self.checkpoint.as_dict() if self.checkpoint else {},
+            "flush_disk_type": self.config.flush_disk_type,
+            "uptime_s": round(time.time() - self._start_time, 3),
+        }

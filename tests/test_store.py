@@ -1,0 +1,295 @@
+"""MessageStore: put/get/query/offset-by-time as RocketMQ's DefaultMessageStore (ported test intents), long
+polling, locking, reopening, threads, and a differential check of consume queues and index against the commitlog."""
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rmqcore import GetStatus, Message, MessageStore, PutStatus, StoreClosedError, StoreConfig, StoreLockedError
+from rmqcore import reference as R
+from rmqcore.consume_queue import CQ_DTYPE
+
+
+def cfg(**kw):
+    base = dict(mapped_file_size_commit_log=256 * 1024, mapped_file_size_consume_queue=20 * 64,
+                max_message_size=32 * 1024, max_hash_slot_num=97, max_index_num=300,
+                warm_mapped_file_enable=False, flush_interval_commit_log=50, flush_interval_consume_queue=50)
+    base.update(kw)
+    return StoreConfig(**base)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = MessageStore.open(str(tmp_path / "store"), cfg())
+    yield s
+    s.close()
+
+
+def put_n(store, n, topic="TopicA", queue_id=0, **kw):
+    return [store.put(Message(topic, f"body-{i}".encode(), queue_id, keys=[f"key-{i}"], **kw)) for i in range(n)]
+
+
+def test_layout_is_rocketmq_s(store):
+    put_n(store, 3)
+    store.wait_dispatched()
+    for name in ("commitlog", "consumequeue", "index", "checkpoint", "abort", "lock"):
+        assert os.path.exists(os.path.join(store.path, name)), name
+    assert os.listdir(os.path.join(store.path, "consumequeue", "TopicA")) == ["0"]
+    assert os.path.getsize(os.path.join(store.path, "checkpoint")) == 4096
+
+
+def test_write_and_read_back(store):
+    results = put_n(store, 200, queue_id=1)
+    assert all(r.status is PutStatus.PUT_OK for r in results)
+    store.wait_dispatched()
+    assert store.max_offset("TopicA", 1) == 200 and store.min_offset("TopicA", 1) == 0
+    got, offset = [], 0
+    while True:
+        g = store.get_messages("g", "TopicA", 1, offset, 32)
+        if g.status is not GetStatus.FOUND:
+            assert g.status is GetStatus.OFFSET_OVERFLOW_ONE
+            break
+        assert len(g.messages) <= 32 and g.next_begin_offset == offset + len(g.messages)
+        got.extend(g.messages)
+        offset = g.next_begin_offset
+    assert [bytes(m.body) for m in got] == [f"body-{i}".encode() for i in range(200)]
+    assert [m.queue_offset for m in got] == list(range(200))
+    assert [m.commitlog_offset for m in got] == [r.commitlog_offset for r in results]
+
+
+def test_get_statuses(store):
+    put_n(store, 5)
+    store.wait_dispatched()
+    g = store.get_messages("g", "Nope", 0, 0)
+    assert g.status is GetStatus.NO_MATCHED_LOGIC_QUEUE and g.next_begin_offset == 0
+    g = store.get_messages("g", "TopicA", 0, 5)
+    assert g.status is GetStatus.OFFSET_OVERFLOW_ONE and g.next_begin_offset == 5 and g.max_offset == 5
+    g = store.get_messages("g", "TopicA", 0, 9)
+    assert g.status is GetStatus.OFFSET_OVERFLOW_BADLY and g.next_begin_offset == 0   # min offset is 0
+    g = store.get_messages("g", "TopicA", 0, 2, 2)
+    assert g.status is GetStatus.FOUND and [m.queue_offset for m in g.messages] == [2, 3]
+    assert g.next_begin_offset == 4 and (g.min_offset, g.max_offset) == (0, 5)
+    with pytest.raises(ValueError):
+        store.get_messages("g", "TopicA", 0, -1)
+
+
+def test_max_transfer_count_and_bytes(tmp_path):
+    s = MessageStore.open(str(tmp_path / "s"), cfg(max_transfer_count_on_message_in_memory=8,
+                                                    max_transfer_bytes_on_message_in_memory=3000))
+    try:
+        for i in range(40):
+            s.put(Message("T", b"x" * 500, 0))
+        s.wait_dispatched()
+        g = s.get_messages("g", "T", 0, 0, 32)
+        size = g.messages[0].store_size
+        assert len(g.messages) == min(8, 3000 // size) and g.buffer_total_size == len(g.messages) * size
+    finally:
+        s.close()
+
+
+def test_tag_filter_matches_hash_then_exact_tag(store):
+    # "Aa" and "BB" have the same Java hashCode: the hash matches both, the exact check keeps only one.
+    assert R.java_hash_code("Aa") == R.java_hash_code("BB")
+    for tag in ["Aa", "BB", "Cc", "Aa", "BB"]:
+        store.put(Message("T", tag.encode(), 0, tags=tag))
+    store.wait_dispatched()
+    g = store.get_messages("g", "T", 0, 0, 32, tags="Aa")
+    assert [m.tags for m in g.messages] == ["Aa", "Aa"] and g.next_begin_offset == 5
+    g = store.get_messages("g", "T", 0, 0, 32, tags="Cc || BB")
+    assert [m.tags for m in g.messages] == ["BB", "Cc", "BB"]
+    g = store.get_messages("g", "T", 0, 0, 32, tags="Zz")
+    assert g.status is GetStatus.NO_MATCHED_MESSAGE and g.next_begin_offset == 5
+    assert len(store.get_messages("g", "T", 0, 0, 32, tags="*").messages) == 5
+    unit = store.find_consume_queue("T", 0).get_unit(0)
+    assert unit[2] == R.java_hash_code("Aa")                 # tagsCode in the consume queue
+
+
+def test_query_message_by_key_and_uniq_key(store):
+    results = put_n(store, 50, topic="Orders")
+    store.wait_dispatched()
+    hits = store.query_message("Orders", "key-7")
+    assert [bytes(m.body) for m in hits] == [b"body-7"]
+    uniq = results[9].uniq_key
+    assert [m.uniq_key for m in store.query_message("Orders", uniq)] == [uniq]
+    assert store.query_message("Orders", "key-7", begin=0, end=1) == []     # time window excludes it
+    assert store.query_message("Other", "key-7") == []
+    for _ in range(3):
+        store.put(Message("Orders", b"dup", 0, keys=["same"]))
+    store.wait_dispatched()
+    assert len(store.query_message("Orders", "same", max_num=2)) == 2
+    assert len(store.query_message("Orders", "same")) == 3
+
+
+def test_offset_by_time_nearest_side(store):
+    stamps = []
+    for i in range(6):
+        r = store.put(Message("T", b"x", 0))
+        stamps.append(r.store_timestamp)
+        time.sleep(0.02)
+    store.wait_dispatched()
+    for i, ts in enumerate(stamps):
+        assert store.offset_by_time("T", 0, ts) == i
+    assert store.offset_by_time("T", 0, stamps[2] + 3) == 2            # nearer to the left
+    assert store.offset_by_time("T", 0, stamps[3] - 2) == 3            # nearer to the right
+    assert store.offset_by_time("T", 0, 0) == 0
+    assert store.offset_by_time("T", 0, stamps[-1] + 10_000) == 5
+    assert store.offset_by_time("Nope", 0, stamps[0]) == 0
+
+
+def test_look_message(store):
+    r = put_n(store, 3)[1]
+    m = store.look_message(r.commitlog_offset)
+    assert m.msg_id == r.msg_id and m.keys == ["key-1"]
+    assert store.look_message(r.commitlog_offset + 1) is None
+    assert store.look_message(-5) is None
+    assert store.look_message(10 ** 12) is None
+
+
+def test_long_polling_returns_when_a_message_arrives(store):
+    put_n(store, 1)
+    store.wait_dispatched()
+    threading.Timer(0.2, lambda: store.put(Message("TopicA", b"late", 0))).start()
+    t0 = time.monotonic()
+    g = store.get_messages("g", "TopicA", 0, 1, 32, wait=5)
+    assert g.status is GetStatus.FOUND and bytes(g.messages[0].body) == b"late"
+    assert 0.15 < time.monotonic() - t0 < 3
+    t0 = time.monotonic()
+    g = store.get_messages("g", "TopicA", 0, 2, 32, wait=0.3)
+    assert g.status is GetStatus.OFFSET_OVERFLOW_ONE and time.monotonic() - t0 >= 0.29
+
+
+def test_wait_on_closing_store_raises(tmp_path):
+    s = MessageStore.open(str(tmp_path / "s"), cfg())
+    errors = []
+
+    def pull():
+        try:
+            s.get_messages("g", "T", 0, 0, 32, wait=10)
+        except StoreClosedError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=pull)
+    t.start()
+    time.sleep(0.2)
+    s.close()
+    t.join(5)
+    assert not t.is_alive() and len(errors) == 1
+    with pytest.raises(StoreClosedError):
+        s.put(Message("T", b"x"))
+
+
+def test_second_open_is_refused(tmp_path):
+    path = str(tmp_path / "s")
+    s = MessageStore.open(path, cfg())
+    try:
+        with pytest.raises(StoreLockedError):
+            MessageStore.open(path, cfg())
+        assert s.put(Message("T", b"still fine")).ok
+    finally:
+        s.close()
+
+
+def test_reopen_keeps_queues_index_and_offsets(tmp_path):
+    path = str(tmp_path / "s")
+    with MessageStore.open(path, cfg()) as s:
+        put_n(s, 120, topic="A", queue_id=2)
+    assert not os.path.exists(os.path.join(path, "abort"))
+    with MessageStore.open(path, cfg()) as s:
+        assert s.max_offset("A", 2) == 120
+        assert [bytes(m.body) for m in s.query_message("A", "key-99")] == [b"body-99"]
+        r = s.put(Message("A", b"next", 2))
+        assert r.queue_offset == 120
+        s.wait_dispatched()
+        g = s.get_messages("g", "A", 2, 118, 32)
+        assert [m.queue_offset for m in g.messages] == [118, 119, 120]
+
+
+def test_threads_put_and_get_at_once(store):
+    n_threads, per = 4, 300
+    errors = []
+
+    def producer(k):
+        try:
+            for i in range(per):
+                assert store.put(Message("MT", f"{k}-{i}".encode(), k % 2, keys=[f"k{k}-{i}"])).ok
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def consumer():
+        offset = 0
+        deadline = time.time() + 20
+        while offset < n_threads * per // 2 and time.time() < deadline:
+            g = store.get_messages("g", "MT", 0, offset, 32, wait=0.5)
+            if g.status is GetStatus.FOUND:
+                offset = g.next_begin_offset
+
+    threads = [threading.Thread(target=producer, args=(k,)) for k in range(n_threads)]
+    threads.append(threading.Thread(target=consumer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    store.wait_dispatched()
+    assert store.max_offset("MT", 0) + store.max_offset("MT", 1) == n_threads * per
+    for q in (0, 1):
+        bodies, off = set(), 0
+        while True:
+            g = store.get_messages("g", "MT", q, off, 32)
+            if g.status is not GetStatus.FOUND:
+                break
+            assert [m.queue_offset for m in g.messages] == list(range(off, off + len(g.messages)))
+            bodies.update(bytes(m.body) for m in g.messages)
+            off = g.next_begin_offset
+        assert len(bodies) == n_threads * per // 2
+
+
+def check_consistent(store, expected):
+    """Every consume-queue unit points at a record with its topic, queue, queue offset and size; every key of
+    every message is found through the index; the reference readers agree with the Cython ones."""
+    store.wait_dispatched()
+    for (topic, qid), msgs in expected.items():
+        cq = store.find_consume_queue(topic, qid, create=False)
+        assert cq.max_offset_in_queue == len(msgs)
+        units = []
+        for mf in cq.mapped_file_queue.mapped_files:
+            raw = bytes(mf.select(0))
+            units += R.decode_cq_units(raw)
+            assert [tuple(u) for u in np.frombuffer(raw, dtype=CQ_DTYPE)] == R.decode_cq_units(raw)
+        assert len(units) == len(msgs)
+        for i, ((off, size, tags_code), (msg, result)) in enumerate(zip(units, msgs)):
+            rec = R.decode_message(bytes(store.commit_log.get_data(off, size)), 0, check_crc=True)
+            assert (rec["topic"], rec["queue_id"], rec["queue_offset"], rec["store_size"]) == (topic, qid, i, size)
+            assert off == result.commitlog_offset
+            assert tags_code == R.tags_code(msg.tags)
+            for key in msg.keys + [result.uniq_key]:
+                assert result.commitlog_offset in [m.commitlog_offset
+                                                   for m in store.query_message(topic, key, max_num=64)]
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["A", "B", "Topic_c"]), st.integers(0, 2), st.binary(max_size=400),
+                          st.lists(st.text(alphabet="abcdef-é😀", min_size=1, max_size=6), max_size=3),
+                          st.sampled_from([None, "TagA", "TagB", "标签"])), min_size=1, max_size=120))
+def test_differential_queues_and_index_against_commitlog(tmp_path_factory, puts):
+    path = str(tmp_path_factory.mktemp("diff") / "s")
+    with MessageStore.open(path, cfg()) as s:
+        expected = {}
+        for topic, qid, body, keys, tags in puts:
+            msg = Message(topic, body, qid, tags=tags, keys=keys or None)
+            expected.setdefault((topic, qid), []).append((msg, s.put(msg)))
+        check_consistent(s, expected)
+    with MessageStore.open(path, cfg()) as s:       # and again after a reopen
+        check_consistent(s, expected)
+
+
+def test_runtime_info(store):
+    put_n(store, 10)
+    store.wait_dispatched()
+    info = store.runtime_info()
+    assert info["commitlog_max_offset"] > 0 and info["consume_queues"] == 1
+    assert info["dispatch_behind_bytes"] == 0 and info["put_calls"] == 10
+    assert info["recovery"]["last_exit_ok"] is True
