@@ -70,9 +70,6 @@ class StoreConfig:
         if self.mapped_file_size_consume_queue % 20:
             raise ValueError("mapped_file_size_consume_queue must be a multiple of the 20-byte unit, got "
                              f"{self.mapped_file_size_consume_queue}")
-        if self.max_message_size + 8 > self.mapped_file_size_commit_log:
-            raise ValueError(f"max_message_size {self.max_message_size} does not fit a commitlog file of "
-                             f"{self.mapped_file_size_commit_log} bytes (record + 8-byte end-of-file blank)")
 
     @property
     def sync_flush(self) -> bool:

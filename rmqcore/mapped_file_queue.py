@@ -210,6 +210,8 @@ class MappedFileQueue:
                     if offset >= mf.file_from_offset:
                         mf.truncate_to(offset - mf.file_from_offset)
                         keep.append(mf)
+                    elif self.read_only:          # never delete from a store opened for reading
+                        mf.close()
                     else:
                         mf.destroy()
                 else:

@@ -7,12 +7,14 @@ the commitlog records they point at, zero-copy.
 """
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
 import re
 import threading
 import time
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -24,8 +26,9 @@ from .config import StoreConfig
 from .consume_queue import ConsumeQueue
 from .dispatch import ReputMessageService, group_units
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
-from .flush import PeriodicService
+from .flush import GroupCommitRequest, GroupCommitService, PeriodicService
 from .index_service import IndexService
+from . import recovery
 from .message import GetResult
 from .status import GetStatus, PutStatus
 
@@ -81,6 +84,7 @@ class MessageStore:
         self.index_service: IndexService | None = None
         self.checkpoint: StoreCheckpoint | None = None
         self.reput: ReputMessageService | None = None
+        self.group_commit: GroupCommitService | None = None
         self.recovery: dict = {}
         self._put_count = 0
         self._start_time = time.time()
@@ -131,47 +135,8 @@ class MessageStore:
         self.index_service = IndexService(self._path("index"), cfg.max_hash_slot_num, cfg.max_index_num,
                                           checkpoint=self.checkpoint)
         self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
-        # Recovery: the commitlog's end of valid data, then every consume queue cut to it.
-        t0 = time.monotonic()
-        files = self.commit_log.mapped_file_queue.mapped_files
-        check_crc = cfg.check_crc_on_recover
-        if last_exit_ok:
-            process_offset = self.commit_log.recover(check_crc=check_crc)
-        else:
-            process_offset = self.commit_log.recover(check_crc=check_crc,
-                                                      from_file_index=self._abnormal_start_index(files))
-        max_cq_phys = 0
-        for cq in self._all_consume_queues():
-            cq.recover()
-            max_cq_phys = max(max_cq_phys, cq.max_physic_offset)
-        if max_cq_phys >= process_offset:
-            for cq in self._all_consume_queues():
-                cq.truncate_dirty_logic_files(process_offset)
-        self._recover_topic_queue_table()
-        reput_from = self.commit_log.min_offset
-        for cq in self._all_consume_queues():
-            reput_from = max(reput_from, cq.max_physic_offset)
-        if not last_exit_ok:
-            # After a crash, re-dispatch from where the recovery scan started: units and keys already built are
-            # skipped by the consume queues' and the index's repeat checks, the missing ones are added.
-            start_files = self.commit_log.mapped_file_queue.mapped_files
-            start_index = self._abnormal_start_index(start_files) if start_files else 0
-            if start_files:
-                reput_from = min(reput_from, start_files[start_index].file_from_offset)
-        self.recovery = dict(self.commit_log.last_recovery, last_exit_ok=last_exit_ok,
-                             reput_from=reput_from, seconds=round(time.monotonic() - t0, 3))
-        self._reput_from = reput_from
-
-    def _abnormal_start_index(self, files) -> int:
-        # RocketMQ's recoverAbnormally: from the last file whose first message is older than the checkpoint. The
-        # index's time counts too (RocketMQ's messageIndexSafe), so keys of deleted index files are rebuilt.
-        min_ts = (self.checkpoint.min_timestamp_index if self.config.message_index_enable
-                  else self.checkpoint.min_timestamp)
-        for i in range(len(files) - 1, -1, -1):
-            first = self.commit_log.look_message(files[i].file_from_offset)
-            if first is not None and first.store_timestamp <= min_ts:
-                return i
-        return 0
+        self.recovery = recovery.recover(self, last_exit_ok)
+        self._reput_from = self.recovery["reput_from"]
 
     def _load_consume_queues(self) -> None:
         root = self._path("consumequeue")
@@ -206,8 +171,21 @@ class MessageStore:
             pass
         self._writer = self.commit_log.writer
         self._sync_flush = cfg.sync_flush
+        self._sync_timeout = cfg.sync_flush_timeout / 1000
         self.reput = ReputMessageService(self, self._reput_from)
+        # Dispatch everything recovery left behind before the store is handed out, so consume queues and index
+        # agree with the commitlog from the first call; then take the queue offsets from the queues.
+        units_before = self._count_units()
+        keys_before = self._count_keys()
+        while self.reput.do_reput():
+            pass
+        self.recovery["rebuilt_units"] = self._count_units() - units_before
+        self.recovery["rebuilt_keys"] = self._count_keys() - keys_before
+        self._recover_topic_queue_table()
         self.reput.start()
+        self.group_commit = GroupCommitService(self.commit_log) if cfg.sync_flush else None
+        if self.group_commit is not None:
+            self.group_commit.start()
         self._services = [
             PeriodicService("FlushRealTimeService", self._flush_commit_log, cfg.flush_interval_commit_log,
                             cfg.flush_commit_log_thorough_interval),
@@ -246,6 +224,8 @@ class MessageStore:
             self._arrived.notify_all()
         if was_running:
             self.reput.shutdown()
+            if self.group_commit is not None:
+                self.group_commit.shutdown()
             for s in self._services:
                 s.shutdown()
             self.commit_log.flush(0)
@@ -285,15 +265,22 @@ class MessageStore:
 
     # -- put ----------------------------------------------------------------------------------------------------
 
+    def _count_keys(self) -> int:
+        with self.index_service.lock:
+            return sum(max(0, f.index_count - 1) for f in self.index_service.index_file_list)
+
+    def _count_units(self) -> int:
+        return sum(cq.max_offset_in_queue - cq.min_offset_in_queue for cq in self._all_consume_queues())
+
     def put(self, msg):
-        """Store one message. Returns a PutResult; raises MessageIllegalError (nothing written) for a message
-        RocketMQ would refuse."""
+        """Store one message. Returns a PutResult (with SYNC_FLUSH only once an msync covers it, or
+        FLUSH_DISK_TIMEOUT); raises MessageIllegalError (nothing written) for a message RocketMQ refuses."""
         if not self._running:
             self._check_running()
         result = self._writer.put(msg)
         self._put_count += 1
         if self._sync_flush and result.status is PutStatus.PUT_OK:
-            self.commit_log.flush(0)
+            return self._wait_flushed(result, result)
         return result
 
     def put_batch(self, messages) -> list:
@@ -302,11 +289,60 @@ class MessageStore:
             self._check_running()
         results = self._writer.put_batch(messages)
         self._put_count += len(results)
-        if self._sync_flush and results:
-            self.commit_log.flush(0)
+        if self._sync_flush and results and results[-1].status is PutStatus.PUT_OK:
+            done = self._wait_flushed(results[-1], True)
+            if done is not True:
+                results = [r.replace_status(PutStatus.FLUSH_DISK_TIMEOUT) if r.ok else r for r in results]
         # The dispatcher is not woken per put: it polls every millisecond (as RocketMQ's reput service sleeps
         # 1 ms), so records that arrive together are dispatched together.
         return results
+
+    def _wait_flushed(self, last, ok_value):
+        future = Future()
+        self.group_commit.put_request(GroupCommitRequest(last.commitlog_offset + last.wrote_bytes, future))
+        try:
+            flushed = future.result(self._sync_timeout)
+        except TimeoutError:
+            flushed = False
+        if flushed:
+            return ok_value
+        log.warning("sync flush did not cover offset %d within %d ms", last.commitlog_offset,
+                    self.config.sync_flush_timeout)
+        return last.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)
+
+    def put_async(self, msg) -> Future:
+        """Like RocketMQ's asyncPutMessage: the record is appended now; the returned Future completes with the
+        PutResult once it is flushed (SYNC_FLUSH) or at once (ASYNC_FLUSH)."""
+        if not self._running:
+            self._check_running()
+        result = self._writer.put(msg)
+        self._put_count += 1
+        out = Future()
+        if not (self._sync_flush and result.status is PutStatus.PUT_OK):
+            out.set_result(result)
+            return out
+        flushed = Future()
+
+        def done(f):
+            out.set_result(result if f.result() else result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT))
+
+        flushed.add_done_callback(done)
+        self.group_commit.put_request(GroupCommitRequest(result.commitlog_offset + result.wrote_bytes, flushed))
+        timer = threading.Timer(self._sync_timeout, lambda: flushed.done() or flushed.set_result(False))
+        timer.daemon = True
+        timer.start()
+        out.add_done_callback(lambda _: timer.cancel())
+        return out
+
+    async def aput(self, msg):
+        """asyncio form of put_async."""
+        return await asyncio.wrap_future(self.put_async(msg))
+
+    def verify(self) -> dict:
+        """Check the open store end to end (see recovery.verify_parts); waits for dispatch to catch up first."""
+        self._check_running()
+        self.wait_dispatched()
+        return recovery.verify_parts(self.commit_log, self._all_consume_queues(), self.index_service)
 
     # -- dispatch (called by the ReputMessageService) -----------------------------------------------------------
 

@@ -94,9 +94,15 @@ def test_bad_input_changes_nothing(tmp_path, config):
     cl.close()
 
 
-def test_config_refuses_messages_that_cannot_fit_a_file():
-    with pytest.raises(ValueError, match="does not fit"):
-        StoreConfig(mapped_file_size_commit_log=4096, max_message_size=4096)
+def test_record_larger_than_a_file_is_refused(tmp_path):
+    # max_message_size allows it, but a record must fit one file with its 8-byte end-of-file blank.
+    cfg = StoreConfig(mapped_file_size_commit_log=4096, max_message_size=64 * 1024, warm_mapped_file_enable=False)
+    cl = CommitLog.open(str(tmp_path / "cl"), cfg)
+    with pytest.raises(MessageIllegalError, match="does not fit") as e:
+        cl.put_message(Message("T", b"x" * 4050))
+    assert e.value.limit == 4096 - 8
+    assert cl.put_message(Message("T", b"x" * 3900)).ok
+    cl.close()
 
 
 def test_reopen_recovers_table_and_offsets(tmp_path, config):
