@@ -1,0 +1,629 @@
+"""``python -m bench``: run every measurement directly (no pytest), with repeats, and print one markdown table.
+
+Every "vs" figure is a ratio of two figures measured in this same run, on this same machine: the machine is a
+noisy shared VM, so ratios travel, absolute figures do not. Throughputs are the best of N repeats (the least
+disturbed run); latencies are percentiles over all samples. Progress goes to stderr, the table to stdout.
+
+    python -m bench                 # full run (a few minutes)
+    python -m bench --quick         # smoke run, well under a minute
+    python -m bench --only put,crc  # some cases only (names: see --list)
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import platform
+import random
+import sys
+import time
+import traceback
+import zlib
+from dataclasses import dataclass
+
+from bench import workloads as W
+
+MiB = W.MiB
+
+
+@dataclass
+class Params:
+    repeats: int
+    crc_calls_1k: int
+    crc_calls_64k: int
+    codec_records: int
+    put_msgs: int
+    put_batch_msgs: int
+    thread_msgs: int          # per thread
+    get_msgs: int
+    keys: int
+    latency_samples: int
+    dispatch_msgs: int
+    file_size: int
+    memcpy_bytes: int
+
+
+FULL = Params(repeats=7, crc_calls_1k=200_000, crc_calls_64k=4_000, codec_records=50_000, put_msgs=100_000,
+              put_batch_msgs=200_000, thread_msgs=50_000, get_msgs=100_000, keys=1_000_000,
+              latency_samples=2_000, dispatch_msgs=300_000, file_size=512 * MiB, memcpy_bytes=256 * MiB)
+QUICK = Params(repeats=3, crc_calls_1k=20_000, crc_calls_64k=500, codec_records=10_000, put_msgs=20_000,
+               put_batch_msgs=50_000, thread_msgs=10_000, get_msgs=20_000, keys=100_000,
+               latency_samples=300, dispatch_msgs=50_000, file_size=256 * MiB, memcpy_bytes=256 * MiB)
+
+
+class Ctx:
+    def __init__(self, params: Params, base_dir: str | None):
+        self.p = params
+        self.dir = base_dir
+        self.r: dict = {}          # measurement name -> value
+        self.notes: list[str] = []
+        self.load_start = _loadavg()
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def best_time(fn, repeats: int, setup=None) -> float:
+    """Smallest wall time of ``repeats`` calls of ``fn(setup())`` (or ``fn()``), GC paused while timed."""
+    best = float("inf")
+    for _ in range(repeats):
+        arg = setup() if setup is not None else None
+        with W.gc_paused():
+            t0 = time.perf_counter()
+            if setup is not None:
+                fn(arg)
+            else:
+                fn()
+            elapsed = time.perf_counter() - t0
+        best = min(best, elapsed)
+        del arg
+    return best
+
+
+def latencies_us(fn, args) -> list[float]:
+    """Per-call latency of ``fn(*a)`` for each ``a`` in ``args``, in µs, sorted."""
+    out = []
+    clock = time.perf_counter_ns
+    with W.gc_paused():
+        for a in args:
+            t0 = clock()
+            fn(*a)
+            out.append((clock() - t0) / 1000.0)
+    out.sort()
+    return out
+
+
+# -- cases ---------------------------------------------------------------------------------------------------------
+
+def case_memcpy(ctx: Ctx) -> None:
+    import numpy as np
+    n = ctx.p.memcpy_bytes
+    src = np.full(n, 7, dtype=np.uint8)
+    dst = np.zeros(n, dtype=np.uint8)
+    dst[:] = 1                                   # touched: warm pages, as a pre-faulted mapped file
+    t = best_time(lambda: np.copyto(dst, src), max(ctx.p.repeats, 5))
+    ctx.r["memcpy_gbps"] = n / t / 1e9
+
+
+def case_crc(ctx: Ctx) -> None:
+    from rmqcore import _crc
+    ours = _crc.crc32
+    for label, size, calls in (("1k", 1024, ctx.p.crc_calls_1k), ("64k", 64 * 1024, ctx.p.crc_calls_64k)):
+        data = os.urandom(size)
+        if ours(data) != zlib.crc32(data):
+            raise AssertionError(f"rmqcore._crc.crc32 disagrees with zlib.crc32 on {size} bytes")
+        loop = range(calls)
+
+        def run_ours():
+            for _ in loop:
+                ours(data)
+
+        def run_zlib(crc=zlib.crc32):
+            for _ in loop:
+                crc(data)
+
+        # interleave the two so both see the same machine weather
+        t_ours = t_zlib = float("inf")
+        for _ in range(max(ctx.p.repeats, 3)):
+            t_ours = min(t_ours, best_time(run_ours, 1))
+            t_zlib = min(t_zlib, best_time(run_zlib, 1))
+        ctx.r[f"crc_{label}_gbps"] = size * calls / t_ours / 1e9
+        ctx.r[f"crc_{label}_ns"] = t_ours / calls * 1e9
+        ctx.r[f"zlib_{label}_gbps"] = size * calls / t_zlib / 1e9
+
+
+def interleaved_best(variants: dict, rounds: int) -> dict:
+    """Best (smallest) wall time of each variant over ``rounds`` rounds; every round runs every variant once, in
+    a rotating order, so related figures see the same machine weather and their ratio is fair.
+
+    ``variants``: name -> (fn, setup). ``fn(setup())`` (or ``fn()`` without setup) is timed with the GC paused;
+    when it returns a float, that is taken as its own elapsed time (threads measure from their common start).
+    """
+    names = list(variants)
+    best = {name: float("inf") for name in names}
+    for i in range(rounds):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            fn, setup = variants[name]
+            arg = setup() if setup is not None else None
+            with W.gc_paused():
+                t0 = time.perf_counter()
+                own = fn(arg) if setup is not None else fn()
+                elapsed = time.perf_counter() - t0
+            if isinstance(own, float):
+                elapsed = own
+            best[name] = min(best[name], elapsed)
+            del arg
+    return best
+
+
+def case_codec(ctx: Ctx) -> None:
+    from rmqcore._codec import EncodeBuffer, MessageEncoder
+    n = ctx.p.codec_records
+    buf = W.record_buffer(n, base_dir=ctx.dir)
+    nbytes = len(buf) - 8
+    if W.decode_all(buf) != n or W.decode_all(buf, True) != n or W.scan_all(buf, True) != n:
+        raise AssertionError("record buffer does not decode to the records written")
+    # encode: validate + UNIQ_KEY + CRC + encode into the reusable buffer in batches of 1000 (what put_messages
+    # does before taking the lock), on fresh messages each round
+    enc = MessageEncoder()
+    out = EncodeBuffer()
+
+    def encode(batches):
+        for b in batches:
+            enc.encode_batch(b, out)
+
+    def fresh():
+        msgs = W.make_messages(n)
+        return [msgs[i:i + 1000] for i in range(0, n, 1000)]
+
+    t = interleaved_best({
+        "decode": (lambda: W.decode_all(buf), None),
+        "decode_crc": (lambda: W.decode_all(buf, True), None),
+        "scan": (lambda: W.scan_all(buf, False), None),
+        "scan_crc": (lambda: W.scan_all(buf, True), None),
+        "encode": (encode, fresh),
+    }, max(9, 3 * ctx.p.repeats))
+    ctx.r["decode_rps"] = n / t["decode"]
+    ctx.r["decode_gbps"] = nbytes / t["decode"] / 1e9
+    ctx.r["decode_crc_rps"] = n / t["decode_crc"]
+    ctx.r["scan_rps"] = n / t["scan"]
+    ctx.r["scan_crc_rps"] = n / t["scan_crc"]
+    ctx.r["scan_crc_gbps"] = nbytes / t["scan_crc"] / 1e9
+    ctx.r["encode_rps"] = n / t["encode"]
+    ctx.r["encode_gbps"] = nbytes / t["encode"] / 1e9
+
+
+class _LogPool:
+    """Hands out a warmed CommitLog with room for ``need`` bytes, replacing it (outside any timing) when full."""
+
+    def __init__(self, ctx: Ctx):
+        self.ctx = ctx
+        self.wcl = None
+        self.logs = 0
+
+    def get(self, need: int):
+        if self.wcl is not None and self.wcl.capacity() < need:
+            self.wcl.close()
+            self.wcl = None
+        if self.wcl is None:
+            size = self.ctx.p.file_size
+            while size < need + 16 * MiB:
+                size *= 2
+            self.wcl = W.WarmCommitLog(size, self.ctx.dir)
+            self.logs += 1
+        return self.wcl.cl
+
+    def close(self):
+        if self.wcl is not None:
+            self.wcl.close()
+            self.wcl = None
+
+
+def _run_put_each(arg):
+    cl, msgs = arg
+    W.put_each(cl, msgs)
+
+
+def _run_put_batches(arg):
+    cl, batches = arg
+    W.put_batches_presliced(cl.put_messages, batches)
+
+
+def _run_put_threads(arg):
+    cl, lists = arg
+    return W.put_threads(cl, lists)
+
+
+PUT_VARIANTS = ("put", "put_batch", "put_2threads")
+
+
+def case_put(ctx: Ctx, variants=PUT_VARIANTS) -> None:
+    """CommitLog appends on pre-faulted files: one call per message, batches of 1000, two threads; the
+    variants run interleaved, round by round, each on fresh messages (built outside the timing)."""
+    rec = W.record_size()
+    ctx.r["record_bytes"] = rec
+    pool = _LogPool(ctx)
+    p = ctx.p
+    n_put, n_batch, per_thread = p.put_msgs, p.put_batch_msgs, p.thread_msgs
+
+    def setup_put():
+        msgs = W.make_messages(n_put)
+        return pool.get(n_put * rec + MiB), msgs
+
+    def setup_batch():
+        msgs = W.make_messages(n_batch)
+        return pool.get(n_batch * rec + MiB), [msgs[i:i + 1000] for i in range(0, n_batch, 1000)]
+
+    def setup_threads():
+        lists = [W.make_messages(per_thread), W.make_messages(per_thread)]
+        return pool.get(2 * per_thread * rec + MiB), lists
+
+    table = {"put": (_run_put_each, setup_put), "put_batch": (_run_put_batches, setup_batch),
+             "put_2threads": (_run_put_threads, setup_threads)}
+    try:
+        t = interleaved_best({v: table[v] for v in variants}, p.repeats)
+    finally:
+        pool.close()
+    log(f"  {pool.logs} warmed commit log(s) used")
+    if "put" in t:
+        ctx.r["put_mps"] = n_put / t["put"]
+        ctx.r["put_mbps"] = n_put * rec / t["put"] / 1e6
+    if "put_batch" in t:
+        ctx.r["put_batch_mps"] = n_batch / t["put_batch"]
+        ctx.r["put_batch_mbps"] = n_batch * rec / t["put_batch"] / 1e6
+    if "put_2threads" in t:
+        ctx.r["put_2t_mps"] = 2 * per_thread / t["put_2threads"]
+        ctx.r["put_2t_mbps"] = 2 * per_thread * rec / t["put_2threads"] / 1e6
+
+
+def case_get(ctx: Ctx) -> None:
+    n = ctx.p.get_msgs
+    rec = W.record_size()
+    size = ctx.p.file_size
+    while size < n * rec + 16 * MiB:
+        size *= 2
+    cfg = W.bench_config(size)
+    with W.temp_dir(ctx.dir) as root:
+        store = W.open_store(root, cfg)
+        try:
+            W.prewarm_store(store)
+            start = store.max_offset(W.TOPIC, 0)
+            W.fill_store(store, n)
+            end = store.max_offset(W.TOPIC, 0)
+            got = W.get_all(store, W.TOPIC, 0, start, end)
+            if got != end - start:
+                raise AssertionError(f"get_messages returned {got} messages, expected {end - start}")
+            t = best_time(lambda: W.get_all(store, W.TOPIC, 0, start, end), ctx.p.repeats)
+            ctx.r["get_mps"] = (end - start) / t
+            ctx.r["get_mbps"] = (end - start) * rec / t / 1e6
+        finally:
+            store.close()
+
+
+def case_query(ctx: Ctx) -> None:
+    """1M keyed messages written as a bare commitlog, then opened as a store: the dispatcher catches up (timed:
+    consume-queue units + 2 index keys per record), then query_message / look_message / offset_by_time latencies."""
+    n = ctx.p.keys
+    samples = ctx.p.latency_samples
+    queues = 8
+    cfg = W.bench_config(256 * MiB)
+    ctx.r["keys"] = n
+    with W.temp_dir(ctx.dir) as root:
+        t = time.perf_counter()
+        W.write_keyed_commitlog(root, cfg, n, queues=queues, body_size=128)
+        log(f"  wrote {n:,} keyed messages in {time.perf_counter() - t:.1f} s")
+        # The dispatcher's catch-up is timed from the open (a store may dispatch its backlog inside open, before
+        # it is handed out, or in the background after): records dispatched / (open → nothing left behind).
+        with W.gc_paused():
+            t0 = time.perf_counter()
+            store = W.open_store(root, cfg)
+            t_open = time.perf_counter()
+            try:
+                ok = store.wait_dispatched(1800)
+            except BaseException:
+                store.close()
+                raise
+            t1 = time.perf_counter()
+        try:
+            if not ok:
+                raise RuntimeError("dispatch did not catch up within 30 min")
+            info = W.dispatch_info(store)
+            if info.get("dispatch_error"):
+                raise RuntimeError(f"dispatch error: {info['dispatch_error']}")
+            dispatched = info["dispatched_records"]
+            recovery_s = float((getattr(store, "recovery", None) or {}).get("seconds") or 0.0)
+            ctx.r["catchup_rps"] = dispatched / (t1 - t0) if dispatched else float("nan")
+            ctx.r["catchup_records"] = dispatched
+            ctx.r["catchup_s"] = t1 - t0
+            ctx.r["catchup_recovery_s"] = recovery_s
+            log(f"  open {t_open - t0:.2f} s (recovery {recovery_s:.2f} s), all {dispatched:,} records "
+                f"dispatched {t1 - t0:.2f} s after the open began")
+
+            rng = random.Random(20261122)
+            keys = [(W.TOPIC, f"key-{rng.randrange(n):08d}", 32) for _ in range(samples)]
+            found: list = []
+
+            def query(topic, key, max_num):
+                found.append(store.query_message(topic, key, max_num))
+
+            ctx.r["query_us"] = latencies_us(query, keys)
+            misses = sum(1 for r in found if len(r) != 1)
+            if misses:
+                raise AssertionError(f"{misses} of {len(found)} key queries did not return exactly one message")
+            offsets = [(r[0].commitlog_offset,) for r in found]
+            del found[:]
+            ctx.r["look_us"] = latencies_us(store.look_message, offsets)
+
+            first = store.get_messages("bench", W.TOPIC, 0, 0, 1).messages[0].store_timestamp
+            last_off = store.max_offset(W.TOPIC, queues - 1) - 1
+            last = store.get_messages("bench", W.TOPIC, queues - 1, last_off, 1).messages[0].store_timestamp
+            args = [(W.TOPIC, rng.randrange(queues), rng.randint(first, last)) for _ in range(samples)]
+            ctx.r["obt_us"] = latencies_us(store.offset_by_time, args)
+            ctx.r["obt_span_ms"] = last - first
+        finally:
+            store.close()
+
+
+def case_dispatch(ctx: Ctx) -> None:
+    """Full-speed put_batch (batches of 1000, 1 KiB bodies, 4 queues, a tag and a key each) into a live store;
+    the dispatcher follows. Dispatch rate = records / (first put → last record dispatched)."""
+    n = ctx.p.dispatch_msgs
+    queues = 4
+    rec = W.record_size() + 20   # + KEYS and TAGS properties
+    size = ctx.p.file_size
+    while size < n * rec + 16 * MiB:       # one pre-faulted file holds the whole run
+        size *= 2
+    cfg = W.bench_config(size)
+    with W.temp_dir(ctx.dir) as root:
+        store = W.open_store(root, cfg)
+        try:
+            W.prewarm_store(store, queues=queues)
+            msgs = W.make_messages(n, queues=queues, keys=True, tags="TagA", start=1_000_000_000)
+            batches = [msgs[i:i + 1000] for i in range(0, n, 1000)]
+            del msgs
+            d0 = W.dispatch_info(store)["dispatched_records"]
+            sampler = W.LagSampler(store, baseline=d0)
+            put = store.put_batch
+            with W.gc_paused():
+                sampler.start()
+                t0 = time.perf_counter()
+                for b in batches:
+                    put(b)
+                t_put = time.perf_counter()
+                ok = store.wait_dispatched(600)
+                t_done = time.perf_counter()
+                sampler.stop()
+            if not ok:
+                raise RuntimeError("dispatch did not catch up within 10 min")
+            info = W.dispatch_info(store)
+            if info.get("dispatch_error"):
+                raise RuntimeError(f"dispatch error: {info['dispatch_error']}")
+            dispatched = info["dispatched_records"] - d0
+            ctx.r["live_put_mps"] = n / (t_put - t0)
+            ctx.r["live_dispatch_rps"] = dispatched / (t_done - t0)
+            ctx.r["live_drain_ms"] = (t_done - t_put) * 1000
+            ctx.r["live_max_lag_ms"] = sampler.max_lag_ms
+            ctx.r["live_max_behind_mb"] = sampler.max_behind_bytes / 1e6
+            ctx.r["live_samples"] = sampler.samples
+        finally:
+            store.close()
+
+
+CASES = [
+    ("memcpy", case_memcpy),
+    ("crc", case_crc),
+    ("codec", case_codec),
+    ("put", case_put),
+    ("get", case_get),
+    ("query", case_query),
+    ("dispatch", case_dispatch),
+]
+
+
+# -- table ---------------------------------------------------------------------------------------------------------
+
+def _n(v: float) -> str:
+    return f"{v:,.0f}"
+
+
+def _g(v: float) -> str:
+    return f"{v:.2f}"
+
+
+def _us(v: float) -> str:
+    return f"{v:,.1f}"
+
+
+def _x(a: float, b: float) -> str:
+    return f"{a / b:.2f}×"
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * a / b:.1f} %"
+
+
+def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
+    r = ctx.r
+    rows = []
+    mem = r.get("memcpy_gbps")
+
+    def vs_mem(gbps):
+        return f"{_pct(gbps, mem)} of memcpy" if mem else "memcpy not run"
+
+    for label, size in (("1k", "1 KiB"), ("64k", "64 KiB")):
+        if f"crc_{label}_gbps" in r:
+            rows.append((f"crc32 {size} (rmqcore._crc, {r[f'crc_{label}_ns']:,.0f} ns/call)",
+                         _g(r[f"crc_{label}_gbps"]), "GB/s",
+                         f"{_x(r[f'crc_{label}_gbps'], r[f'zlib_{label}_gbps'])} zlib.crc32 "
+                         f"({_g(r[f'zlib_{label}_gbps'])} GB/s)"))
+    if "encode_rps" in r:
+        rows.append(("encode 1 KiB-body records (encode_batch, 1000/call)", _n(r["encode_rps"]), "records/s",
+                     f"{_g(r['encode_gbps'])} GB/s, {vs_mem(r['encode_gbps'])}"))
+    if "decode_rps" in r:
+        rows.append(("decode 1 KiB-body records (RecordIterator → MessageExt)", _n(r["decode_rps"]), "records/s",
+                     f"{_x(r['decode_rps'], r['scan_rps'])} scan_records (no objects)"))
+        rows.append(("decode 1 KiB-body records (RecordIterator → MessageExt)", _g(r["decode_gbps"]), "GB/s",
+                     vs_mem(r["decode_gbps"])))
+        rows.append(("decode + body CRC check (RecordIterator, check_crc)", _n(r["decode_crc_rps"]), "records/s",
+                     f"{_x(r['decode_crc_rps'], r['decode_rps'])} decode without CRC"))
+        rows.append(("scan_records + CRC (recovery walk, no objects)", _g(r["scan_crc_gbps"]), "GB/s",
+                     f"{_x(r['scan_crc_gbps'], r['crc_64k_gbps'])} crc32 64 KiB" if "crc_64k_gbps" in r
+                     else vs_mem(r["scan_crc_gbps"])))
+    if "put_mps" in r:
+        rows.append(("CommitLog.put_message, 1 KiB body, 1 call/msg, warm files", _n(r["put_mps"]), "msgs/s",
+                     f"{1e6 / r['put_mps']:.2f} µs/msg"))
+        rows.append(("CommitLog.put_message, 1 KiB body, 1 call/msg, warm files", _n(r["put_mbps"]), "MB/s",
+                     vs_mem(r["put_mbps"] / 1000)))
+    if "put_batch_mps" in r:
+        rows.append(("CommitLog.put_messages, batches of 1000, 1 KiB body", _n(r["put_batch_mps"]), "msgs/s",
+                     f"{_x(r['put_batch_mps'], r['put_mps'])} put_message" if "put_mps" in r else "put not run"))
+        rows.append(("CommitLog.put_messages, batches of 1000, 1 KiB body", _n(r["put_batch_mbps"]), "MB/s",
+                     vs_mem(r["put_batch_mbps"] / 1000)))
+    if "put_2t_mps" in r:
+        rows.append(("CommitLog.put_message, 2 threads at once, 1 KiB body", _n(r["put_2t_mps"]), "msgs/s",
+                     f"{_x(r['put_2t_mps'], r['put_mps'])} 1 thread" if "put_mps" in r else "put not run"))
+    if "get_mps" in r:
+        rows.append(("MessageStore.get_messages, 32/call, sequential, 1 KiB body", _n(r["get_mps"]), "msgs/s",
+                     f"{_x(r['get_mps'], r['decode_rps'])} RecordIterator decode" if "decode_rps" in r
+                     else f"{_n(r['get_mbps'])} MB/s"))
+    if "query_us" in r:
+        q, lk = r["query_us"], r["look_us"]
+        keys = f"{r['keys']:,} keys"
+        look50 = W.percentile(lk, 50)
+        rows.append((f"query_message p50 ({keys} indexed)", _us(W.percentile(q, 50)), "µs",
+                     f"{_x(W.percentile(q, 50), look50)} look_message p50 ({_us(look50)} µs)"))
+        rows.append((f"query_message p99 ({keys} indexed)", _us(W.percentile(q, 99)), "µs",
+                     f"{_x(W.percentile(q, 99), W.percentile(lk, 99))} look_message p99 "
+                     f"({_us(W.percentile(lk, 99))} µs)"))
+        o = r["obt_us"]
+        rows.append((f"offset_by_time p50 ({r['keys'] // 8:,} msgs/queue)", _us(W.percentile(o, 50)), "µs",
+                     f"p99 {_us(W.percentile(o, 99))} µs; {_x(W.percentile(o, 50), look50)} look_message p50"))
+        rows.append((f"dispatch catch-up at open ({r['catchup_records']:,} records, 2 index keys each)",
+                     _n(r["catchup_rps"]), "records/s",
+                     (f"{_x(r['catchup_rps'], r['put_batch_mps'])} put_messages rate; " if "put_batch_mps" in r
+                      else "") + f"{r['catchup_s']:.2f} s incl. {r['catchup_recovery_s']:.2f} s recovery"))
+    if "live_dispatch_rps" in r:
+        rows.append(("dispatch under full-speed put_batch (1 KiB, key+tag)", _n(r["live_dispatch_rps"]),
+                     "records/s", f"{_x(r['live_dispatch_rps'], r['live_put_mps'])} the store puts it followed "
+                                  f"({_n(r['live_put_mps'])} msgs/s"
+                                  + (f" = {_x(r['live_put_mps'], r['put_batch_mps'])} CommitLog.put_messages)"
+                                     if "put_batch_mps" in r else ")")))
+        rows.append(("dispatch max lag under full-speed put_batch", _n(r["live_max_lag_ms"]), "ms",
+                     f"max backlog {r['live_max_behind_mb']:.1f} MB; drained {r['live_drain_ms']:.0f} ms "
+                     f"after the last put"))
+    if mem:
+        rows.append(("limit: memcpy into warm memory (numpy copyto, "
+                     f"{ctx.p.memcpy_bytes // MiB} MiB)", _g(mem), "GB/s", "ceiling for append/decode"))
+    return rows
+
+
+def render(rows) -> str:
+    head = ("operation", "result", "unit", "vs peer/limit (same run)")
+    lines = ["| " + " | ".join(head) + " |", "|---|---:|---|---|"]
+    for row in rows:
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def header(ctx: Ctx, quick: bool) -> str:
+    from rmqcore import _crc
+    try:
+        impl = _crc.implementation()
+    except Exception as e:  # pragma: no cover - reported, not fatal
+        impl = f"unknown ({e})"
+    proc = platform.processor()
+    cpu = cpu_model()
+    return "\n".join([
+        f"rmqcore bench ({'quick' if quick else 'full'} run, best of {ctx.p.repeats})",
+        f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        f"- cpu: {cpu}" + (f" (platform.processor(): {proc})" if proc and proc != cpu else "")
+        + f", {os.cpu_count()} logical cores",
+        f"- python: {platform.python_version()} ({platform.python_implementation()}), {platform.platform()}",
+        f"- crc32 implementation: {impl}; zlib {zlib.ZLIB_RUNTIME_VERSION}",
+        f"- record: {ctx.r.get('record_bytes', W.record_size())} bytes per 1 KiB-body message",
+        f"- load average (1 min) at start / end: {ctx.load_start:.2f} / {_loadavg():.2f} "
+        f"(other work on this {os.cpu_count()}-core VM disturbs the absolute figures)",
+    ])
+
+
+def _loadavg() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller N: a smoke run in well under a minute")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="run only these cases (repeatable or comma-separated); memcpy always runs")
+    ap.add_argument("--dir", default=None, help="parent directory for the temporary stores (default: the "
+                                                "system temp dir); they are always deleted")
+    ap.add_argument("--repeats", type=int, default=None, help="override the number of repeats")
+    ap.add_argument("--keys", type=int, default=None, help="override the number of keys for the query case")
+    ap.add_argument("--list", action="store_true", help="list the case names and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        print("\n".join([name for name, _ in CASES] + [f"{v} (one put variant)" for v in PUT_VARIANTS[1:]]))
+        return 0
+    params = dataclasses.replace(QUICK if args.quick else FULL)
+    if args.repeats:
+        params.repeats = args.repeats
+    if args.keys:
+        params.keys = args.keys
+    wanted = {w.strip() for item in args.only for w in item.split(",") if w.strip()}
+    known = {name for name, _ in CASES} | set(PUT_VARIANTS)
+    unknown = wanted - known
+    if unknown:
+        ap.error(f"unknown case(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
+    ctx = Ctx(params, args.dir)
+    failures = []
+    t_all = time.perf_counter()
+    # "put" runs the three put variants interleaved; "put_batch" / "put_2threads" alone run just those
+    put_variants = PUT_VARIANTS
+    if "put" not in wanted and wanted & set(PUT_VARIANTS):
+        put_variants = tuple(v for v in PUT_VARIANTS if v in wanted)
+        wanted.add("put")
+    for name, fn in CASES:
+        if wanted and name not in wanted and name != "memcpy":
+            continue
+        log(f"{name} ...")
+        t = time.perf_counter()
+        try:
+            if name == "put":
+                fn(ctx, put_variants)
+            else:
+                fn(ctx)
+        except Exception as e:
+            traceback.print_exc()
+            failures.append((name, f"{type(e).__name__}: {e}"))
+        log(f"{name} done in {time.perf_counter() - t:.1f} s")
+    log(f"all done in {time.perf_counter() - t_all:.1f} s")
+    rows = build_rows(ctx)
+    for name, err in failures:
+        rows.append((f"{name}: FAILED", "—", "—", err.replace("|", "/")[:200]))
+    print(header(ctx, args.quick))
+    print()
+    print(render(rows))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""Workloads shared by the pytest-benchmark cases and the ``python -m bench`` runner.
+
+Everything here sets up state (messages, warmed commit logs, filled stores, record buffers) or runs one timed
+kernel; nothing asserts on time. Stores live in temporary directories that the callers always delete.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+MiB = 1024 * 1024
+BODY_SIZE = 1024
+TOPIC = "BenchTopic"
+_BODY = os.urandom(BODY_SIZE)
+
+# Index sizes for benchmark stores: 2,000,003 slots and 4,000,000 items make an 88 MB index file, room for
+# 1,000,000 messages indexed under a key and their UNIQ_KEY. The 420 MB default is never used here.
+INDEX_SLOTS = 2_000_003
+INDEX_ITEMS = 4_000_000
+
+
+def body(size: int = BODY_SIZE) -> bytes:
+    return _BODY if size == BODY_SIZE else os.urandom(size)
+
+
+def make_messages(n: int, *, body_size: int = BODY_SIZE, queues: int = 1, start: int = 0, keys: bool = False,
+                  tags: str | None = None, topic: str = TOPIC) -> list:
+    """``n`` fresh Messages (no UNIQ_KEY yet: the store generates it at put, as for a Message built by hand).
+
+    Messages must not be reused across timed runs: the first encode stores the UNIQ_KEY in the message's
+    properties, so a second put of the same object skips the key generation a real put pays for.
+    """
+    from rmqcore import Message
+    b = body(body_size)
+    if keys:
+        return [Message(topic, b, (start + i) % queues, tags, f"key-{start + i:08d}") for i in range(n)]
+    if queues == 1:
+        return [Message(topic, b, 0, tags) for _ in range(n)]
+    return [Message(topic, b, (start + i) % queues, tags) for i in range(n)]
+
+
+def bench_config(file_size: int = 256 * MiB, **kw):
+    from rmqcore import StoreConfig
+    kw.setdefault("flush_disk_type", "ASYNC_FLUSH")
+    kw.setdefault("warm_mapped_file_enable", True)
+    kw.setdefault("max_hash_slot_num", INDEX_SLOTS)
+    kw.setdefault("max_index_num", INDEX_ITEMS)
+    return StoreConfig(mapped_file_size_commit_log=file_size, **kw)
+
+
+@contextlib.contextmanager
+def temp_dir(base: str | None = None, prefix: str = "rmqbench-"):
+    """A temporary directory, always removed (even when the benchmark fails)."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=base)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Timed sections run with the cyclic GC off (collected just before), so a collection of the millions of
+    set-up objects does not land in one repeat and not another."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+# -- warmed commit logs --------------------------------------------------------------------------------------------
+
+def wait_allocations(mfq, timeout: float = 120.0) -> None:
+    """Wait for the background allocation (create + pre-fault) of the next mapped file, then warm it again
+    (a no-op when the allocator already did: the pages are present)."""
+    pending = getattr(mfq, "_pending", None)
+    if pending:
+        for fut in list(pending.values()):
+            nxt = fut.result(timeout=timeout)
+            nxt.warm_up()
+    else:   # another allocator implementation: give it a moment
+        time.sleep(0.5)
+
+
+def prewarm(mfq, put_few) -> None:
+    """Put a few records (which creates the first file and starts allocating the next), pre-fault the rest of the
+    current file, and wait until the next file is allocated and pre-faulted: timed puts then only write warm pages."""
+    put_few()
+    mf = mfq.get_last_mapped_file()
+    mf.warm_up()
+    wait_allocations(mfq)
+
+
+def warm_capacity(mfq) -> int:
+    """Bytes that can still be appended to the current (pre-faulted) file. The next file is pre-faulted too, but
+    the first append into it makes the allocator start creating and pre-faulting the file after it, on a
+    background thread that would compete with the timed puts for the 2 cores: timed runs stay in one file."""
+    last = mfq.last()
+    return last.file_from_offset + mfq.mapped_file_size - mfq.get_max_wrote_position() - 4096
+
+
+def record_size(body_size: int = BODY_SIZE, queues: int = 1) -> int:
+    """Bytes one benchmark message takes in the commitlog (encoded with a generated UNIQ_KEY)."""
+    from rmqcore._codec import EncodeBuffer, MessageEncoder
+    enc = MessageEncoder()
+    buf = enc.encode_batch(make_messages(1, body_size=body_size, queues=queues))
+    return buf.length(0)
+
+
+class WarmCommitLog:
+    """A CommitLog on fresh, pre-faulted files in a temporary directory; ``close()`` deletes everything."""
+
+    def __init__(self, file_size: int = 256 * MiB, base_dir: str | None = None):
+        from rmqcore.commit_log import CommitLog
+        self.dir = tempfile.mkdtemp(prefix="rmqbench-cl-", dir=base_dir)
+        try:
+            self.cl = CommitLog.open(os.path.join(self.dir, "commitlog"), bench_config(file_size))
+            prewarm(self.cl.mapped_file_queue, lambda: self.cl.put_messages(make_messages(8)))
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+
+    def capacity(self) -> int:
+        return warm_capacity(self.cl.mapped_file_queue)
+
+    def close(self) -> None:
+        try:
+            self.cl.destroy()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def put_each(cl, messages) -> int:
+    """One put_message call per message; returns the bytes written."""
+    put = cl.put_message
+    total = 0
+    for m in messages:
+        total += put(m).wrote_bytes
+    return total
+
+
+def put_batches(cl, messages, batch: int = 1000) -> int:
+    put = cl.put_messages
+    total = 0
+    for i in range(0, len(messages), batch):
+        for r in put(messages[i:i + batch]):
+            total += r.wrote_bytes
+    return total
+
+
+def put_batches_presliced(put, batches) -> int:
+    """put_messages over batches sliced in advance (the slicing is the caller's, not the store's, cost)."""
+    n = 0
+    for b in batches:
+        n += len(put(b))
+    return n
+
+
+def put_threads(cl, per_thread: list[list]) -> float:
+    """Each list of messages put by its own thread, one put_message per message, all starting together.
+    Returns the seconds from the common start to the last thread's end."""
+    barrier = threading.Barrier(len(per_thread) + 1)
+    errors: list = []
+
+    def worker(msgs):
+        try:
+            put = cl.put_message
+            barrier.wait()
+            for m in msgs:
+                put(m)
+        except BaseException as e:  # reported after join
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(msgs,)) for msgs in per_thread]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+# -- record buffers ------------------------------------------------------------------------------------------------
+
+def record_buffer(n: int, body_size: int = BODY_SIZE, base_dir: str | None = None) -> bytearray:
+    """``n`` real commitlog records (1 KiB bodies by default) back to back in ordinary (warm) memory, written by
+    a CommitLog and copied out, followed by 8 zero bytes (end of data)."""
+    from rmqcore.commit_log import CommitLog
+    per = record_size(body_size) + 64
+    size = max(16 * MiB, 1 << (n * per + 2 * MiB).bit_length())
+    with temp_dir(base_dir, "rmqbench-records-") as d:
+        cl = CommitLog.open(os.path.join(d, "commitlog"), bench_config(size, warm_mapped_file_enable=False))
+        try:
+            for i in range(0, n, 1000):
+                cl.put_messages(make_messages(min(1000, n - i), body_size=body_size))
+            mf = cl.mapped_file_queue.first()
+            view = mf.select(0, mf.read_position)
+            try:
+                out = bytearray(view)
+            finally:
+                view.release()
+        finally:
+            cl.destroy()
+    out += bytes(8)
+    return out
+
+
+def decode_all(buf, check_crc: bool = False) -> int:
+    """Decode every record of ``buf`` into MessageExt objects (RecordIterator); returns how many."""
+    from rmqcore._codec import RecordIterator
+    it = RecordIterator(buf, 0, -1, check_crc, 0)
+    n = 0
+    for _ in it:
+        n += 1
+    return n
+
+
+def scan_all(buf, check_crc: bool = True) -> int:
+    from rmqcore._codec import scan_records
+    _pos, count, _code = scan_records(buf, 0, -1, check_crc)
+    return count
+
+
+# -- stores --------------------------------------------------------------------------------------------------------
+
+def open_store(path: str, config):
+    from rmqcore import MessageStore
+    return MessageStore.open(path, config)
+
+
+def prewarm_store(store, topic: str = TOPIC, queues: int = 1) -> None:
+    """Put a few messages so the first commitlog file exists, pre-fault it, wait for the next file, and let the
+    dispatcher build the queues' first consume-queue files and the index file."""
+    cl = store.commit_log
+    prewarm(cl.mapped_file_queue, lambda: store.put_batch(make_messages(max(8, queues), queues=queues,
+                                                                        topic=topic)))
+    store.wait_dispatched(60)
+
+
+def fill_store(store, n: int, *, queues: int = 1, batch: int = 1000, body_size: int = BODY_SIZE,
+               keys: bool = False, start: int = 0) -> None:
+    for i in range(0, n, batch):
+        store.put_batch(make_messages(min(batch, n - i), body_size=body_size, queues=queues, keys=keys,
+                                      start=start + i))
+    store.wait_dispatched(600)
+
+
+def get_all(store, topic: str, queue_id: int, offset: int, end: int, max_count: int = 32,
+            group: str = "bench-group") -> int:
+    """Pull a queue from ``offset`` to ``end`` in batches of ``max_count``; returns how many messages came back."""
+    get = store.get_messages
+    n = 0
+    while offset < end:
+        g = get(group, topic, queue_id, offset, max_count)
+        got = len(g.messages)
+        if got == 0:
+            break
+        n += got
+        offset = g.next_begin_offset
+    return n
+
+
+def write_keyed_commitlog(root: str, config, n_keys: int, *, queues: int = 8, body_size: int = 128,
+                          batch: int = 1000) -> None:
+    """A store directory holding only a commitlog of ``n_keys`` messages, each with one key ``key-%08d`` (and
+    its UNIQ_KEY), round-robin over ``queues`` queues. Opening it as a MessageStore dispatches it all."""
+    from rmqcore.commit_log import CommitLog
+    cl = CommitLog.open(os.path.join(root, "commitlog"), config)
+    try:
+        for i in range(0, n_keys, batch):
+            cl.put_messages(make_messages(min(batch, n_keys - i), body_size=body_size, queues=queues, keys=True,
+                                          start=i))
+    finally:
+        cl.close()
+
+
+def percentile(sorted_values, p: float) -> float:
+    """Nearest-rank percentile of already sorted values."""
+    if not sorted_values:
+        return float("nan")
+    k = max(0, min(len(sorted_values) - 1, int(round(p / 100.0 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]
+
+
+def dispatch_info(store) -> dict:
+    """dispatched_records, dispatch_lag_ms, dispatch_behind_bytes and dispatch_error from ``runtime_info()``; the
+    same figures straight from the reput service if runtime_info itself fails."""
+    try:
+        info = store.runtime_info()
+        return {k: info.get(k) for k in ("dispatched_records", "dispatch_lag_ms", "dispatch_behind_bytes",
+                                         "dispatch_error")}
+    except Exception:
+        reput = store.reput
+        return {"dispatched_records": reput.dispatched, "dispatch_lag_ms": reput.lag_ms,
+                "dispatch_behind_bytes": reput.behind(), "dispatch_error": reput.last_error}
+
+
+class LagSampler(threading.Thread):
+    """Polls the dispatch figures of ``store.runtime_info()`` every ``interval`` seconds; keeps the worst dispatch
+    lag and backlog. ``dispatch_lag_ms`` is only updated when a batch is dispatched, so lag samples count only once
+    the dispatcher has dispatched past ``baseline`` records (the count when timing began): before that it still
+    shows the age of the set-up records."""
+
+    def __init__(self, store, interval: float = 0.002, baseline: int | None = None):
+        super().__init__(name="bench-lag-sampler", daemon=True)
+        self.store = store
+        self.interval = interval
+        self.baseline = dispatch_info(store)["dispatched_records"] if baseline is None else baseline
+        self.stop_event = threading.Event()
+        self.max_lag_ms = 0
+        self.max_behind_bytes = 0
+        self.samples = 0
+
+    def sample(self):
+        info = dispatch_info(self.store)
+        if (info.get("dispatched_records") or 0) > self.baseline:
+            self.max_lag_ms = max(self.max_lag_ms, int(info.get("dispatch_lag_ms") or 0))
+        self.max_behind_bytes = max(self.max_behind_bytes, int(info.get("dispatch_behind_bytes") or 0))
+        self.samples += 1
+
+    def run(self):
+        while not self.stop_event.is_set():
+            self.sample()
+            self.stop_event.wait(self.interval)
+
+    def stop(self):
+        self.stop_event.set()
+        self.join()
+        self.sample()   # the lag of the last dispatched batch
+
+
+# -- pytest-benchmark helper ----------------------------------------------------------------------------------------
+
+def record_rate(benchmark, items: int, name: str = "items_per_s") -> None:
+    """Record items/s (from the median round) in the benchmark's extra_info, for --benchmark-json readers."""
+    benchmark.extra_info["items_per_round"] = items
+    try:
+        median = benchmark.stats.stats.median
+    except AttributeError:   # --benchmark-disable: no stats
+        return
+    if median:
+        benchmark.extra_info[name] = round(items / median)
