@@ -208,15 +208,25 @@ def bytes_to_host(data):
     return _host_str(&v[0], <int32_t>v.shape[0])
 
 
-cdef str _hex_upper(const unsigned char *p, Py_ssize_t n):
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n * 2)
-    cdef char *o = PyBytes_AS_STRING(out)
-    cdef const char *digits = "0123456789ABCDEF"
+cdef extern from "Python.h":
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    void *PyUnicode_DATA(object o)
+
+cdef const char *HEX_DIGITS = "0123456789ABCDEF"
+
+
+cdef inline void _hex_into(char *o, const unsigned char *p, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(n):
-        o[2 * i] = digits[p[i] >> 4]
-        o[2 * i + 1] = digits[p[i] & 15]
-    return out.decode("ascii")
+        o[2 * i] = HEX_DIGITS[p[i] >> 4]
+        o[2 * i + 1] = HEX_DIGITS[p[i] & 15]
+
+
+cdef str _hex_upper(const unsigned char *p, Py_ssize_t n):
+    # Upper-case hex as UtilAll.bytes2string, written straight into a new ASCII str (one allocation).
+    cdef object out = PyUnicode_New(n * 2, 127)
+    _hex_into(<char *>PyUnicode_DATA(out), p, n)
+    return <str>out
 
 
 cdef str _offset_msg_id(bytes store_host, int64_t offset):
@@ -711,12 +721,19 @@ cdef class UniqKeyGenerator:
     cpdef str next_key(self):
         cdef int64_t now = now_ms()
         cdef unsigned char tail[6]
+        cdef Py_ssize_t plen = len(self._prefix)
+        cdef object out
+        cdef char *o
         if now >= self._next_start:
             self._set_month(now)
         rmq_store_be32(tail, <uint32_t>(now - self._start))
         rmq_store_be16(tail + 4, self._counter)
         self._counter += 1
-        return self._prefix.decode("ascii") + _hex_upper(tail, 6)
+        out = PyUnicode_New(plen + 12, 127)
+        o = <char *>PyUnicode_DATA(out)
+        memcpy(o, PyBytes_AS_STRING(self._prefix), plen)
+        _hex_into(o + plen, tail, 6)
+        return <str>out
 
 
 cdef class EncodeBuffer:

@@ -22,7 +22,7 @@ _CQ_TRANSACTION_TYPES = (0x0, 0x8)   # NOT_TYPE and COMMIT_TYPE go to consume qu
 
 
 class ReputMessageService(threading.Thread):
-    def __init__(self, store, reput_from_offset: int, max_records: int = 8192):
+    def __init__(self, store, reput_from_offset: int, max_records: int = 32768):
         super().__init__(name="ReputMessageService", daemon=True)
         self.store = store
         self.reput_from_offset = reput_from_offset
