@@ -31,6 +31,7 @@ from .index_service import IndexService
 from . import recovery
 from .message import GetResult
 from .status import GetStatus, PutStatus
+from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,14 @@ class MessageStore:
         cfg = self.config
         last_exit_ok = not os.path.exists(self._path("abort"))
         self.checkpoint = StoreCheckpoint(self._path("checkpoint"))
-        self.commit_log = CommitLog(self._path("commitlog"), cfg)
+        self.transient_store_pool = None
+        if cfg.transient_store_pool_enable:
+            # Appends land in preallocated (mlock'ed where allowed) buffers; CommitRealTimeService copies them into
+            # the files. Readers and dispatch see a record once it is committed, as in RocketMQ.
+            self.transient_store_pool = TransientStorePool(cfg.transient_store_pool_size,
+                                                           cfg.mapped_file_size_commit_log)
+            self.transient_store_pool.init()
+        self.commit_log = CommitLog(self._path("commitlog"), cfg, pool=self.transient_store_pool)
         self.commit_log.load()
         self._load_consume_queues()
         self.index_service = IndexService(self._path("index"), cfg.max_hash_slot_num, cfg.max_index_num,
@@ -186,14 +194,27 @@ class MessageStore:
         self.group_commit = GroupCommitService(self.commit_log) if cfg.sync_flush else None
         if self.group_commit is not None:
             self.group_commit.start()
-        self._services = [
-            PeriodicService("FlushRealTimeService", self._flush_commit_log, cfg.flush_interval_commit_log,
-                            cfg.flush_commit_log_thorough_interval),
+        self._services = []
+        if self.transient_store_pool is not None:
+            self._services.append(PeriodicService(
+                "CommitRealTimeService", self._commit_commit_log, cfg.commit_interval_commit_log,
+                cfg.commit_commit_log_thorough_interval))
+        if not cfg.sync_flush:
+            self._services.append(PeriodicService(
+                "FlushRealTimeService", self._flush_commit_log, cfg.flush_interval_commit_log,
+                cfg.flush_commit_log_thorough_interval))
+        self._services += [
             PeriodicService("FlushConsumeQueueService", self._flush_consume_queues,
                             cfg.flush_interval_consume_queue, cfg.flush_consume_queue_thorough_interval),
         ]
         for s in self._services:
             s.start()
+
+    def _commit_commit_log(self, thorough: bool) -> None:
+        mfq = self.commit_log.mapped_file_queue
+        least = 0 if thorough else self.config.commit_commit_log_least_pages
+        while not mfq.commit(least):   # a full file commits whole, then the next one gets its turn
+            pass
 
     def _flush_commit_log(self, thorough: bool) -> None:
         self.commit_log.flush(0 if thorough else self.config.flush_commit_log_least_pages)
@@ -243,6 +264,8 @@ class MessageStore:
             self.commit_log.mapped_file_queue.shutdown()
         if self.checkpoint is not None:
             self.checkpoint.shutdown()
+        if self.transient_store_pool is not None:
+            self.transient_store_pool.destroy()
         if clean:
             try:
                 os.unlink(self._path("abort"))

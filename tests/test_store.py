@@ -293,3 +293,20 @@ def test_runtime_info(store):
     assert info["commitlog_max_offset"] > 0 and info["consume_queues"] == 1
     assert info["dispatch_behind_bytes"] == 0 and info["put_calls"] == 10
     assert info["recovery"]["last_exit_ok"] is True
+
+
+def test_transient_store_pool_write_buffers(tmp_path):
+    path = str(tmp_path / "s")
+    config = cfg(transient_store_pool_enable=True, transient_store_pool_size=2, commit_interval_commit_log=20)
+    with MessageStore.open(path, config) as s:
+        assert s.transient_store_pool.available_buffer_nums() <= 2
+        results = [s.put(Message("T", os.urandom(2000), 0, keys=[f"k{i}"])) for i in range(300)]  # rolls files
+        assert s.wait_dispatched(10)          # readers see records once the commit service copied them
+        g = s.get_messages("g", "T", 0, 0, 32)
+        assert g.status is GetStatus.FOUND and g.messages[0].commitlog_offset == results[0].commitlog_offset
+        assert s.verify()["ok"]
+        assert len(s.commit_log.files()) > 2
+    with MessageStore.open(path, cfg()) as s:
+        assert s.max_offset("T", 0) == 300
+        assert bytes(s.look_message(results[-1].commitlog_offset).body) == bytes(
+            s.query_message("T", "k299")[0].body)
