@@ -190,6 +190,11 @@ class MessageStore:
         self.recovery["rebuilt_units"] = self._count_units() - units_before
         self.recovery["rebuilt_keys"] = self._count_keys() - keys_before
         self._recover_topic_queue_table()
+        r = self.recovery
+        log.info("%s recovery of %s: %d records scanned from offset %d, %d bytes truncated (%s), "
+                 "%d consume-queue units and %d index keys rebuilt", "normal" if r["last_exit_ok"] else "abnormal",
+                 self.path, r.get("records", 0), r.get("scan_from", 0), r.get("truncated_bytes", 0),
+                 r.get("stop", "end of data"), r["rebuilt_units"], r["rebuilt_keys"])
         self.reput.start()
         self.group_commit = GroupCommitService(self.commit_log) if cfg.sync_flush else None
         if self.group_commit is not None:
