@@ -1357,3 +1357,78 @@ cdef class CommitLogWriter:
                     i += 1
         self._give(b)
         return out
+
+
+cdef int64_t _store_time_at(list files, int64_t first_from, int64_t file_size, int64_t offset, int32_t size):
+    # pickupStoreTimestamp: the store time in the record header at ``offset``, -1 when no whole record is there.
+    cdef Py_ssize_t findex
+    cdef MappedFile mf
+    cdef _Buffer b
+    cdef RecordView rv
+    cdef int64_t pos
+    if offset < first_from or size <= 0:
+        return -1
+    findex = (offset - first_from) // file_size
+    if findex >= len(files):
+        return -1
+    mf = <MappedFile>files[findex]
+    v = mf.select(0, mf.read_position_c())
+    if v is None:
+        return -1
+    b = _Buffer()
+    b.acquire(v)
+    pos = offset - mf.file_from_offset
+    if pos + size > b.view.len:
+        return -1
+    if parse_record(<const unsigned char *>b.view.buf + pos, size, &rv, False) != RECORD_OK or rv.total_size != size:
+        return -1
+    return rv.store_timestamp
+
+
+def offset_in_queue_by_time(const unsigned char[::1] units, int64_t low, list files, int64_t file_size,
+                            int64_t timestamp, int64_t min_physic_offset):
+    """ConsumeQueue.getOffsetInQueueByTime's search inside one consume-queue file's readable ``units``: returns
+    the byte offset of the chosen unit in the file (exact store time, else the nearer neighbour, the right one
+    when the left is farther), or -1 when a unit points at an unreadable record (RocketMQ then answers 0)."""
+    cdef int64_t high = units.shape[0] - 20
+    cdef int64_t mid, target = -1, left = -1, right = -1, left_value = -1, right_value = -1, phy, t
+    cdef int32_t size
+    cdef int64_t first_from
+    if not files:
+        return -1
+    first_from = (<MappedFile>files[0]).file_from_offset
+    while high >= low:
+        mid = (low + high) // 40 * 20
+        phy = <int64_t>rmq_load_be64(&units[0] + mid)
+        size = <int32_t>rmq_load_be32(&units[0] + mid + 8)
+        if phy < min_physic_offset:
+            low = mid + 20
+            left = mid
+            continue
+        t = _store_time_at(files, first_from, file_size, phy, size)
+        if t < 0:
+            return -1
+        if t == timestamp:
+            target = mid
+            break
+        if t > timestamp:
+            high = mid - 20
+            right, right_value = mid, t
+        else:
+            low = mid + 20
+            left, left_value = mid, t
+    if target != -1:
+        return target
+    if left_value == -1:
+        return right
+    if right_value == -1:
+        return left
+    return right if abs(timestamp - left_value) > abs(timestamp - right_value) else left
+
+
+def pickup_store_timestamp(list files, int64_t file_size, int64_t offset, int32_t size):
+    """The store time of the record of ``size`` bytes at commitlog ``offset`` (``files``: the commitlog's mapped
+    files in order), or -1 when no such whole record is readable there."""
+    if not files:
+        return -1
+    return _store_time_at(files, (<MappedFile>files[0]).file_from_offset, file_size, offset, size)

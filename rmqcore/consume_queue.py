@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from ._codec import offset_in_queue_by_time, pickup_store_timestamp
 from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -196,50 +197,36 @@ class ConsumeQueue:
         else:
             self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + mf.read_position)
 
-    def get_offset_in_queue_by_time(self, timestamp: int, pickup_store_timestamp, min_physic_offset: int) -> int:
-        """RocketMQ's getOffsetInQueueByTime: binary search on store times inside the file found by time; with no
-        exact hit, the nearer of the two neighbours (the right one when the left is farther)."""
-        mf = self.mapped_file_queue.get_mapped_file_by_time(timestamp)
+    def get_offset_in_queue_by_time(self, timestamp: int, commitlog_files: list, commitlog_file_size: int,
+                                    min_physic_offset: int) -> int:
+        """RocketMQ's getOffsetInQueueByTime: the file found by time, then a binary search on the store times of
+        the records its units point at (in Cython); with no exact hit, the nearer of the two neighbours."""
+        mf = self._file_by_time(timestamp, commitlog_files, commitlog_file_size)
         if mf is None:
             return 0
         view = mf.select(0)
-        if view is None:
+        if view is None or len(view) < CQ_STORE_UNIT_SIZE:
             return 0
-        units = np.frombuffer(view, dtype=CQ_DTYPE)
-        unit = CQ_STORE_UNIT_SIZE
         low = self.min_logic_offset - mf.file_from_offset if self.min_logic_offset > mf.file_from_offset else 0
-        high = len(units) * unit - unit
-        target = left = right = -1
-        left_value = right_value = -1
-        while high >= low:
-            mid = (low + high) // (2 * unit) * unit
-            u = units[mid // unit]
-            phy, size = int(u["offset"]), int(u["size"])
-            if phy < min_physic_offset:
-                low = mid + unit
-                left = mid
+        offset = offset_in_queue_by_time(view[:len(view) - len(view) % CQ_STORE_UNIT_SIZE], low, commitlog_files,
+                                         commitlog_file_size, timestamp, min_physic_offset)
+        if offset < 0:
+            return 0
+        return (mf.file_from_offset + offset) // CQ_STORE_UNIT_SIZE
+
+    def _file_by_time(self, timestamp: int, commitlog_files: list, commitlog_file_size: int):
+        # The first file whose last unit's record was stored at or after ``timestamp``. RocketMQ compares file
+        # mtimes, which a reopen, a copy or a late flush moves; the record's own store time does not move.
+        files = self.mapped_file_queue.mapped_files
+        for mf in files:
+            unit = self.get_unit((mf.file_from_offset + mf.read_position) // CQ_STORE_UNIT_SIZE - 1) \
+                if mf.read_position >= CQ_STORE_UNIT_SIZE else None
+            if unit is None:
                 continue
-            store_time = pickup_store_timestamp(phy, size)
-            if store_time < 0:
-                return 0
-            if store_time == timestamp:
-                target = mid
-                break
-            if store_time > timestamp:
-                high = mid - unit
-                right, right_value = mid, store_time
-            else:
-                low = mid + unit
-                left, left_value = mid, store_time
-        if target != -1:
-            offset = target
-        elif left_value == -1:
-            offset = right
-        elif right_value == -1:
-            offset = left
-        else:
-            offset = right if abs(timestamp - left_value) > abs(timestamp - right_value) else left
-        return (mf.file_from_offset + offset) // unit
+            t = pickup_store_timestamp(commitlog_files, commitlog_file_size, unit[0], unit[1])
+            if t >= timestamp:
+                return mf
+        return files[-1] if files else None
 
     def flush(self, least_pages: int = 0) -> bool:
         return self.mapped_file_queue.flush(least_pages)

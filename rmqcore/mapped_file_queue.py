@@ -151,10 +151,13 @@ class MappedFileQueue:
     def get_mapped_file_by_time(self, timestamp_ms: int):
         """The first file whose last store time is at or after ``timestamp_ms`` (RocketMQ's getMappedFileByTime)."""
         with self._lock:
-            for mf in self._files:
-                if mf.store_timestamp >= timestamp_ms:
-                    return mf
-            return self._files[-1] if self._files else None
+            files = list(self._files)
+        for mf in files:
+            # The last store time appended in this run, else the file's mtime (RocketMQ's lastModifiedTimestamp).
+            last = mf.store_timestamp or int(os.path.getmtime(mf.file_name) * 1000)
+            if last >= timestamp_ms:
+                return mf
+        return files[-1] if files else None
 
     def get_min_offset(self) -> int:
         with self._lock:

@@ -484,8 +484,8 @@ class MessageStore:
         cq = self.find_consume_queue(topic, queue_id, create=False)
         if cq is None:
             return 0
-        return cq.get_offset_in_queue_by_time(timestamp_ms, self.pickup_store_timestamp,
-                                              self.commit_log.min_offset)
+        return cq.get_offset_in_queue_by_time(timestamp_ms, self.commit_log.mapped_file_queue.mapped_files,
+                                              self.config.mapped_file_size_commit_log, self.commit_log.min_offset)
 
     def pickup_store_timestamp(self, offset: int, size: int) -> int:
         """Store time of the record at ``offset`` read straight from its header, -1 when not readable."""

@@ -310,3 +310,18 @@ def test_transient_store_pool_write_buffers(tmp_path):
         assert s.max_offset("T", 0) == 300
         assert bytes(s.look_message(results[-1].commitlog_offset).body) == bytes(
             s.query_message("T", "k299")[0].body)
+
+
+def test_offset_by_time_across_consume_queue_files_after_reopen(tmp_path):
+    path = str(tmp_path / "s")
+    stamps = []
+    with MessageStore.open(path, cfg()) as s:         # 64 units per consume-queue file: 3 files
+        for i in range(150):
+            stamps.append(s.put(Message("T", b"x", 0)).store_timestamp)
+            if i % 10 == 0:
+                time.sleep(0.003)
+    with MessageStore.open(path, cfg()) as s:
+        assert len(s.find_consume_queue("T", 0).mapped_file_queue) == 3
+        for i in (0, 10, 70, 140, 149):
+            found = s.offset_by_time("T", 0, stamps[i])
+            assert stamps[found] == stamps[i] and (found == 0 or stamps[found - 1] < stamps[i] or found <= i)
