@@ -13,7 +13,8 @@ from .status import GetStatus, PutStatus
 __version__ = "0.1.0"
 
 __all__ = [
-    "Message", "MessageExt", "PutResult", "GetResult", "PutStatus", "GetStatus", "StoreConfig",
+    "MessageStore", "CommitLog", "Message", "MessageExt", "PutResult", "GetResult", "PutStatus", "GetStatus",
+    "StoreConfig",
     "RmqStoreError", "MessageIllegalError", "CorruptRecordError", "StoreLayoutError", "StoreClosedError",
     "StoreLockedError",
 ]

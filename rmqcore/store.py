@@ -19,7 +19,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code,
-                     select_messages)
+                     pickup_store_timestamp, select_messages)
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
@@ -491,8 +491,8 @@ class MessageStore:
         """Store time of the record at ``offset`` read straight from its header, -1 when not readable."""
         if offset < self.commit_log.min_offset:
             return -1
-        m = self.commit_log.look_message(offset)
-        return m.store_timestamp if m is not None and m.store_size == size else -1
+        return pickup_store_timestamp(self.commit_log.mapped_file_queue.mapped_files,
+                                      self.config.mapped_file_size_commit_log, offset, size)
 
     def look_message(self, commitlog_offset: int):
         """The message whose record starts at ``commitlog_offset``, or None."""
