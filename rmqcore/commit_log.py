@@ -10,6 +10,8 @@ import logging
 import os
 import threading
 
+import numpy as np
+
 from ._codec import (AppendMessageCallback, CommitLogWriter, MessageEncoder, PutResult, RESULT_BLANK, RESULT_END, RecordIterator,
                      current_millis, decode_message, record_error, scan_records)
 from .config import StoreConfig
@@ -57,7 +59,7 @@ class CommitLog:
     def load(self) -> None:
         self.mapped_file_queue.load()
 
-    def recover(self, check_crc: bool = True, from_file_index: int | None = None) -> int:
+    def recover(self, check_crc: bool = True, from_file_index: int | None = None, clean: bool = True) -> int:
         """Find the end of valid data scanning from the third-last file (or ``from_file_index``), then cut every
         byte after it. Returns the recovered max offset. Corruption stops the scan there, as RocketMQ does."""
         files = self.mapped_file_queue.mapped_files
@@ -83,13 +85,35 @@ class CommitLog:
                 stop_reason = str(err)
                 log.warning("commitlog recovery stops at %s", err)
             break
-        old_max = self.mapped_file_queue.get_max_wrote_position()
+        truncated = self._data_after(process_offset, files) if stop_reason != "end of data" or not clean else 0
         self.mapped_file_queue.truncate_dirty_files(process_offset)
         self.mapped_file_queue.set_flushed_where(process_offset)
         self.writer.reset()
         self.last_recovery = {"records": records, "process_offset": process_offset,
-                              "truncated_bytes": max(0, old_max - process_offset), "stop": stop_reason}
+                              "truncated_bytes": truncated, "stop": stop_reason}
         return process_offset
+
+    @staticmethod
+    def _data_after(offset: int, files) -> int:
+        """How many bytes after ``offset`` were written (up to the last non-zero byte): what recovery cuts. Files
+        are read backwards in chunks, so the zeros of a preallocated tail cost one pass and nothing else."""
+        chunk = 4 << 20
+        cut = 0
+        for mf in files:
+            start = max(0, offset - mf.file_from_offset)
+            if start >= mf.file_size:
+                continue
+            arr = np.frombuffer(mf.view(), dtype=np.uint8)
+            end = mf.file_size
+            while end > start:
+                lo = max(start, end - chunk)
+                part = arr[lo:end]
+                if part.any():
+                    cut += lo + int(np.flatnonzero(part)[-1]) + 1 - start
+                    break
+                end = lo
+            del arr
+        return cut
 
     def rebuild_topic_queue_table(self) -> dict:
         table: dict = {}

@@ -61,9 +61,10 @@ class GroupCommitService(threading.Thread):
     """SYNC_FLUSH: a put waits until a flush covers its record. Requests that arrive while an msync runs are
     served together by the next one, so N producers share one fdatasync instead of paying one each."""
 
-    def __init__(self, commit_log):
+    def __init__(self, commit_log, on_flushed=None):
         super().__init__(name="GroupCommitService", daemon=True)
         self._commit_log = commit_log
+        self._on_flushed = on_flushed      # e.g. move the checkpoint's physicMsgTimestamp, as RocketMQ's doCommit
         self._cond = threading.Condition()
         self._requests: list[GroupCommitRequest] = []
         self._stopped = False
@@ -100,6 +101,8 @@ class GroupCommitService(threading.Thread):
         try:
             flushed = self._commit_log.flush(0)
             self.flushes += 1
+            if self._on_flushed is not None:
+                self._on_flushed()
         except OSError as e:   # EIO and friends: the waiting puts report FLUSH_DISK_TIMEOUT, nothing is claimed
             self.last_error = f"flush failed: {e}"
             log.error("group commit flush failed: %s", e)

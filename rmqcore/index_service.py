@@ -86,6 +86,13 @@ class IndexService:
             path = os.path.join(self.store_path, name)
             if not is_index_file_name(name) or not os.path.isfile(path):
                 raise StoreLayoutError(f"{path}: not an index file (index files are named yyyyMMddHHmmssSSS)")
+        if names and not self.read_only:
+            last = os.path.join(self.store_path, names[-1])
+            if os.path.getsize(last) == 0:
+                # A crash between creating the newest file and allocating it: it never held a key.
+                log.warning("index file %s is empty (its creation was interrupted): deleted", last)
+                os.unlink(last)
+                names.pop()
         loaded = []
         try:
             for name in names:

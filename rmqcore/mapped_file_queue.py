@@ -47,6 +47,13 @@ class MappedFileQueue:
             return
         names = sorted(os.listdir(self.store_path))
         foreign = [n for n in names if not (len(n) == 20 and n.isdigit())]
+        if names and not foreign and not self.read_only:
+            last = os.path.join(self.store_path, names[-1])
+            if os.path.getsize(last) == 0:
+                # A crash between creating the newest file and allocating it (posix_fallocate): it holds nothing.
+                log.warning("mapped file %s is empty (its creation was interrupted): deleted", last)
+                os.unlink(last)
+                names.pop()
         if foreign:
             raise StoreLayoutError(
                 f"{self.store_path}: holds files that are not mapped files named by a 20-digit offset: "

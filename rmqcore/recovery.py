@@ -26,7 +26,7 @@ def recover(store, last_exit_ok: bool) -> dict:
     check_crc = store.config.check_crc_on_recover
     start_index = max(0, len(files) - 3) if last_exit_ok else abnormal_start_index(store, files)
     start_offset = files[start_index].file_from_offset if files else 0
-    process_offset = cl.recover(check_crc=check_crc, from_file_index=start_index)
+    process_offset = cl.recover(check_crc=check_crc, from_file_index=start_index, clean=last_exit_ok)
     max_cq_phys = -1
     for cq in store._all_consume_queues():
         cq.recover()

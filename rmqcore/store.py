@@ -196,7 +196,8 @@ class MessageStore:
                  self.path, r.get("records", 0), r.get("scan_from", 0), r.get("truncated_bytes", 0),
                  r.get("stop", "end of data"), r["rebuilt_units"], r["rebuilt_keys"])
         self.reput.start()
-        self.group_commit = GroupCommitService(self.commit_log) if cfg.sync_flush else None
+        self.group_commit = (GroupCommitService(self.commit_log, self._note_physic_timestamp)
+                             if cfg.sync_flush else None)
         if self.group_commit is not None:
             self.group_commit.start()
         self._services = []
@@ -223,8 +224,12 @@ class MessageStore:
 
     def _flush_commit_log(self, thorough: bool) -> None:
         self.commit_log.flush(0 if thorough else self.config.flush_commit_log_least_pages)
+        self._note_physic_timestamp()
+
+    def _note_physic_timestamp(self) -> None:
+        # The store time of the last message known flushed: abnormal recovery starts from the file holding it.
         ts = self.commit_log.mapped_file_queue.store_timestamp
-        if ts:
+        if ts > self.checkpoint.physic_msg_timestamp:
             self.checkpoint.physic_msg_timestamp = ts
 
     def _flush_consume_queues(self, thorough: bool) -> None:

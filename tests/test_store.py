@@ -325,3 +325,20 @@ def test_offset_by_time_across_consume_queue_files_after_reopen(tmp_path):
         for i in (0, 10, 70, 140, 149):
             found = s.offset_by_time("T", 0, stamps[i])
             assert stamps[found] == stamps[i] and (found == 0 or stamps[found - 1] < stamps[i] or found <= i)
+
+
+def test_interrupted_file_creation_is_recovered(tmp_path):
+    # kill -9 between creating a file and allocating it leaves an empty newest file: it holds nothing and goes.
+    path = str(tmp_path / "s")
+    with MessageStore.open(path, cfg()) as s:
+        results = put_n(s, 20)
+    commitlog = os.path.join(path, "commitlog")
+    newest = sorted(os.listdir(commitlog))[-1]
+    open(os.path.join(commitlog, "%020d" % (int(newest) + 256 * 1024)), "wb").close()
+    open(os.path.join(path, "index", "29991231235959999"), "wb").close()
+    open(os.path.join(path, "abort"), "wb").close()
+    with MessageStore.open(path, cfg()) as s:
+        assert s.max_offset("TopicA", 0) == 20 and s.verify()["ok"]
+        assert [bytes(m.body) for m in s.query_message("TopicA", "key-3")] == [b"body-3"]
+        assert s.put(Message("TopicA", b"next", 0)).queue_offset == 20
+    assert results
