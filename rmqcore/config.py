@@ -53,6 +53,7 @@ class StoreConfig:
     delete_commit_log_files_interval: int = 100
     delete_consume_queue_files_interval: int = 100
     destroy_mapped_file_interval_forcibly: int = 1000 * 120
+    clean_resource_interval: int = 10000
     # Delay levels of the schedule topic, as RocketMQ's messageDelayLevel.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     extra: dict = field(default_factory=dict)

@@ -15,15 +15,17 @@ log = logging.getLogger(__name__)
 
 
 class PeriodicService(threading.Thread):
-    """Calls ``work(thorough)`` every ``interval_ms``; ``thorough`` every ``thorough_ms``; once more on stop."""
+    """Calls ``work(thorough)`` every ``interval_ms``; ``thorough`` every ``thorough_ms``; once more, thorough, on
+    stop when ``final_run`` (flushes must cover everything at shutdown; cleaning need not run then)."""
 
-    def __init__(self, name: str, work, interval_ms: int, thorough_ms: int):
+    def __init__(self, name: str, work, interval_ms: int, thorough_ms: int, final_run: bool = True):
         super().__init__(name=name, daemon=True)
         self._work = work
         self._interval = max(1, interval_ms) / 1000
         self._thorough = thorough_ms / 1000
         self._stop_event = threading.Event()
         self._last_thorough = time.monotonic()
+        self._final_run = final_run
         self.errors = 0
 
     def wakeup(self) -> None:
@@ -45,7 +47,8 @@ class PeriodicService(threading.Thread):
         self._stop_event.set()
         if self.is_alive():
             self.join()
-        self._work(True)
+        if self._final_run:
+            self._work(True)
 
 
 class GroupCommitRequest:

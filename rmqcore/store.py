@@ -23,6 +23,7 @@ from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, 
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
+from .clean import CleanFilesService
 from .consume_queue import ConsumeQueue
 from .dispatch import ReputMessageService, group_units
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
@@ -209,9 +210,12 @@ class MessageStore:
             self._services.append(PeriodicService(
                 "FlushRealTimeService", self._flush_commit_log, cfg.flush_interval_commit_log,
                 cfg.flush_commit_log_thorough_interval))
+        self.clean_service = CleanFilesService(self)
         self._services += [
             PeriodicService("FlushConsumeQueueService", self._flush_consume_queues,
                             cfg.flush_interval_consume_queue, cfg.flush_consume_queue_thorough_interval),
+            PeriodicService("CleanFilesService", self.clean_service, cfg.clean_resource_interval,
+                            cfg.clean_resource_interval, final_run=False),
         ]
         for s in self._services:
             s.start()
