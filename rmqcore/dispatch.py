@@ -50,9 +50,11 @@ class ReputMessageService(threading.Thread):
         while not self._stopped.is_set():
             try:
                 n = self.do_reput()
-            except Exception:  # keep the service alive; the store reports the error in runtime_info
-                log.exception("dispatch failed")
-                self.last_error = "exception in dispatch, see log"
+            except Exception as e:  # keep the service alive; the store reports the error in runtime_info
+                if self.last_error != repr(e):
+                    log.exception("dispatch failed; retrying from offset %d", self.reput_from_offset)
+                self.last_error = repr(e)
+                self._stopped.wait(0.5)     # the pass is retried from the same offset (repeat checks skip the done)
                 n = 0
             if n == 0:
                 self._idle = True
@@ -63,7 +65,11 @@ class ReputMessageService(threading.Thread):
     def shutdown(self) -> None:
         # Drain what was written before stopping, so a clean close leaves consume queues and index complete.
         for _ in range(1000):
-            if self.behind() == 0 or self.do_reput() == 0:
+            try:
+                if self.behind() == 0 or self.do_reput() == 0:
+                    break
+            except Exception as e:   # left for recovery at the next open, which re-dispatches
+                log.error("dispatch could not finish before shutdown: %r", e)
                 break
         self._stopped.set()
         self._wake.set()

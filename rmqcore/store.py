@@ -410,7 +410,10 @@ class MessageStore:
                 if len(units) == 0:
                     continue
             if len(units) == 1 or (np.diff(queue_offsets) == 1).all():
-                cq.append_units(units, int(queue_offsets[0]), last_ts)
+                if cq.append_units(units, int(queue_offsets[0]), last_ts) < len(units):
+                    # No room for a consume-queue file (disk full): fail the pass so the reput offset stays here and
+                    # the units are built on the next try instead of being skipped for good.
+                    raise OSError(f"consume queue {topic}/{queue_id} could not take {len(units)} units")
             else:
                 for u, qo in zip(units, queue_offsets):
                     cq.put_message_position_info(int(u["offset"]), int(u["size"]), int(u["tags_code"]), int(qo),
