@@ -267,7 +267,13 @@ class MessageStore:
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
                                                        self.commit_log.mapped_file_queue.store_timestamp)
             self._flush_consume_queues(True)
-        self._release_everything(clean=True)
+        # Leave the abort file when dispatch could not finish (e.g. no room for a consume-queue file): the next
+        # open then recovers abnormally and re-dispatches from the checkpoint instead of trusting the queues.
+        dispatched = not was_running or self.reput.behind() == 0
+        if not dispatched:
+            log.error("closing with %d commitlog bytes not dispatched: the next open will re-dispatch them",
+                      self.reput.behind())
+        self._release_everything(clean=dispatched)
 
     def _release_everything(self, clean: bool = False) -> None:
         for cq in self._all_consume_queues():
