@@ -1,0 +1,72 @@
+"""rmqcore on Apache Spark (``pip install rmqcore[spark]``): the ``rocketmq-store`` data source and jobs.
+
+```python
+from rmqcore.spark import register
+register(spark)            # or nothing at all when the top-level pyspark_rmqcore module is installed
+df = (spark.read.format("rocketmq-store")
+      .option("brokers", '{"broker-a": "/data/a/store", "broker-b": "/data/b/store"}')
+      .option("topics", "orders").load())
+df.write.format("rocketmq-store").mode("overwrite").save("/data/restored")
+
+from rmqcore.spark import verify, stats, export, rebuild
+report = verify(spark, {"broker-a": "/data/a/store"})
+```
+
+The Spark-free parts (``rmqcore.spark.arrow``: segment → Arrow batches; ``rmqcore.spark.schema``) need pyarrow
+only; the rest needs pyspark >= 4.0. The core package imports neither.
+"""
+from __future__ import annotations
+
+__all__ = ["register", "session", "RocketMQStoreDataSource", "RocketMQStorePushdownDataSource", "DefaultSource",
+           "FORMAT", "PUSHDOWN_FORMAT", "verify", "stats", "export", "rebuild", "rebuild_store", "read_stores",
+           "COLUMN_NAMES", "DDL", "iter_segment_batches", "SegmentRead", "CorruptSegmentError"]
+
+_LAZY = {
+    "RocketMQStoreDataSource": "source", "RocketMQStorePushdownDataSource": "source", "FORMAT": "source",
+    "PUSHDOWN_FORMAT": "source", "verify": "jobs", "stats": "jobs", "export": "jobs", "rebuild": "jobs",
+    "rebuild_store": "jobs", "read_stores": "jobs", "COLUMN_NAMES": "schema", "DDL": "schema",
+    "iter_segment_batches": "arrow", "SegmentRead": "arrow", "CorruptSegmentError": "arrow",
+}
+
+
+def __getattr__(name):
+    # Lazy, so ``rmqcore.spark.arrow``/``.schema`` work with pyarrow alone (no pyspark import).
+    if name == "DefaultSource":
+        from .source import RocketMQStoreDataSource
+        return RocketMQStoreDataSource
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'rmqcore.spark' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f".{mod}", __name__), name)
+
+
+def register(spark, pushdown: bool = False) -> None:
+    """Register ``rocketmq-store`` on ``spark``. ``pushdown=True`` also registers ``rocketmq-store-pushdown``
+    (the reader with pushFilters) and turns on ``spark.sql.python.filterPushdown.enabled``, which Spark needs
+    for any reader that has pushFilters."""
+    from .source import RocketMQStoreDataSource, RocketMQStorePushdownDataSource
+    spark.dataSource.register(RocketMQStoreDataSource)
+    if pushdown:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        spark.dataSource.register(RocketMQStorePushdownDataSource)
+
+
+def session(master: str = "local[*]", app_name: str = "rmqcore", conf: dict | None = None):
+    """A SparkSession set up for rmqcore jobs: Python workers on this interpreter (which has rmqcore and
+    pyarrow; PySpark would otherwise start plain ``python3``), loopback addresses for local masters, the data
+    source registered."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    b = SparkSession.builder.master(master).appName(app_name).config("spark.ui.enabled", "false")
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    register(spark)
+    return spark

@@ -1,0 +1,95 @@
+"""``python -m rmqcore.spark JOB STORE... [options]``: verify, stats, export, rebuild on Spark.
+
+STORE is ``PATH`` (broker = the directory name) or ``BROKER=PATH``. ``--master`` defaults to ``local[*]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _stores(specs):
+    out = []
+    for s in specs:
+        broker, sep, path = s.partition("=")
+        out.append((broker, path) if sep else s)
+    from .jobs import normalize_stores
+    return normalize_stores(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rmqcore.spark", description=__doc__.splitlines()[0])
+    p.add_argument("--master", default="local[*]")
+    sub = p.add_subparsers(dest="job", required=True)
+    v = sub.add_parser("verify", help="check every record's structure and CRC; exit 1 when any is bad")
+    v.add_argument("stores", nargs="+")
+    v.add_argument("--no-crc", action="store_true", help="structure only")
+    v.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    s = sub.add_parser("stats", help="per broker/topic/queue: messages, bytes, time range, max offsets")
+    s.add_argument("stores", nargs="+")
+    s.add_argument("--json", action="store_true")
+    e = sub.add_parser("export", help="to Parquet, partitioned by topic and UTC date")
+    e.add_argument("out")
+    e.add_argument("stores", nargs="+")
+    e.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite", "append", "ignore"])
+    e.add_argument("--topics")
+    e.add_argument("--start", help="store time from (ms or ISO 8601)")
+    e.add_argument("--end", help="store time before (ms or ISO 8601)")
+    r = sub.add_parser("rebuild", help="consume queues and index rebuilt from the commitlog into OUT/BROKER/")
+    r.add_argument("out")
+    r.add_argument("stores", nargs="+")
+    r.add_argument("--cq-file-size", type=int, help="consume-queue file size in bytes (default 6,000,000)")
+    r.add_argument("--index-hash-slots", type=int, help="index hash slots (default 5,000,000)")
+    r.add_argument("--index-num", type=int, help="index items per file (default 20,000,000)")
+    a = p.parse_args(argv)
+
+    from pyspark.sql import SparkSession
+
+    from . import jobs, register, session
+    stores = _stores(a.stores)
+    existing = SparkSession.getActiveSession()
+    if existing is not None:
+        spark = existing            # called from a running application: use its session, leave it running
+        register(spark)
+    else:
+        spark = session(a.master, f"rmqcore {a.job}")
+    try:
+        if a.job == "verify":
+            rep = jobs.verify(spark, stores, check_crc=not a.no_crc)
+            if a.json:
+                print(json.dumps(rep, indent=2, default=str))
+            else:
+                print(f"{rep['segments']} segments, {rep['records']} records, {rep['bytes']} bytes: "
+                      f"{'OK' if rep['ok'] else str(len(rep['bad'])) + ' problem(s)'}")
+                for b in rep["bad"]:
+                    print(f"  {b['broker']} {b['file']} offset {b['offset']} {b['field']}: {b['message']}")
+            return 0 if rep["ok"] else 1
+        if a.job == "stats":
+            rows = [r.asDict() for r in jobs.stats(spark, stores).collect()]
+            if a.json:
+                print(json.dumps(rows, indent=2, default=str))
+            else:
+                for row in rows:
+                    print("  ".join(f"{k}={v}" for k, v in row.items()))
+            return 0
+        if a.job == "export":
+            jobs.export(spark, stores, a.out, a.mode, topics=a.topics, startTime=a.start, endTime=a.end)
+            print(a.out)
+            return 0
+        if a.job == "rebuild":
+            from ..config import StoreConfig
+            changes = {k: v for k, v in (("mapped_file_size_consume_queue", a.cq_file_size),
+                                         ("max_hash_slot_num", a.index_hash_slots),
+                                         ("max_index_num", a.index_num)) if v is not None}
+            for rep in jobs.rebuild(spark, stores, a.out, StoreConfig().replace(**changes)):
+                print(json.dumps(rep, default=str))
+            return 0
+        raise AssertionError(a.job)
+    finally:
+        if existing is None:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

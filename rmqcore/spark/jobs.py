@@ -1,0 +1,209 @@
+"""Offline jobs over many stores on Spark: verify, stats, export, rebuild.
+
+Each is a function ``job(spark, stores, ...)`` where ``stores`` is a list of store roots, a list of
+``(broker, root)`` pairs or a ``{broker: root}`` dict; ``python -m rmqcore.spark JOB ...`` runs the same code.
+
+* ``verify``: one Spark task per commitlog segment walks every record (structure and CRC, in Cython) and
+  reports bad records with file and offset.
+* ``stats``: the data source with a narrow schema (no bodies), grouped per broker/topic/queue.
+* ``export``: the data source to Parquet, partitioned by topic and UTC date.
+* ``rebuild``: one task per store replays its commitlog through rmqcore's own dispatch (ReputMessageService →
+  ConsumeQueue / IndexService) into a new directory: the files are the ones the store itself writes.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from .._codec import record_error
+from .._mapped_file import MappedFile
+from .._segment import SEGMENT_END, verify_segment
+from .layout import list_segments
+from .source import FORMAT
+
+
+def normalize_stores(stores) -> list[tuple[str, str]]:
+    if isinstance(stores, dict):
+        pairs = [(str(b), str(r)) for b, r in stores.items()]
+    else:
+        pairs = []
+        for s in ([stores] if isinstance(stores, (str, os.PathLike)) else stores):
+            if isinstance(s, (tuple, list)):
+                pairs.append((str(s[0]), str(s[1])))
+            else:
+                s = os.fspath(s)
+                pairs.append((os.path.basename(os.path.normpath(s)), s))
+    return [(b, os.path.abspath(r)) for b, r in pairs]
+
+
+def brokers_option(stores) -> str:
+    """The reader's ``brokers`` option for ``stores``."""
+    return json.dumps(dict(normalize_stores(stores)))
+
+
+def read_stores(spark, stores, schema=None, **options):
+    """``spark.read.format("rocketmq-store")`` over ``stores`` with ``options``; ``schema`` narrows columns."""
+    r = spark.read.format(FORMAT).option("brokers", brokers_option(stores))
+    for k, v in options.items():
+        if v is not None:
+            r = r.option(k, v)
+    if schema is not None:
+        r = r.schema(schema)
+    return r.load()
+
+
+# -- verify --------------------------------------------------------------------------------------------------------
+
+def verify_segment_file(broker: str, path: str, expected_size: int | None, is_last: bool,
+                        check_crc: bool = True) -> dict:
+    """Verify one segment file (runs in a Spark task; usable alone)."""
+    name = os.path.basename(path)
+    base = int(name)
+    size = os.path.getsize(path)
+    out = {"broker": broker, "file": path, "segment": name, "records": 0, "bytes": 0, "bad": [],
+           "first_timestamp": None, "last_timestamp": None}
+
+    def bad(offset, field, message):
+        out["bad"].append({"broker": broker, "file": path, "offset": int(offset), "field": field,
+                           "message": message})
+
+    if expected_size is not None and size != expected_size:
+        bad(base + size, "fileSize", f"file has {size} bytes, the store's segments have {expected_size} "
+            "(truncated or grown file)")
+    if size == 0:
+        return out
+    mf = MappedFile(path, size, read_only=True)
+    view = mf.view()
+    try:
+        r = verify_segment(view, base, -1, check_crc)
+    finally:
+        view.release()
+        mf.close()
+    out.update(records=r["records"], bytes=r["bytes"], first_timestamp=r["first_timestamp"],
+               last_timestamp=r["last_timestamp"])
+    for off, code in r["bad"]:
+        err = record_error(code, off, path)
+        bad(off, err.field, str(err))
+    if r["bad_total"] > len(r["bad"]):
+        bad(base + r["bytes"], "record", f"{r['bad_total'] - len(r['bad'])} more bad records not listed")
+    if r["stray"] >= 0:
+        bad(r["stray"], "totalSize", "non-zero bytes after the end of data: records the walk cannot reach "
+            "(a zeroed or overwritten record header?)")
+    if r["code"] == SEGMENT_END and not is_last:
+        bad(base + r["bytes"], "totalSize", "data ends before the segment does, without the end-of-file blank "
+            "record (every segment but the last must end with one)")
+    return out
+
+
+def _segment_tasks(stores) -> list[tuple]:
+    tasks = []
+    for broker, root in normalize_stores(stores):
+        segs = list_segments(root)
+        sizes = [os.path.getsize(p) for p in segs]
+        # All segments of a store have the same size; the most common one is the store's.
+        expected = max(set(sizes), key=sizes.count) if len(sizes) > 1 else None
+        for i, p in enumerate(segs):
+            tasks.append((broker, p, expected, i == len(segs) - 1))
+    return tasks
+
+
+def verify(spark, stores, check_crc: bool = True) -> dict:
+    """Every record of every segment of every store, checked in parallel (one task per segment).
+
+    Returns ``{"ok", "segments", "records", "bytes", "bad": [{"broker", "file", "offset", "field",
+    "message"}], "per_segment": [...]}``."""
+    tasks = _segment_tasks(stores)
+    if not tasks:
+        return {"ok": True, "segments": 0, "records": 0, "bytes": 0, "bad": [], "per_segment": []}
+    rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+    results = rdd.map(lambda t: verify_segment_file(t[0], t[1], t[2], t[3], check_crc)).collect()
+    bad = [b for r in results for b in r["bad"]]
+    return {"ok": not bad, "segments": len(results), "records": sum(r["records"] for r in results),
+            "bytes": sum(r["bytes"] for r in results), "bad": bad,
+            "per_segment": [{k: v for k, v in r.items() if k != "bad"} for r in results]}
+
+
+# -- stats ---------------------------------------------------------------------------------------------------------
+
+STATS_SCHEMA = ("broker STRING, topic STRING, queue_id INT, queue_offset BIGINT, commitlog_offset BIGINT, "
+                "store_size INT, store_timestamp TIMESTAMP")
+
+
+def stats(spark, stores, **options):
+    """Per broker/topic/queue: messages, bytes, first/last store time, min/max queue offset, max commitlog
+    offset. A DataFrame (bodies are never decoded: the read uses a narrow schema)."""
+    from pyspark.sql import functions as F
+    df = read_stores(spark, stores, STATS_SCHEMA, checkCrc="false", **options)
+    return (df.groupBy("broker", "topic", "queue_id")
+              .agg(F.count(F.lit(1)).alias("messages"), F.sum("store_size").alias("bytes"),
+                   F.min("store_timestamp").alias("first_store_time"),
+                   F.max("store_timestamp").alias("last_store_time"),
+                   F.min("queue_offset").alias("min_queue_offset"),
+                   F.max("queue_offset").alias("max_queue_offset"),
+                   F.max("commitlog_offset").alias("max_commitlog_offset"))
+              .orderBy("broker", "topic", "queue_id"))
+
+
+# -- export --------------------------------------------------------------------------------------------------------
+
+def export(spark, stores, out: str, mode: str = "errorifexists", schema=None, **options) -> str:
+    """Write the messages of ``stores`` as Parquet under ``out``, partitioned by ``topic`` and ``date`` (the
+    UTC date of store_timestamp, independent of the session time zone)."""
+    from pyspark.sql import functions as F
+    df = read_stores(spark, stores, schema, **options)
+    day = F.date_from_unix_date(F.floor(F.unix_micros("store_timestamp") / F.lit(86_400_000_000)).cast("int"))
+    df.withColumn("date", day).write.partitionBy("topic", "date").mode(mode).parquet(out)
+    return out
+
+
+# -- rebuild -------------------------------------------------------------------------------------------------------
+
+def rebuild_store(src_root: str, out_root: str, config=None) -> dict:
+    """Consume queues and index files of the store at ``src_root`` rebuilt from its commitlog into
+    ``out_root/consumequeue`` and ``out_root/index``, by rmqcore's own dispatch path: ReputMessageService scans
+    the commitlog and MessageStore._apply_dispatch appends consume-queue units and index keys, as a live store
+    does. The source is only read (commitlog mapped read-only)."""
+    from ..commit_log import CommitLog
+    from ..config import StoreConfig
+    from ..dispatch import ReputMessageService
+    from ..index_service import IndexService
+    from ..store import MessageStore
+
+    cfg = config or StoreConfig()
+    segs = list_segments(src_root)
+    if segs:
+        # The commitlog's file size is the store's own: take it from the files, not from a default.
+        cfg = cfg.replace(mapped_file_size_commit_log=os.path.getsize(segs[0]))
+    for sub in ("consumequeue", "index"):
+        d = os.path.join(out_root, sub)
+        if os.path.exists(d) and os.listdir(d):
+            raise FileExistsError(f"{d} is not empty")
+        os.makedirs(d, exist_ok=True)
+    target = MessageStore(out_root, cfg)          # the facade only: no lock, no services, no commitlog of its own
+    target.commit_log = CommitLog(os.path.join(src_root, "commitlog"), cfg, read_only=True)
+    target.commit_log.load()
+    target.index_service = IndexService(os.path.join(out_root, "index"), cfg.max_hash_slot_num, cfg.max_index_num)
+    reput = ReputMessageService(target, target.commit_log.min_offset)
+    try:
+        while reput.do_reput():
+            pass
+        for cq in target._all_consume_queues():
+            cq.flush(0)
+        return {"src": src_root, "out": out_root, "records": reput.dispatched, "error": reput.last_error,
+                "queues": sorted(f"{cq.topic}/{cq.queue_id}" for cq in target._all_consume_queues()),
+                "index_files": len(target.index_service.index_file_list)}
+    finally:
+        for cq in target._all_consume_queues():
+            cq.close()
+        target.index_service.shutdown()
+        target.commit_log.mapped_file_queue.shutdown()
+
+
+def rebuild(spark, stores, out: str, config=None) -> list[dict]:
+    """Rebuild every store's consume queues and index into ``out/{broker}/`` (one Spark task per store: a
+    store's queues and index follow one commitlog order, so the store is the unit of parallelism)."""
+    pairs = normalize_stores(stores)
+    tasks = [(b, r, os.path.join(os.path.abspath(out), b)) for b, r in pairs]
+    cfg = config
+    return (spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
+            .map(lambda t: dict(rebuild_store(t[1], t[2], cfg), broker=t[0])).collect())
