@@ -342,3 +342,17 @@ def test_interrupted_file_creation_is_recovered(tmp_path):
         assert [bytes(m.body) for m in s.query_message("TopicA", "key-3")] == [b"body-3"]
         assert s.put(Message("TopicA", b"next", 0)).queue_offset == 20
     assert results
+
+
+def test_lock_refuses_another_process(tmp_path):
+    import subprocess
+    import sys
+    path = str(tmp_path / "s")
+    code = ("import sys; from rmqcore import MessageStore, StoreLockedError\n"
+            "try:\n    MessageStore.open(sys.argv[1])\nexcept StoreLockedError as e:\n    print('locked', e)\n")
+    with MessageStore.open(path, cfg()) as s:
+        s.put(Message("T", b"x"))
+        out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60)
+        assert out.stdout.startswith("locked"), out.stderr
+        assert s.put(Message("T", b"y")).queue_offset == 1      # the holder is undisturbed
+    assert not os.path.exists(os.path.join(path, "abort"))
