@@ -33,3 +33,7 @@ cdef extern from "rmq_atomic.h" nogil:
     void rmq_atomic_store_i64(int64_t *p, int64_t v) noexcept                   # release
     bint rmq_atomic_cas_i64(int64_t *p, int64_t *expected, int64_t desired) noexcept
     int64_t rmq_atomic_fetch_add_i64(int64_t *p, int64_t delta) noexcept        # returns the old value
+
+
+cdef extern from "rmq_bytes.h" nogil:
+    int32_t rmq_find_byte(const unsigned char *p, int32_t start, int32_t end, unsigned char c) noexcept

@@ -21,7 +21,8 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
 from libc.stdlib cimport free, realloc
 from libc.string cimport memchr, memcmp, memcpy
 
-from rmqcore._c cimport (rmq_atomic_load_i64, rmq_crc32, rmq_java_hash_utf8, rmq_load_be16, rmq_load_be32, rmq_load_be64,
+from rmqcore._c cimport (rmq_atomic_load_i64, rmq_crc32, rmq_find_byte, rmq_java_hash_utf8, rmq_load_be16,
+                         rmq_load_be32, rmq_load_be64,
                          rmq_store_be16, rmq_store_be32, rmq_store_be64)
 from rmqcore._mapped_file cimport MappedFile
 
@@ -86,14 +87,6 @@ def tags_code(tags):
 # ---------------------------------------------------------------------------------------------------------------
 # Properties: name \x01 value \x02 ...
 
-cdef inline int32_t _find_byte(const unsigned char *p, int32_t start, int32_t end, unsigned char c) noexcept nogil:
-    cdef const void *hit
-    if start >= end:
-        return -1
-    hit = memchr(p + start, c, <size_t>(end - start))
-    if hit == NULL:
-        return -1
-    return <int32_t>(<const unsigned char *>hit - p)
 
 
 cdef bint find_property(const unsigned char *props, int32_t props_len, const char *name, int32_t name_len,
@@ -103,10 +96,10 @@ cdef bint find_property(const unsigned char *props, int32_t props_len, const cha
     cdef int32_t index = 0, nxt, kv
     cdef bint found = False
     while index < props_len:
-        nxt = _find_byte(props, index, props_len, 2)
+        nxt = rmq_find_byte(props, index, props_len, 2)
         if nxt < 0:
             nxt = props_len
-        kv = _find_byte(props, index, props_len, 1)
+        kv = rmq_find_byte(props, index, props_len, 1)
         if kv > index and kv < nxt - 1:
             if kv - index == name_len and memcmp(props + index, name, <size_t>name_len) == 0:
                 value_pos[0] = kv + 1
@@ -127,10 +120,10 @@ cdef dict _parse_properties(const unsigned char *props, int32_t props_len):
     cdef dict out = {}
     cdef int32_t index = 0, nxt, kv
     while index < props_len:
-        nxt = _find_byte(props, index, props_len, 2)
+        nxt = rmq_find_byte(props, index, props_len, 2)
         if nxt < 0:
             nxt = props_len
-        kv = _find_byte(props, index, props_len, 1)
+        kv = rmq_find_byte(props, index, props_len, 1)
         if kv > index and kv < nxt - 1:
             out[PyUnicode_DecodeUTF8(<const char *>props + index, kv - index, "replace")] = \
                 PyUnicode_DecodeUTF8(<const char *>props + kv + 1, nxt - kv - 1, "replace")

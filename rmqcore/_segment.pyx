@@ -23,7 +23,7 @@ from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint
 from libc.stdlib cimport free, malloc
 from libc.string cimport memchr, memcmp, memcpy, memset
 
-from rmqcore._c cimport rmq_load_be16, rmq_load_be32
+from rmqcore._c cimport rmq_find_byte, rmq_load_be16, rmq_load_be32
 from rmqcore._codec cimport (ERR_BODY_CRC, ERR_RECORD_CRC, FLAG_BORNHOST_V6, RECORD_BLANK, RECORD_END, RECORD_OK,
                              RecordView, _Buffer, find_property, parse_record)
 
@@ -271,14 +271,6 @@ def format_host(data):
 # Properties: MessageDecoder.string2messageProperties into a map without a dict: pairs with a non-empty name and
 # value count, and the last pair of a name wins (HashMap.put), so earlier duplicates are dropped.
 
-cdef inline int32_t _find(const unsigned char *p, int32_t start, int32_t end, unsigned char c) noexcept nogil:
-    cdef const void *hit
-    if start >= end:
-        return -1
-    hit = memchr(p + start, c, <size_t>(end - start))
-    if hit == NULL:
-        return -1
-    return <int32_t>(<const unsigned char *>hit - p)
 
 
 cdef int32_t _props_pairs(const unsigned char *props, int32_t plen, Scratch *s) noexcept nogil:
@@ -286,10 +278,10 @@ cdef int32_t _props_pairs(const unsigned char *props, int32_t plen, Scratch *s) 
     cdef uint32_t h
     cdef Pair *pp
     while index < plen and m < MAX_PAIRS:
-        nxt = _find(props, index, plen, 2)
+        nxt = rmq_find_byte(props, index, plen, 2)
         if nxt < 0:
             nxt = plen
-        kv = _find(props, index, plen, 1)
+        kv = rmq_find_byte(props, index, plen, 1)
         if kv > index and kv < nxt - 1:
             s.pairs[m].kpos = index
             s.pairs[m].klen = kv - index

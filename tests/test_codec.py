@@ -7,6 +7,7 @@ from hypothesis import given, strategies as st
 from rmqcore import CorruptRecordError, Message, MessageIllegalError, PutStatus
 from rmqcore import _codec as C
 from rmqcore import reference as R
+from strategies import hosts, int32, int64, property_text
 
 STORE_HOST = "10.1.2.3:10911"
 
@@ -92,16 +93,8 @@ def test_blank_record_and_end_of_data_are_not_messages():
 
 # -- differential: Cython vs reference -------------------------------------------------------------------------------
 
-hosts = st.one_of(
-    st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255), st.integers(0, 255),
-              st.integers(0, 65535)).map(lambda t: f"{t[0]}.{t[1]}.{t[2]}.{t[3]}:{t[4]}"),
-    st.tuples(st.binary(min_size=16, max_size=16), st.integers(0, 65535)).map(
-        lambda t: f"[{__import__('ipaddress').IPv6Address(t[0])}]:{t[1]}"),
-)
-text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), max_size=20)
+text = property_text(20)
 prop_names = text.filter(lambda s: len(s) > 0)
-int32 = st.integers(-(1 << 31), (1 << 31) - 1)
-int64 = st.integers(-(1 << 63), (1 << 63) - 1)
 
 
 @st.composite

@@ -15,17 +15,10 @@ from rmqcore import _codec as C
 from rmqcore import _segment as S
 from rmqcore import reference as R
 from rmqcore.errors import CorruptRecordError
+from strategies import hosts, int32, int64, property_text
 
-hosts = st.one_of(
-    st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255), st.integers(0, 255),
-              st.integers(0, 65535)).map(lambda t: f"{t[0]}.{t[1]}.{t[2]}.{t[3]}:{t[4]}"),
-    st.tuples(st.binary(min_size=16, max_size=16), st.integers(0, 65535)).map(
-        lambda t: f"[{__import__('ipaddress').IPv6Address(t[0])}]:{t[1]}"),
-)
-text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), max_size=12)
+text = property_text(12)
 names = text.filter(lambda s: len(s) > 0)
-int32 = st.integers(-(1 << 31), (1 << 31) - 1)
-int64 = st.integers(-(1 << 63), (1 << 63) - 1)
 key_text = st.text(alphabet="ab é😀", max_size=12)
 
 

@@ -1,0 +1,19 @@
+"""Hypothesis strategies shared by the differential tests (codec, segment decoder)."""
+import ipaddress
+
+from hypothesis import strategies as st
+
+hosts = st.one_of(
+    st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255), st.integers(0, 255),
+              st.integers(0, 65535)).map(lambda t: f"{t[0]}.{t[1]}.{t[2]}.{t[3]}:{t[4]}"),
+    st.tuples(st.binary(min_size=16, max_size=16), st.integers(0, 65535)).map(
+        lambda t: f"[{ipaddress.IPv6Address(t[0])}]:{t[1]}"),
+)
+int32 = st.integers(-(1 << 31), (1 << 31) - 1)
+int64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+def property_text(max_size: int):
+    """Property names/values: any text RocketMQ accepts (no \\x01/\\x02 separators, no lone surrogates)."""
+    return st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
+                   max_size=max_size)
