@@ -301,10 +301,12 @@ cdef class MappedFile:
         finally:
             self.release()
 
-    def warm_up(self):
+    def warm_up(self, bint flush=False):
         """Pre-fault the pages past the wrote position (RocketMQ's warmMappedFile), with the GIL released.
 
         Done by the allocate service on the next file before the writer reaches it, so puts never page-fault.
+        ``flush`` also writes the zeroed pages to disk, as RocketMQ's warm-up does under SYNC_FLUSH: the file's
+        blocks are then allocated and written, so a later sync flush writes only data and no extent metadata.
         """
         cdef int64_t start
         cdef int err = 0
@@ -316,6 +318,8 @@ cdef class MappedFile:
             if start < self.file_size:
                 with nogil:
                     err = rmq_prefault_write(self.base + start, <size_t>(self.file_size - start))
+                    if err == 0 and flush:
+                        err = rmq_msync_range(self.base, start, self.file_size)
                 if err != 0:
                     _raise_os(err, "warm up", self.file_name)
         finally:

@@ -33,7 +33,8 @@ class CommitLog:
         self.callback = AppendMessageCallback(self.encoder.store_host_bytes)
         self.mapped_file_queue = MappedFileQueue(
             store_path, self.config.mapped_file_size_commit_log, allocate=not read_only,
-            warm=self.config.warm_mapped_file_enable, pool=pool, read_only=read_only)
+            warm=self.config.warm_mapped_file_enable, warm_flush=self.config.sync_flush, pool=pool,
+            read_only=read_only)
         self.put_lock = threading.Lock()
         self._closed = False
         file_size = self.config.mapped_file_size_commit_log

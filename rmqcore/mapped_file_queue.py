@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 class MappedFileQueue:
     def __init__(self, store_path: str, mapped_file_size: int, *, allocate: bool = False, warm: bool = False,
-                 pool=None, read_only: bool = False):
+                 warm_flush: bool = False, pool=None, read_only: bool = False):
         if mapped_file_size <= 0:
             raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
         self.store_path = store_path
@@ -30,6 +30,7 @@ class MappedFileQueue:
         self._files: list[MappedFile] = []
         self._lock = threading.RLock()
         self._warm = warm
+        self._warm_flush = warm_flush
         self._pool = pool
         self._allocator = ThreadPoolExecutor(1, thread_name_prefix="AllocateMappedFileService") if allocate else None
         self._pending: dict[int, Future] = {}
@@ -124,7 +125,7 @@ class MappedFileQueue:
         os.makedirs(self.store_path, exist_ok=True)
         mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool)
         if self._warm:
-            mf.warm_up()
+            mf.warm_up(self._warm_flush)
         return mf
 
     def _create(self, offset: int) -> MappedFile | None:
