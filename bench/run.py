@@ -42,14 +42,24 @@ class Params:
     dispatch_msgs: int
     file_size: int
     memcpy_bytes: int
+    sync_seconds: float       # per SYNC_FLUSH variant per round
+    sync_rounds: int
+    recovery_bytes: int       # commitlog written for the recovery case
+    recovery_file_size: int
+    crash_msgs: int           # acknowledged SYNC_FLUSH puts before the SIGKILL
+    crash_runs: int
 
 
 FULL = Params(repeats=7, crc_calls_1k=200_000, crc_calls_64k=4_000, codec_records=50_000, put_msgs=100_000,
               put_batch_msgs=200_000, thread_msgs=50_000, get_msgs=100_000, keys=1_000_000,
-              latency_samples=2_000, dispatch_msgs=300_000, file_size=512 * MiB, memcpy_bytes=256 * MiB)
+              latency_samples=2_000, dispatch_msgs=300_000, file_size=512 * MiB, memcpy_bytes=256 * MiB,
+              sync_seconds=2.0, sync_rounds=3, recovery_bytes=1024 * MiB, recovery_file_size=256 * MiB,
+              crash_msgs=50_000, crash_runs=3)
 QUICK = Params(repeats=3, crc_calls_1k=20_000, crc_calls_64k=500, codec_records=10_000, put_msgs=20_000,
                put_batch_msgs=50_000, thread_msgs=10_000, get_msgs=20_000, keys=100_000,
-               latency_samples=300, dispatch_msgs=50_000, file_size=256 * MiB, memcpy_bytes=256 * MiB)
+               latency_samples=300, dispatch_msgs=50_000, file_size=256 * MiB, memcpy_bytes=256 * MiB,
+               sync_seconds=1.0, sync_rounds=2, recovery_bytes=128 * MiB, recovery_file_size=64 * MiB,
+               crash_msgs=10_000, crash_runs=1)
 
 
 class Ctx:
@@ -412,6 +422,143 @@ def case_dispatch(ctx: Ctx) -> None:
             store.close()
 
 
+def case_sync_flush(ctx: Ctx) -> None:
+    """SYNC_FLUSH puts (each returns once a group-commit msync covers it) with 1, 4 and 16 producer threads, and
+    the one-fdatasync-per-message loop, interleaved round by round; a fresh store per variant and round."""
+    p = ctx.p
+    secs = p.sync_seconds
+    names = ["fsync"] + [f"p{k}" for k in W.SYNC_PRODUCERS]
+    best = {name: 0.0 for name in names}
+    totals = {name: {"puts": 0, "flushes": 0, "served": 0} for name in names}
+    lat: list[float] = []
+    with W.temp_dir(ctx.dir, "rmqbench-fsync-") as probe_dir:
+        for i in range(p.sync_rounds):
+            k = i % len(names)
+            for name in names[k:] + names[:k]:
+                if name == "fsync":
+                    with W.gc_paused():
+                        n, elapsed, l = W.fsync_per_message(probe_dir, secs)
+                    lat += l
+                    best[name] = max(best[name], n / elapsed)
+                    continue
+                producers = int(name[1:])
+                with W.sync_store(ctx.dir) as (store, cap):
+                    with W.gc_paused():
+                        r = W.sync_put_run(store, producers, secs, cap // p.sync_rounds)
+                best[name] = max(best[name], r["puts"] / r["elapsed"])
+                for key in ("puts", "flushes", "served"):
+                    totals[name][key] += r[key]
+            log("  round %d: %s" % (i + 1, ", ".join(f"{nm} {best[nm]:,.0f}/s" for nm in names)))
+    lat.sort()
+    ctx.r["fsync_mps"] = best["fsync"]
+    ctx.r["fsync_p50_us"] = W.percentile(lat, 50)
+    ctx.r["fsync_p99_us"] = W.percentile(lat, 99)
+    for k in W.SYNC_PRODUCERS:
+        t = totals[f"p{k}"]
+        ctx.r[f"sync_{k}_mps"] = best[f"p{k}"]
+        ctx.r[f"sync_{k}_per_flush"] = t["served"] / t["flushes"] if t["flushes"] else float("nan")
+    ctx.r["sync_seconds"] = secs
+    ctx.r["sync_rounds"] = p.sync_rounds
+
+
+def case_recovery(ctx: Ctx) -> None:
+    """A commitlog of recovery_bytes (1 KiB bodies, 8 queues) written with CommitLog.put_messages; scan_records
+    + CRC over its mapped files; then MessageStore.open with the abort file and no checkpoint (abnormal recovery:
+    CRC scan of every file + dispatch of every record), then, after a clean close, open with the abort file again
+    (abnormal recovery from the checkpoint, queues and index already there)."""
+    p = ctx.p
+    cfg = W.bench_config(p.recovery_file_size)
+    with W.temp_dir(ctx.dir, "rmqbench-recovery-") as root:
+        t = time.perf_counter()
+        size, records = W.write_commitlog(root, cfg, p.recovery_bytes)
+        log(f"  wrote {size / MiB:,.0f} MiB ({records:,} records) in {time.perf_counter() - t:.1f} s")
+        mc = W.MappedCommitLog(root)
+        try:
+            with W.gc_paused():               # first pass: fresh mappings (minor faults on page-cache pages)
+                t0 = time.perf_counter()
+                got, nbytes = mc.scan(True)
+                first = time.perf_counter() - t0
+            if got != records:
+                raise AssertionError(f"scan_records found {got:,} records, {records:,} were written")
+            lengths = mc.lengths()
+            files = sum(1 for length in lengths if length)     # not the empty, preallocated next file
+            tb = interleaved_best({"scan_crc": (lambda: mc.scan(True), None),
+                                   "scan": (lambda: mc.scan(False), None),
+                                   "crc": (lambda: mc.crc(lengths), None)}, p.repeats)
+        finally:
+            mc.close()
+        ctx.r.update(rec_bytes=nbytes, rec_records=records, rec_files=files, rec_file_size=p.recovery_file_size,
+                     rec_first_gbps=nbytes / first / 1e9, rec_scan_crc_gbps=nbytes / tb["scan_crc"] / 1e9,
+                     rec_scan_gbps=nbytes / tb["scan"] / 1e9, rec_crc_gbps=nbytes / tb["crc"] / 1e9)
+
+        W.mark_crashed(root, drop_checkpoint=True)
+        with W.gc_paused():
+            t0 = time.perf_counter()
+            store = W.open_store(root, cfg)
+            reopen = time.perf_counter() - t0
+        try:
+            info = dict(store.recovery)
+            units = W.queue_records(store, W.TOPIC, 8)
+        finally:
+            store.close()
+        if info.get("records") != records or units != records:
+            raise AssertionError(f"abnormal reopen scanned {info.get('records')} records and holds {units} units, "
+                                 f"{records} were written")
+        log(f"  abnormal reopen, no checkpoint: {reopen:.2f} s (recovery scan {info.get('seconds', 0):.2f} s), "
+            f"{info.get('rebuilt_units', 0):,} units, {info.get('rebuilt_keys', 0):,} keys rebuilt")
+        ctx.r.update(rec_reopen_s=reopen, rec_reopen_scan_s=float(info.get("seconds") or 0.0),
+                     rec_reopen_units=info.get("rebuilt_units", 0), rec_reopen_keys=info.get("rebuilt_keys", 0))
+
+        W.mark_crashed(root)
+        with W.gc_paused():
+            t0 = time.perf_counter()
+            store = W.open_store(root, cfg)
+            reopen2 = time.perf_counter() - t0
+        try:
+            info2 = dict(store.recovery)
+            units2 = W.queue_records(store, W.TOPIC, 8)
+        finally:
+            store.close()
+        if units2 != records:
+            raise AssertionError(f"second abnormal reopen holds {units2} units, {records} were written")
+        ctx.r.update(rec_reopen2_s=reopen2, rec_reopen2_scan_s=float(info2.get("seconds") or 0.0),
+                     rec_reopen2_records=info2.get("records", 0),
+                     rec_reopen2_scanned=size - int(info2.get("scan_from") or 0),
+                     rec_reopen2_units=info2.get("rebuilt_units", 0), rec_reopen2_keys=info2.get("rebuilt_keys", 0))
+
+
+def case_crash_reopen(ctx: Ctx) -> None:
+    """A child process puts with SYNC_FLUSH and is killed with SIGKILL mid-put once crash_msgs puts were
+    acknowledged; MessageStore.open of its store is timed (abnormal recovery + dispatch catch-up)."""
+    p = ctx.p
+    runs = []
+    for i in range(p.crash_runs):
+        with W.temp_dir(ctx.dir, "rmqbench-crash-") as root:
+            acked = W.crashed_store(root, p.crash_msgs)
+            with W.gc_paused():
+                t0 = time.perf_counter()
+                store = W.open_store(root, W.crash_config())
+                seconds = time.perf_counter() - t0
+            try:
+                info = store.runtime_info()["recovery"]
+                recovered = W.queue_records(store)
+                size = store.commit_log.max_offset
+                ok = store.verify()["ok"]
+            finally:
+                store.close()
+        if recovered < acked:
+            raise AssertionError(f"{acked:,} puts were acknowledged before the kill, {recovered:,} recovered")
+        if not ok:
+            raise AssertionError("verify() found errors after the reopen")
+        runs.append(dict(seconds=seconds, acked=acked, recovered=recovered, bytes=size, **{
+            k: info.get(k, 0) for k in ("records", "truncated_bytes", "rebuilt_units", "rebuilt_keys", "scan_from")},
+            scan_s=float(info.get("seconds") or 0.0)))
+        log(f"  run {i + 1}: open {seconds:.3f} s, {recovered:,} records ({acked:,} acked), "
+            f"{info.get('rebuilt_units', 0):,} units / {info.get('rebuilt_keys', 0):,} keys rebuilt")
+    runs.sort(key=lambda r: r["seconds"])
+    ctx.r["crash_runs"] = runs
+
+
 CASES = [
     ("memcpy", case_memcpy),
     ("crc", case_crc),
@@ -420,6 +567,9 @@ CASES = [
     ("get", case_get),
     ("query", case_query),
     ("dispatch", case_dispatch),
+    ("sync_flush", case_sync_flush),
+    ("recovery", case_recovery),
+    ("crash_reopen", case_crash_reopen),
 ]
 
 
@@ -514,6 +664,47 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
         rows.append(("dispatch max lag under full-speed put_batch", _n(r["live_max_lag_ms"]), "ms",
                      f"max backlog {r['live_max_behind_mb']:.1f} MB; drained {r['live_drain_ms']:.0f} ms "
                      f"after the last put"))
+    if "fsync_mps" in r:
+        base = r["fsync_mps"]
+        rows.append(("one fdatasync per message (4 KiB pwrite + fdatasync, same filesystem)", _n(base), "msgs/s",
+                     f"baseline; fdatasync p50 {_us(r['fsync_p50_us'])} µs, p99 {_us(r['fsync_p99_us'])} µs"))
+        one = r.get("sync_1_mps")
+        for k in W.SYNC_PRODUCERS:
+            rate = r[f"sync_{k}_mps"]
+            extra = f", {_x(rate, one)} 1 producer" if k != 1 and one else ""
+            rows.append((f"SYNC_FLUSH MessageStore.put, {k} producer thread{'s' if k > 1 else ''}, 1 KiB body",
+                         _n(rate), "msgs/s", f"{_x(rate, base)} one fdatasync per message{extra}; "
+                                             f"{r[f'sync_{k}_per_flush']:.1f} puts per flush"))
+    if "rec_scan_crc_gbps" in r:
+        mb = r["rec_bytes"] / MiB
+        rows.append((f"recovery scan: scan_records + CRC over a {mb:,.0f} MiB commitlog ({r['rec_files']} files of "
+                     f"{r['rec_file_size'] // MiB} MiB, {r['rec_records']:,} records, page cache)",
+                     _g(r["rec_scan_crc_gbps"]), "GB/s",
+                     f"{_x(r['rec_scan_crc_gbps'], r['rec_crc_gbps'])} crc32 alone over the same bytes "
+                     f"({_g(r['rec_crc_gbps'])} GB/s); no CRC {_g(r['rec_scan_gbps'])} GB/s; first pass on fresh "
+                     f"mappings {_g(r['rec_first_gbps'])} GB/s"))
+        gbps = r["rec_bytes"] / r["rec_reopen_s"] / 1e9
+        rows.append((f"abnormal reopen, no checkpoint: CRC scan of all {mb:,.0f} MiB + dispatch of every record",
+                     f"{r['rec_reopen_s']:.2f}", "s",
+                     f"{_g(gbps)} GB/s = {_x(gbps, r['rec_scan_crc_gbps'])} the bare scan; recovery scan "
+                     f"{r['rec_reopen_scan_s']:.2f} s; {r['rec_reopen_units']:,} units, "
+                     f"{r['rec_reopen_keys']:,} keys rebuilt"))
+        rows.append(("abnormal reopen of that store after a clean close + abort file (from the checkpoint)",
+                     f"{r['rec_reopen2_s']:.2f}", "s",
+                     f"{_x(r['rec_reopen2_s'], r['rec_reopen_s'])} the reopen without checkpoint; scanned "
+                     f"{r['rec_reopen2_scanned'] / MiB:,.0f} MiB ({r['rec_reopen2_records']:,} records) in "
+                     f"{r['rec_reopen2_scan_s']:.2f} s; {r['rec_reopen2_units']:,} units, "
+                     f"{r['rec_reopen2_keys']:,} keys rebuilt"))
+    if "crash_runs" in r:
+        runs = r["crash_runs"]
+        m = runs[len(runs) // 2]
+        spread = (f"median of {len(runs)} ({runs[0]['seconds']:.2f}–{runs[-1]['seconds']:.2f} s); "
+                  if len(runs) > 1 else "")
+        rows.append((f"reopen after SIGKILL of a SYNC_FLUSH producer ({m['bytes'] / MiB:,.0f} MiB, "
+                     f"{m['acked']:,}+ puts acknowledged)", f"{m['seconds']:.2f}", "s",
+                     f"{spread}{m['recovered']:,} records recovered, {m['records']:,} scanned (CRC) in "
+                     f"{m['scan_s']:.2f} s, {m['truncated_bytes']:,} bytes cut, {m['rebuilt_units']:,} units / "
+                     f"{m['rebuilt_keys']:,} keys rebuilt, verify clean"))
     if mem:
         rows.append(("limit: memcpy into warm memory (numpy copyto, "
                      f"{ctx.p.memcpy_bytes // MiB} MiB)", _g(mem), "GB/s", "ceiling for append/decode"))

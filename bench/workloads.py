@@ -348,6 +348,241 @@ class LagSampler(threading.Thread):
         self.sample()   # the lag of the last dispatched batch
 
 
+# -- durability: group commit, recovery scan, reopen after a crash ---------------------------------------------------
+
+SYNC_PRODUCERS = (1, 4, 16)
+SYNC_QUEUES = 4
+
+
+def sync_config(file_size: int = 256 * MiB, **kw):
+    """A SYNC_FLUSH store config (warm-up on, which under SYNC_FLUSH also writes the new file's zeros to disk)."""
+    kw.setdefault("flush_disk_type", "SYNC_FLUSH")
+    return bench_config(file_size, **kw)
+
+
+def fsync_per_message(directory: str, seconds: float, max_n: int = 1_000_000) -> tuple[int, float, list[float]]:
+    """The one-sync-per-message baseline: a loop of ``os.pwrite`` (4 KiB, 256 rotating page offsets) +
+    ``os.fdatasync`` on a file in ``directory`` whose 1 MiB was written and synced first (so, as for a warmed
+    SYNC_FLUSH commitlog file, every sync writes data only, no block allocation). Runs ``seconds`` (or ``max_n``
+    syncs); returns (syncs, elapsed seconds, sorted per-sync latencies in µs)."""
+    path = os.path.join(directory, f"fsync-probe-{os.getpid()}-{threading.get_ident()}")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.pwrite(fd, bytes(MiB), 0)
+        os.fsync(fd)
+        page = os.urandom(4096)
+        lat = []
+        clock = time.perf_counter
+        n = 0
+        t0 = clock()
+        deadline = t0 + seconds
+        t = t0
+        while t < deadline and n < max_n:
+            os.pwrite(fd, page, (n & 255) * 4096)
+            os.fdatasync(fd)
+            now = clock()
+            lat.append((now - t) * 1e6)
+            t = now
+            n += 1
+        elapsed = t - t0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    lat.sort()
+    return n, elapsed, lat
+
+
+@contextlib.contextmanager
+def sync_store(base: str | None = None, file_size: int = 256 * MiB):
+    """A fresh SYNC_FLUSH store in a temporary directory: one message put (which creates the first file, warmed
+    and written), the next file allocated and written in the background and waited for, so the timed puts only
+    append into the first file and msync. Yields (store, messages the first file can still take); deleted after."""
+    with temp_dir(base, "rmqbench-sync-") as root:
+        store = open_store(root, sync_config(file_size))
+        try:
+            r = store.put(make_messages(1)[0])
+            if not r.ok:
+                raise RuntimeError(f"first SYNC_FLUSH put: {r.status}")
+            wait_allocations(store.commit_log.mapped_file_queue)
+            cap = warm_capacity(store.commit_log.mapped_file_queue) // (record_size() + 8) - 1000
+            yield store, cap
+        finally:
+            store.close()
+
+
+def sync_put_run(store, producers: int, seconds: float, max_msgs: int) -> dict:
+    """``producers`` threads each calling ``store.put`` (one fresh 1 KiB-body message per call, queue = thread %
+    4) until ``seconds`` have passed or ``max_msgs`` puts are done in all, released together by a barrier. Each put
+    returns only once a group-commit msync covers it. Returns puts, elapsed (release → last thread's end),
+    flushes and requests served by the GroupCommitService during the run."""
+    from rmqcore import Message
+    gc_ = store.group_commit
+    per_thread = max(1, max_msgs // producers)
+    barrier = threading.Barrier(producers + 1)
+    counts = [0] * producers
+    errors: list = []
+    state = {"deadline": float("inf")}
+    b = body()
+
+    def worker(k):
+        try:
+            put = store.put
+            q = k % SYNC_QUEUES
+            clock = time.perf_counter
+            n = 0
+            barrier.wait()
+            deadline = state["deadline"]
+            while n < per_thread and clock() < deadline:
+                r = put(Message(TOPIC, b, q))
+                if not r.ok:
+                    raise RuntimeError(f"SYNC_FLUSH put: {r.status}")
+                n += 1
+            counts[k] = n
+        except BaseException as e:   # reported after join
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=worker, args=(k,), name=f"bench-producer-{k}") for k in range(producers)]
+    for t in threads:
+        t.start()
+    flushes0, served0 = gc_.flushes, gc_.requests_served
+    t0 = time.perf_counter()
+    state["deadline"] = t0 + seconds
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:   # a producer failed before the start: its error is raised below
+        pass
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return {"puts": sum(counts), "elapsed": elapsed, "flushes": gc_.flushes - flushes0,
+            "served": gc_.requests_served - served0}
+
+
+def write_commitlog(root: str, config, target_bytes: int, *, queues: int = 8, batch: int = 1000) -> tuple[int, int]:
+    """A store directory holding only a commitlog of 1 KiB-body messages (round-robin over ``queues`` queues,
+    UNIQ_KEY each), as many batches of ``batch`` as fit in ``target_bytes``, written with
+    ``CommitLog.put_messages`` and closed (flushed). Returns (bytes, records)."""
+    from rmqcore.commit_log import CommitLog
+    cl = CommitLog.open(os.path.join(root, "commitlog"), config)
+    records = 0
+    per_batch = batch * record_size()
+    try:
+        while cl.max_offset + per_batch <= target_bytes:       # stay within target_bytes (4 files for 1 GiB)
+            records += len(cl.put_messages(make_messages(batch, queues=queues, start=records)))
+        size = cl.max_offset
+    finally:
+        cl.close()
+    return size, records
+
+
+class MappedCommitLog:
+    """Every commitlog file of a store mapped read-only (Python mmap), for timing the bare recovery scan."""
+
+    def __init__(self, root: str):
+        import mmap
+        d = os.path.join(root, "commitlog")
+        self.maps = []
+        self.views = []
+        for name in sorted(os.listdir(d)):
+            with open(os.path.join(d, name), "rb") as f:
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self.maps.append(m)
+            self.views.append(memoryview(m))
+
+    def scan(self, check_crc: bool = True) -> tuple[int, int]:
+        """scan_records over every file: (records, bytes walked)."""
+        from rmqcore._codec import RESULT_BLANK, RESULT_END, scan_records
+        records = nbytes = 0
+        for v in self.views:
+            pos, count, code = scan_records(v, 0, -1, check_crc)
+            if code not in (RESULT_END, RESULT_BLANK):
+                raise AssertionError(f"scan_records stopped with code {code} at {pos}")
+            records += count
+            nbytes += pos
+        return records, nbytes
+
+    def crc(self, lengths) -> int:
+        """rmqcore._crc.crc32 over the first ``lengths[i]`` bytes of each file (the bytes the scan walks)."""
+        from rmqcore._crc import crc32
+        n = 0
+        for v, length in zip(self.views, lengths):
+            crc32(v[:length])
+            n += length
+        return n
+
+    def lengths(self) -> list[int]:
+        from rmqcore._codec import scan_records
+        return [scan_records(v, 0, -1, False)[0] for v in self.views]
+
+    def close(self) -> None:
+        for v in self.views:
+            v.release()
+        for m in self.maps:
+            m.close()
+        self.views, self.maps = [], []
+
+
+def mark_crashed(root: str, *, drop_checkpoint: bool = False) -> None:
+    """Make the next open of a closed store an abnormal recovery: create the ``abort`` file, as a process that
+    died with the store open leaves it. ``drop_checkpoint`` also removes the checkpoint (as for a store whose
+    checkpoint was never flushed), so recovery scans from the first commitlog file."""
+    with open(os.path.join(root, "abort"), "w"):
+        pass
+    if drop_checkpoint:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, "checkpoint"))
+
+
+CRASH_FILE_SIZE = 64 * MiB
+
+
+def crash_config():
+    return sync_config(CRASH_FILE_SIZE)
+
+
+def crashed_store(root: str, n: int, *, timeout: float = 300.0, after_s: float = 0.05) -> int:
+    """Run ``bench/crash_child.py`` on the store ``root``: it puts 1 KiB-body messages (a key each, 4 queues)
+    with SYNC_FLUSH in batches of 100 (``put_batch``: one group-commit wait per batch) and says when ``n`` have
+    been acknowledged; ``after_s`` later, while it is still putting, it is killed with SIGKILL. Returns how many
+    puts it had acknowledged when it said so (all of them must survive)."""
+    import signal
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(here) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.Popen([sys.executable, os.path.join(here, "crash_child.py"), root, str(n)],
+                         stdout=subprocess.PIPE, text=True, env=env)
+    watchdog = threading.Timer(timeout, p.kill)
+    watchdog.start()
+    try:
+        line = p.stdout.readline().split()
+        if not line or line[0] != "acked":
+            p.kill()
+            p.wait()
+            raise RuntimeError(f"crash child exited with {p.returncode} before putting {n} messages")
+        acked = int(line[1])
+        time.sleep(after_s)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    finally:
+        watchdog.cancel()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+    if p.returncode != -signal.SIGKILL:
+        raise RuntimeError(f"crash child ended with {p.returncode}, not SIGKILL")
+    return acked
+
+
+def queue_records(store, topic: str = TOPIC, queues: int = SYNC_QUEUES) -> int:
+    return sum(store.max_offset(topic, q) - store.min_offset(topic, q) for q in range(queues))
+
+
 # -- pytest-benchmark helper ----------------------------------------------------------------------------------------
 
 def record_rate(benchmark, items: int, name: str = "items_per_s") -> None:
