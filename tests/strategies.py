@@ -15,5 +15,5 @@ int64 = st.integers(-(1 << 63), (1 << 63) - 1)
 
 def property_text(max_size: int):
     """Property names/values: any text RocketMQ accepts (no \\x01/\\x02 separators, no lone surrogates)."""
-    return st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
+    return st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x01\x02"),
                    max_size=max_size)

@@ -99,7 +99,7 @@ prop_names = text.filter(lambda s: len(s) > 0)
 
 @st.composite
 def messages(draw):
-    topic = draw(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30).filter(
+    topic = draw(st.text(alphabet=st.characters(exclude_categories=("Cs",)), min_size=1, max_size=30).filter(
         lambda t: 0 < len(t.encode()) <= 127))
     props = draw(st.dictionaries(prop_names, text, max_size=6))
     props["UNIQ_KEY"] = draw(st.text(alphabet="0123456789ABCDEF", min_size=1, max_size=32))
