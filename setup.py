@@ -9,7 +9,7 @@ CFLAGS = ["-O3", "-std=c11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-funct
 if os.environ.get("RMQCORE_DEBUG"):
     CFLAGS = ["-O0", "-g", "-std=c11", "-Wall"]
 
-MODULES = ["_crc", "_codec", "_mapped_file", "_index_file", "_dispatch", "_segment"]
+MODULES = ["_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment"]
 
 extensions = [
     Extension(

@@ -1039,24 +1039,23 @@ cdef class AppendMessageCallback:
         cdef int64_t wrote = rmq_atomic_load_i64(&mf._wrote)
         cdef int64_t max_blank = mf.file_size - wrote
         cdef int64_t queue_offset
-        cdef unsigned char *dst
+        cdef unsigned char *src
         cdef PyObject *cur
         cdef PutResult r
         cdef object topic = eb.topics[i]
         cdef object queues
         cdef bint consumable = rec.tran_type != TRANSACTION_PREPARED_TYPE and rec.tran_type != TRANSACTION_ROLLBACK_TYPE
+        cdef unsigned char blank[8]
+        cdef int err
         if n + END_FILE_MIN_BLANK_LENGTH > max_blank:
             if max_blank >= END_FILE_MIN_BLANK_LENGTH:
-                dst = mf.append_ptr(max_blank)
-                if dst == NULL:
-                    raise RuntimeError(f"{mf.file_name} refused its blank record")
-                rmq_store_be32(dst, <uint32_t>max_blank)
-                rmq_store_be32(dst + 4, <uint32_t>BLANK_MAGIC_CODE)
+                rmq_store_be32(blank, <uint32_t>max_blank)
+                rmq_store_be32(blank + 4, <uint32_t>BLANK_MAGIC_CODE)
+                err = mf.write_c(wrote, blank, 8)
+                if err != 0:
+                    raise OSError(err, f"end-of-file blank: {os.strerror(err)}", mf.file_name)
             mf.advance(max_blank, 0)
             return None
-        dst = mf.append_ptr(n)
-        if dst == NULL:
-            raise RuntimeError(f"{mf.file_name} is not writable")
         cur = PyDict_GetItem(self._table, topic)
         if cur == NULL:
             queues = {}
@@ -1066,10 +1065,14 @@ cdef class AppendMessageCallback:
         qid = rec.queue_id
         cur = PyDict_GetItem(queues, qid)
         queue_offset = 0 if cur == NULL else <int64_t>(<object>cur)
-        memcpy(dst, eb.data + rec.pos, <size_t>n)
-        rmq_store_be64(dst + QUEUE_OFFSET_POSITION, <uint64_t>(queue_offset if consumable else 0))
-        rmq_store_be64(dst + PHY_POS_POSITION, <uint64_t>(mf.file_from_offset + wrote))
-        rmq_store_be64(dst + rec.store_ts_pos, <uint64_t>store_timestamp)
+        # The per-put fields are set in the encoded record, then the whole record goes to the file in one write.
+        src = eb.data + rec.pos
+        rmq_store_be64(src + QUEUE_OFFSET_POSITION, <uint64_t>(queue_offset if consumable else 0))
+        rmq_store_be64(src + PHY_POS_POSITION, <uint64_t>(mf.file_from_offset + wrote))
+        rmq_store_be64(src + rec.store_ts_pos, <uint64_t>store_timestamp)
+        err = mf.write_c(wrote, src, n)
+        if err != 0:
+            raise OSError(err, f"append: {os.strerror(err)}", mf.file_name)
         mf.advance(n, store_timestamp)
         if consumable:
             PyDict_SetItem(queues, qid, queue_offset + 1)

@@ -21,9 +21,10 @@ cdef class MappedFile:
     cdef bint _closed
     cdef int _holds                     # RocketMQ's ReferenceResource: GIL-free sections and exported views
 
-    cdef unsigned char *append_ptr(self, int64_t n) noexcept nogil
+    cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n) noexcept nogil
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil
     cdef int64_t read_position_c(self) noexcept nogil
+    cdef int flush_c(self, int flush_least_pages) noexcept nogil
     cdef bint hold(self) noexcept
     cdef void release(self) noexcept
     cdef _attach_write_buffer(self, pool, buf)

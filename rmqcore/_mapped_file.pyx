@@ -8,7 +8,7 @@ concurrent ``destroy`` never unmaps memory somebody still touches; the unmap hap
 import os
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
-from libc.errno cimport errno
+from libc.errno cimport EBADF, ENOSPC, EROFS, errno
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset
 from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR, open as c_open
@@ -16,7 +16,7 @@ from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, mun
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close, ftruncate
 
-from rmqcore._c cimport rmq_atomic_load_i64, rmq_atomic_store_i64
+from rmqcore._c cimport rmq_atomic_cas_i64, rmq_atomic_load_i64, rmq_atomic_store_i64
 
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 
@@ -212,14 +212,21 @@ cdef class MappedFile:
 
     # -- appending (the caller serialises appends: CommitLog's put lock, one dispatcher per consume queue) -------
 
-    cdef unsigned char *append_ptr(self, int64_t n) noexcept nogil:
-        """Where the next ``n`` bytes go, or NULL when they do not fit."""
-        cdef int64_t pos = rmq_atomic_load_i64(&self._wrote)
-        if self.read_only or self.base == NULL or pos + n > self.file_size:
-            return NULL
+    cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n) noexcept nogil:
+        """Put ``n`` bytes at ``pos`` (at or past the wrote position; ``advance`` publishes them): into the write
+        buffer when there is one, else into the mapping. Returns 0 or an errno: EROFS (mapped read-only), EBADF
+        (closed) or ENOSPC (past the end of the file)."""
+        if self.read_only:
+            return EROFS
+        if self.base == NULL:
+            return EBADF
+        if pos < 0 or n < 0 or pos + n > self.file_size:
+            return ENOSPC
         if self.write_buffer != NULL:
-            return self.write_buffer + pos
-        return self.base + pos
+            memcpy(self.write_buffer + pos, src, <size_t>n)
+        else:
+            memcpy(self.base + pos, src, <size_t>n)
+        return 0
 
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil:
         if store_timestamp > 0:
@@ -230,15 +237,18 @@ cdef class MappedFile:
         """Append raw bytes (consume-queue units, blank fill); returns False when they do not fit."""
         cdef const unsigned char[::1] src = data
         cdef Py_ssize_t n = src.shape[0]
-        cdef unsigned char *dst
+        cdef int64_t pos
+        cdef int err
         self._check_open()
         if self.read_only:
             raise PermissionError(f"{self.file_name} is mapped read-only")
-        dst = self.append_ptr(n)
-        if dst == NULL:
+        pos = rmq_atomic_load_i64(&self._wrote)
+        if pos + n > self.file_size:
             return False
         if n:
-            memcpy(dst, &src[0], n)
+            err = self.write_c(pos, &src[0], n)
+            if err != 0:
+                _raise_os(err, "write", self.file_name)
         self.advance(n, 0)
         return True
 
@@ -280,23 +290,31 @@ cdef class MappedFile:
         finally:
             self.release()
 
+    cdef int flush_c(self, int flush_least_pages) noexcept nogil:
+        """msync [flushed, read position) when RocketMQ's isAbleToFlush allows; 0 or errno. The caller holds a
+        reference. The flushed position only moves forward, whichever of two flushers finishes last."""
+        cdef int64_t value = self.read_position_c()
+        cdef int64_t flushed = rmq_atomic_load_i64(&self._flushed)
+        cdef int err
+        if not _able(value, flushed, self.file_size, flush_least_pages):
+            return 0
+        err = rmq_msync_range(self.base, flushed, value)
+        if err != 0:
+            return err
+        while flushed < value and not rmq_atomic_cas_i64(&self._flushed, &flushed, value):
+            pass
+        return 0
+
     def flush(self, int flush_least_pages=0):
         """msync the dirty range; returns the flushed position. Same least-pages rule as commit."""
-        cdef int64_t value, flushed
         cdef int err = 0
-        if self.read_only:
-            return rmq_atomic_load_i64(&self._flushed)
-        if not self.hold():
+        if self.read_only or not self.hold():
             return rmq_atomic_load_i64(&self._flushed)
         try:
-            value = self.read_position_c()
-            flushed = rmq_atomic_load_i64(&self._flushed)
-            if _able(value, flushed, self.file_size, flush_least_pages):
-                with nogil:
-                    err = rmq_msync_range(self.base, flushed, value)
-                if err != 0:
-                    _raise_os(err, "msync", self.file_name)
-                rmq_atomic_store_i64(&self._flushed, value)
+            with nogil:
+                err = self.flush_c(flush_least_pages)
+            if err != 0:
+                _raise_os(err, "msync", self.file_name)
             return rmq_atomic_load_i64(&self._flushed)
         finally:
             self.release()

@@ -216,7 +216,14 @@ class CommitLog:
 
     @property
     def flushed_where(self) -> int:
-        return self.mapped_file_queue.flushed_where
+        """The offset below which everything is on disk. SYNC_FLUSH's C flush loop (rmqcore._flush) moves the
+        file's flushed position without going through the queue, so the file holding the queue's mark is asked."""
+        mfq = self.mapped_file_queue
+        where = mfq.flushed_where
+        mf = mfq.find_mapped_file_by_offset(where)
+        if mf is not None:
+            where = max(where, mf.file_from_offset + mf.flushed_position)
+        return where
 
     def close(self) -> None:
         if self._closed:

@@ -35,7 +35,7 @@ class StoreConfig:
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: int = 1000 * 60
     sync_flush_timeout: int = 1000 * 5
-    # Write buffers: off by default, as in RocketMQ.
+    # Write buffers: off by default and, as RocketMQ's isTransientStorePoolEnable, used with ASYNC_FLUSH only.
     transient_store_pool_enable: bool = False
     transient_store_pool_size: int = 5
     # Pre-fault new files. RocketMQ defaults warmMapedFileEnable to false because its warm-up writes a zero per

@@ -7,9 +7,12 @@ queues, index files and the checkpoint). The msync itself runs with the GIL rele
 """
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
+
+from ._flush import CLOSED, FAILED, FLUSHED, STOPPED, GroupCommit
 
 log = logging.getLogger(__name__)
 
@@ -51,73 +54,151 @@ class PeriodicService(threading.Thread):
             self._work(True)
 
 
-class GroupCommitRequest:
-    """One producer waiting for its record to be on disk; ``future`` completes with True (flushed) or False."""
-    __slots__ = ("next_offset", "future")
-
-    def __init__(self, next_offset: int, future):
-        self.next_offset = next_offset
-        self.future = future
-
-
 class GroupCommitService(threading.Thread):
-    """SYNC_FLUSH: a put waits until a flush covers its record. Requests that arrive while an msync runs are
-    served together by the next one, so N producers share one fdatasync instead of paying one each."""
+    """SYNC_FLUSH: a put waits until a flush covers its record, and all puts waiting at that moment share one msync.
+
+    The waiting and waking happen in C without the GIL (rmqcore._flush.GroupCommit); this thread runs the C flush
+    loop over the file being written and steps in with Python only where that loop cannot go: a request reaching
+    into the next file, a failed flush, shutdown. put_async requests are completed by a second thread
+    (_FlushedFutures) so the flush loop never waits for Python callbacks.
+    """
 
     def __init__(self, commit_log, on_flushed=None):
         super().__init__(name="GroupCommitService", daemon=True)
         self._commit_log = commit_log
         self._on_flushed = on_flushed      # e.g. move the checkpoint's physicMsgTimestamp, as RocketMQ's doCommit
-        self._cond = threading.Condition()
-        self._requests: list[GroupCommitRequest] = []
-        self._stopped = False
-        self.flushes = 0
-        self.requests_served = 0
+        self.core = GroupCommit(commit_log.flushed_where)
         self.last_error: str | None = None
+        # Producers woken by one flush come back with their next record within a few tens of microseconds: the
+        # next flush waits up to this long (a fraction of one fdatasync) for as many as the last one served.
         self.linger = 0.0002
+        self._futures: _FlushedFutures | None = None
+        self._futures_lock = threading.Lock()
 
-    def put_request(self, request: GroupCommitRequest) -> None:
-        with self._cond:
-            if self._stopped:
-                request.future.set_result(self._commit_log.flushed_where >= request.next_offset)
-                return
-            self._requests.append(request)
-            self._cond.notify()
+    @property
+    def flushes(self) -> int:
+        return self.core.flushes
+
+    @property
+    def requests_served(self) -> int:
+        return self.core.served
+
+    @property
+    def store_timestamp(self) -> int:
+        """Store time (ms) of the last record a flush covered, for the checkpoint's physicMsgTimestamp."""
+        return self.core.flushed_store_timestamp
+
+    def wait_flushed(self, offset: int, timeout: float) -> bool:
+        """Block until a flush covers ``offset`` (True) or ``timeout`` seconds pass / a flush fails (False)."""
+        return self.core.wait_flushed(offset, timeout) == FLUSHED
+
+    def when_flushed(self, offset: int, timeout: float, callback) -> None:
+        """Call ``callback(flushed: bool)`` once a flush covers ``offset``, or with False after ``timeout`` s or a
+        failed flush; from the completing thread, never from the caller's."""
+        with self._futures_lock:
+            if self._futures is None:
+                self._futures = _FlushedFutures(self.core)
+                self._futures.start()
+            futures = self._futures
+        futures.add(offset, time.monotonic() + timeout, callback)
+        self.core.request(offset)       # after add: the completer, woken by this request, finds the entry
 
     def run(self) -> None:
-        last_batch = 0
+        core = self.core
+        mfq = self._commit_log.mapped_file_queue
         while True:
-            with self._cond:
-                while not self._requests and not self._stopped:
-                    self._cond.wait()
-                if not self._requests and self._stopped:
-                    return
-                # Producers woken by the previous flush are still coming back with their next record: when that
-                # flush served several, linger a moment (a fraction of one fdatasync) so this flush serves them all.
-                if last_batch > 1 and len(self._requests) < last_batch and not self._stopped:
-                    self._cond.wait(self.linger)
-                batch, self._requests = self._requests, []
-            last_batch = len(batch)
-            self._serve(batch)
+            mf = mfq.find_mapped_file_by_offset(core.flushed_where)
+            try:
+                if core.serve(mf, self.linger) == STOPPED:
+                    break
+            except OSError as e:
+                self._failed(e)
+                continue
+            self._flush()
+        self._flush()
+        core.close()
 
-    def _serve(self, batch) -> None:
+    def _flush(self) -> None:
         try:
             flushed = self._commit_log.flush(0)
-            self.flushes += 1
-            if self._on_flushed is not None:
-                self._on_flushed()
-        except OSError as e:   # EIO and friends: the waiting puts report FLUSH_DISK_TIMEOUT, nothing is claimed
-            self.last_error = f"flush failed: {e}"
-            log.error("group commit flush failed: %s", e)
-            flushed = self._commit_log.flushed_where
-        for req in batch:
-            if not req.future.done():
-                req.future.set_result(flushed >= req.next_offset)
-        self.requests_served += len(batch)
+        except OSError as e:
+            self._failed(e)
+            return
+        if self._on_flushed is not None:
+            self._on_flushed()
+        self.core.publish(flushed)
+
+    def _failed(self, e: OSError) -> None:
+        # EIO and friends: the waiting puts report FLUSH_DISK_TIMEOUT at once, nothing is claimed flushed.
+        self.last_error = f"flush failed: {e}"
+        log.error("group commit flush failed: %s", e)
+        self.core.fail()
 
     def shutdown(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
+        """Flush what was appended, release every waiter, stop both threads."""
+        self.core.stop()
+        if self.is_alive():
+            self.join()
+        else:
+            self.core.close()
+        if self._futures is not None:
+            self._futures.shutdown()
+
+
+class _FlushedFutures(threading.Thread):
+    """Completes put_async callbacks as flushes cover their offsets (or their timeouts pass).
+
+    Producers only append to a deque (atomic in CPython) and ask the C core for a flush; this thread sleeps in C
+    (no GIL) on the flush of the oldest entry, or on the next request when it has none, and completes everything
+    a flush covered in one go: one wake-up per flush, however many puts it carried.
+    """
+
+    IDLE_WAIT = 0.5     # seconds between checks for shutdown while nothing is pending
+
+    def __init__(self, core):
+        super().__init__(name="GroupCommitFutures", daemon=True)
+        self._core = core
+        self._pending: collections.deque = collections.deque()
+        self._stopped = False
+
+    def add(self, offset: int, deadline: float, callback) -> None:
+        self._pending.append((offset, deadline, callback))
+
+    def run(self) -> None:
+        core = self._core
+        pending = self._pending
+        seen = core.arrivals
+        while True:
+            if not pending:
+                if self._stopped or core.closed:
+                    if not pending:
+                        return
+                else:
+                    seen = core.wait_arrival(seen, self.IDLE_WAIT)
+                continue
+            offset, deadline, _ = pending[0]
+            code = core.wait_flushed(offset, deadline - time.monotonic())
+            flushed = core.flushed_where
+            now = time.monotonic()
+            done = []
+            # Offsets arrive nearly in order (appended after the put lock): take every covered one from the front;
+            # after a failed flush or shutdown every uncovered one fails, after a timeout the expired ones.
+            while pending:
+                off, dl, cb = pending[0]
+                if off <= flushed:
+                    done.append((cb, True))
+                elif code == FAILED or code == CLOSED or dl <= now:
+                    done.append((cb, False))
+                else:
+                    break
+                pending.popleft()
+            for cb, ok in done:
+                try:
+                    cb(ok)
+                except Exception:
+                    log.exception("put_async completion failed")
+
+    def shutdown(self) -> None:
+        self._stopped = True
         if self.is_alive():
             self.join()

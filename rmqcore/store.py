@@ -27,7 +27,7 @@ from .clean import CleanFilesService
 from .consume_queue import ConsumeQueue
 from .dispatch import ReputMessageService, group_units
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
-from .flush import GroupCommitRequest, GroupCommitService, PeriodicService
+from .flush import GroupCommitService, PeriodicService
 from .index_service import IndexService
 from . import recovery
 from .message import GetResult
@@ -132,7 +132,8 @@ class MessageStore:
         last_exit_ok = not os.path.exists(self._path("abort"))
         self.checkpoint = StoreCheckpoint(self._path("checkpoint"))
         self.transient_store_pool = None
-        if cfg.transient_store_pool_enable:
+        if cfg.transient_store_pool_enable and not cfg.sync_flush:
+            # RocketMQ's isTransientStorePoolEnable: ASYNC_FLUSH only (a sync put must reach the file anyway).
             # Appends land in preallocated (mlock'ed where allowed) buffers; CommitRealTimeService copies them into
             # the files. Readers and dispatch see a record once it is committed, as in RocketMQ.
             self.transient_store_pool = TransientStorePool(cfg.transient_store_pool_size,
@@ -233,6 +234,8 @@ class MessageStore:
     def _note_physic_timestamp(self) -> None:
         # The store time of the last message known flushed: abnormal recovery starts from the file holding it.
         ts = self.commit_log.mapped_file_queue.store_timestamp
+        if self.group_commit is not None:      # its C flush loop does not go through the mapped file queue
+            ts = max(ts, self.group_commit.store_timestamp)
         if ts > self.checkpoint.physic_msg_timestamp:
             self.checkpoint.physic_msg_timestamp = ts
 
@@ -244,6 +247,8 @@ class MessageStore:
         self.index_service.flush()     # moves the checkpoint's indexMsgTimestamp when a full file is flushed
         if logics_ts:
             self.checkpoint.logics_msg_timestamp = logics_ts
+        if self.group_commit is not None:
+            self._note_physic_timestamp()
         if thorough:
             self.checkpoint.flush()
 
@@ -341,16 +346,11 @@ class MessageStore:
         return results
 
     def _wait_flushed(self, last, ok_value):
-        future = Future()
-        self.group_commit.put_request(GroupCommitRequest(last.commitlog_offset + last.wrote_bytes, future))
-        try:
-            flushed = future.result(self._sync_timeout)
-        except TimeoutError:
-            flushed = False
-        if flushed:
+        if self.group_commit.wait_flushed(last.commitlog_offset + last.wrote_bytes, self._sync_timeout):
             return ok_value
-        log.warning("sync flush did not cover offset %d within %d ms", last.commitlog_offset,
-                    self.config.sync_flush_timeout)
+        log.warning("sync flush did not cover offset %d within %d ms%s", last.commitlog_offset,
+                    self.config.sync_flush_timeout,
+                    f" ({self.group_commit.last_error})" if self.group_commit.last_error else "")
         return last.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)
 
     def put_async(self, msg) -> Future:
@@ -364,17 +364,9 @@ class MessageStore:
         if not (self._sync_flush and result.status is PutStatus.PUT_OK):
             out.set_result(result)
             return out
-        flushed = Future()
-
-        def done(f):
-            out.set_result(result if f.result() else result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT))
-
-        flushed.add_done_callback(done)
-        self.group_commit.put_request(GroupCommitRequest(result.commitlog_offset + result.wrote_bytes, flushed))
-        timer = threading.Timer(self._sync_timeout, lambda: flushed.done() or flushed.set_result(False))
-        timer.daemon = True
-        timer.start()
-        out.add_done_callback(lambda _: timer.cancel())
+        self.group_commit.when_flushed(
+            result.commitlog_offset + result.wrote_bytes, self._sync_timeout,
+            lambda ok: out.set_result(result if ok else result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)))
         return out
 
     async def aput(self, msg):
@@ -573,7 +565,7 @@ class MessageStore:
             "store_path": self.path,
             "commitlog_min_offset": cl.min_offset,
             "commitlog_max_offset": cl.max_offset,
-            "commitlog_flushed_offset": mfq.flushed_where,
+            "commitlog_flushed_offset": self.commit_log.flushed_where,
             "commitlog_files": len(mfq),
             "consume_queues": len(self._all_consume_queues()),
             "index_files": len(self.index_service.index_file_list) if self.index_service else 0,

@@ -2,8 +2,8 @@
 
 Run as ``python tests/crash_child.py '<json spec>'``. The spec holds ``path``, ``seed``, ``run`` (an id that keeps
 the messages of successive children of one store apart), ``flush`` (SYNC_FLUSH / ASYNC_FLUSH), ``threads``,
-``config`` (StoreConfig overrides), ``mode`` ("put" until killed, "fill" until the disk is full, then read back and
-close) and ``fsize`` (RLIMIT_FSIZE set after the first put, "fill" mode).
+``config`` (StoreConfig overrides), ``mode`` ("put" until killed, "put_async" the same with 8 put_async futures in
+flight per thread, "fill" until the disk is full, then read back and close) and ``fsize`` (RLIMIT_FSIZE set after the first put, "fill" mode).
 
 After every acknowledged put (PUT_OK returned) one line goes to stdout, flushed at once:
 
@@ -13,6 +13,7 @@ After every acknowledged put (PUT_OK returned) one line goes to stdout, flushed 
 (``run:thread:seq``) and is also its first key, so the parent can rebuild the exact message (``make_message``) of
 any record it reads back, acknowledged or not. Lines starting with ``#`` are status lines.
 """
+import collections
 import json
 import os
 import random
@@ -56,7 +57,29 @@ def main():
     stop = threading.Event()
     failures = []
 
+    def async_producer(tid):
+        # put_async (RocketMQ's asyncPutMessage) with up to 8 puts in flight: a put is acknowledged when its
+        # Future completes PUT_OK, which under SYNC_FLUSH means a flush covered it.
+        seq = 0
+        window = collections.deque()
+        while not stop.is_set():
+            while len(window) < 8:
+                gen = f"{run}:{tid}:{seq}"
+                seq += 1
+                topic, qid, body, keys, tags = make_message(seed, gen)
+                window.append((gen, topic, qid, store.put_async(Message(topic, body, qid, keys=keys, tags=tags))))
+            gen, topic, qid, future = window.popleft()
+            r = future.result()
+            if r.status is PutStatus.PUT_OK:
+                emit(f"{r.msg_id} {r.commitlog_offset} {r.queue_offset} {r.uniq_key} "
+                     f"{store.commit_log.flushed_where} {topic} {qid} {gen}")
+            else:
+                failures.append(r.status.name)
+                emit(f"#FAIL {gen} {r.status.name}")
+
     def producer(tid):
+        if spec.get("mode") == "put_async":
+            return async_producer(tid)
         seq = 0
         while not stop.is_set():
             gen = f"{run}:{tid}:{seq}"

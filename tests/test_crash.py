@@ -183,7 +183,7 @@ def check_store(path, config, seed, acks, *, sync, expect_abnormal=True, max_off
         store.close()
 
 
-def kill_rounds(tmp_path, seed, rounds, flush, kill_range=(0.05, 0.5)):
+def kill_rounds(tmp_path, seed, rounds, flush, kill_range=(0.05, 0.5), mode="put"):
     """``rounds`` crash → check cycles on one store; every other round two children crash back to back before the
     parent looks (the second one recovers the first one's crash itself and goes on writing)."""
     path = tmp_path / f"store-{seed}"
@@ -194,7 +194,7 @@ def kill_rounds(tmp_path, seed, rounds, flush, kill_range=(0.05, 0.5)):
     for r in range(rounds):
         chained = 2 if r % 2 else 1
         for _ in range(chained):
-            res = run_child(path, seed, run, flush=flush, kill_after=rng.uniform(*kill_range))
+            res = run_child(path, seed, run, flush=flush, kill_after=rng.uniform(*kill_range), mode=mode)
             assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
             all_acks += res.acks
             run += 1
@@ -208,6 +208,13 @@ def kill_rounds(tmp_path, seed, rounds, flush, kill_range=(0.05, 0.5)):
 def test_sync_flush_kill9(tmp_path, seed):
     kills, acked = kill_rounds(tmp_path, seed, 3, "SYNC_FLUSH")      # 4 kills a seed, 20 across seeds
     assert kills == 4
+
+
+@pytest.mark.parametrize("seed", [50, 51])
+def test_sync_flush_put_async_kill9(tmp_path, seed):
+    # Futures of put_async complete PUT_OK only once a flush covered the record: every one of them survives.
+    kills, acked = kill_rounds(tmp_path, seed, 2, "SYNC_FLUSH", mode="put_async")
+    assert kills == 3
 
 
 @pytest.mark.parametrize("seed", [100, 101])

@@ -1,0 +1,266 @@
+"""SYNC_FLUSH group commit: the C meeting point (rmqcore._flush.GroupCommit) on its own, its flush loop over a
+mapped file, and the store's put / put_async / aput on top of it, with real threads."""
+import asyncio
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from rmqcore import Message, MessageStore, PutStatus, StoreConfig
+from rmqcore._flush import CLOSED, FAILED, FLUSHED, NEEDS_PYTHON, STOPPED, TIMEOUT, GroupCommit
+from rmqcore._mapped_file import MappedFile
+from rmqcore.flush import GroupCommitService
+
+
+def start(fn, *args):
+    t = threading.Thread(target=fn, args=args, daemon=True)
+    t.start()
+    return t
+
+
+# -- the C meeting point ---------------------------------------------------------------------------------------------
+
+def test_wait_returns_at_once_when_already_flushed():
+    g = GroupCommit(1000)
+    assert g.wait_flushed(1000, 0) == FLUSHED
+    assert g.wait_flushed(1, 5) == FLUSHED
+    assert g.served == 2 and g.requested == 1000          # nothing asked for beyond what is flushed
+
+
+def test_timeout_failure_and_close_codes():
+    g = GroupCommit(0)
+    t0 = time.monotonic()
+    assert g.wait_flushed(10, 0.05) == TIMEOUT
+    assert time.monotonic() - t0 >= 0.04
+    assert g.requested == 10
+
+    results = []
+    waiter = start(lambda: results.append(g.wait_flushed(20, 10)))
+    time.sleep(0.05)
+    g.fail()                    # a failed flush answers the waiting puts at once, it does not let them time out
+    waiter.join(5)
+    assert results == [FAILED]
+    assert g.requested == g.flushed_where == 0            # what failed is not asked for again by itself
+
+    waiter = start(lambda: results.append(g.wait_flushed(30, 10)))
+    time.sleep(0.05)
+    g.close()
+    waiter.join(5)
+    assert results == [FAILED, CLOSED]
+    assert g.wait_flushed(40, 10) == CLOSED               # after close nothing waits
+    assert g.closed
+
+
+def python_flusher(g, stop, flushed_log, delay=0.0005):
+    """Stands in for the flush thread: takes targets, 'flushes' (sleeps) and publishes exactly the target."""
+    while not stop.is_set():
+        target = g.next_target(0.0002)
+        if target < 0:
+            return
+        time.sleep(delay)
+        flushed_log.append(target)
+        g.publish(target)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_many_waiters_each_released_by_a_flush_that_covers_them(seed):
+    # Waiters arrive during flushes and between them (the generation swap): every one must be released by a flush
+    # that covers its offset, none may sleep through it (that would be a 10 s timeout here).
+    rng = random.Random(seed)
+    g = GroupCommit(0)
+    stop = threading.Event()
+    flushed_log = []
+    flusher = start(python_flusher, g, stop, flushed_log)
+    next_offset = [0]
+    lock = threading.Lock()
+    bad = []
+
+    def producer(n):
+        for _ in range(n):
+            with lock:
+                next_offset[0] += rng.randint(1, 500)
+                off = next_offset[0]
+            t0 = time.monotonic()
+            rc = g.wait_flushed(off, 10)
+            if rc != FLUSHED or g.flushed_where < off:
+                bad.append((off, rc, time.monotonic() - t0))
+
+    producers = [start(producer, 60) for _ in range(12)]
+    for p in producers:
+        p.join(60)
+    g.stop()
+    flusher.join(5)
+    assert not bad, bad[:5]
+    assert g.served == 12 * 60
+    assert len(flushed_log) < 12 * 60, "waiting puts shared no flush"
+
+
+def test_stop_lets_the_flush_thread_go_and_close_releases_the_rest():
+    g = GroupCommit(0)
+    out = []
+    t = start(lambda: out.append(g.next_target(0)))
+    time.sleep(0.05)
+    assert not out                                        # nothing asked for: the flush thread sleeps
+    g.stop()
+    t.join(5)
+    assert out == [-1]
+
+
+def test_arrival_wait():
+    g = GroupCommit(0)
+    seen = g.arrivals
+    assert g.wait_arrival(seen, 0.02) == seen             # nothing arrived: returns after the timeout
+    start(lambda: (time.sleep(0.05), g.request(100)))
+    assert g.wait_arrival(seen, 5) == seen + 1
+    assert g.requested == 100
+
+
+# -- the flush loop over a mapped file --------------------------------------------------------------------------------
+
+def test_serve_flushes_the_file_and_wakes_producers(tmp_path):
+    size = 64 * 1024
+    mf = MappedFile(str(tmp_path / ("%020d" % size)), size)      # a second file: offsets start at `size`
+    g = GroupCommit(size)
+    codes = []
+    server = start(lambda: codes.append(g.serve(mf, 0.0002)))
+    lock = threading.Lock()
+    bad = []
+
+    def producer(k):
+        for i in range(50):
+            with lock:
+                if not mf.append(os.urandom(100)):
+                    return
+                end = size + mf.wrote_position
+            if g.wait_flushed(end, 10) != FLUSHED:
+                bad.append(end)
+
+    producers = [start(producer, k) for k in range(4)]
+    for p in producers:
+        p.join(30)
+    assert not bad
+    assert mf.flushed_position == mf.wrote_position == 4 * 50 * 100
+    assert g.flushed_where == size + mf.wrote_position
+    g.stop()
+    server.join(5)
+    assert codes == [STOPPED]
+
+
+def test_serve_hands_requests_beyond_its_file_to_python(tmp_path):
+    size = 4096
+    mf = MappedFile(str(tmp_path / ("%020d" % 0)), size)
+    mf.append(b"x" * 100)
+    g = GroupCommit(0)
+    g.request(size + 10)                                  # a record in the next file
+    assert g.serve(mf, 0) == NEEDS_PYTHON
+    assert mf.flushed_position == 0                       # Python flushes every file when that happens
+    assert g.serve(None, 0) == NEEDS_PYTHON               # no file to serve: Python again, after a request
+
+
+# -- the store ----------------------------------------------------------------------------------------------------
+
+def cfg(**kw):
+    base = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 512,
+                max_message_size=16 * 1024, max_hash_slot_num=97, max_index_num=2000, flush_disk_type="SYNC_FLUSH",
+                warm_mapped_file_enable=False)
+    base.update(kw)
+    return StoreConfig(**base)
+
+
+def test_sync_puts_from_threads_across_file_ends(tmp_path):
+    # 8 producers over 64 KiB files: records land on both sides of file ends, where the C loop hands over to Python.
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        results = []
+        lock = threading.Lock()
+
+        def producer(k):
+            for i in range(120):
+                r = store.put(Message("GC", os.urandom(random.randint(10, 900)), k % 4, keys=[f"k{k}-{i}"]))
+                with lock:
+                    results.append(r)
+
+        threads = [start(producer, k) for k in range(8)]
+        for t in threads:
+            t.join(60)
+        assert len(results) == 960 and all(r.status is PutStatus.PUT_OK for r in results)
+        assert len(store.commit_log.files()) > 4
+        end = max(r.commitlog_offset + r.wrote_bytes for r in results)
+        assert store.commit_log.flushed_where >= end
+        gc = store.group_commit
+        assert gc.requests_served >= 960 and gc.flushes < 960, "no flush was shared"
+        assert store.verify()["ok"]
+
+
+def test_put_async_and_aput_complete_when_flushed(tmp_path):
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        futures = [store.put_async(Message("GA", b"x" * 200, i % 2)) for i in range(500)]
+        results = [f.result(10) for f in futures]
+        assert all(r.status is PutStatus.PUT_OK for r in results)
+        assert store.commit_log.flushed_where >= max(r.commitlog_offset + r.wrote_bytes for r in results)
+        assert [r.queue_offset for r in results[:4]] == [0, 0, 1, 1]
+
+        async def main():
+            return await asyncio.gather(*(store.aput(Message("GA", b"y" * 100, 0)) for _ in range(50)))
+
+        assert all(r.ok for r in asyncio.run(main()))
+        done = []
+        store.put_async(Message("GA", b"z", 1)).add_done_callback(lambda f: done.append(f.result().status))
+        deadline = time.monotonic() + 10
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert done == [PutStatus.PUT_OK]
+
+
+class _FakeCommitLog:
+    """A commit log whose flush never gets anywhere: what a hung disk looks like to the group commit."""
+
+    def __init__(self):
+        self.flushed_where = 0
+        self.mapped_file_queue = self
+
+    def find_mapped_file_by_offset(self, offset):
+        return None
+
+    def flush(self, least_pages=0):
+        time.sleep(0.01)
+        return 0
+
+
+def test_put_async_reports_flush_disk_timeout_when_no_flush_comes():
+    svc = GroupCommitService(_FakeCommitLog())
+    svc.start()
+    try:
+        got = []
+        svc.when_flushed(500, 0.1, got.append)
+        t0 = time.monotonic()
+        while not got and time.monotonic() - t0 < 5:
+            time.sleep(0.005)
+        assert got == [False]
+        assert svc.wait_flushed(600, 0.05) is False
+    finally:
+        svc.shutdown()
+
+
+def test_flush_error_fails_the_waiting_puts_at_once():
+    class Broken(_FakeCommitLog):
+        def flush(self, least_pages=0):
+            raise OSError(5, "Input/output error")
+
+    svc = GroupCommitService(Broken())
+    svc.start()
+    try:
+        t0 = time.monotonic()
+        assert svc.wait_flushed(100, 10) is False
+        assert time.monotonic() - t0 < 5                  # answered by the failure, not by the timeout
+        assert "Input/output error" in svc.last_error
+    finally:
+        svc.shutdown()
+
+
+def test_close_answers_pending_async_puts(tmp_path):
+    store = MessageStore.open(str(tmp_path / "s"), cfg())
+    futures = [store.put_async(Message("GC", b"q" * 50, 0)) for _ in range(100)]
+    store.close()                                          # flushes what was appended, then answers everybody
+    assert all(f.done() and f.result().status is PutStatus.PUT_OK for f in futures)
