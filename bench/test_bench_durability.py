@@ -42,6 +42,20 @@ def test_sync_flush_put(benchmark, bench_dir, producers):
                                                    max(1, sum(r["flushes"] for r in runs)), 2)
 
 
+@pytest.mark.benchmark(group="sync flush")
+@pytest.mark.parametrize("nowait", [False, True], ids=["put_async", "wait_false"])
+def test_sync_flush_pipelined(benchmark, bench_dir, nowait):
+    # 16 producers with SYNC_WINDOW puts in flight each; a put counts once a flush covered it.
+    n = 16 * W.SYNC_WINDOW * 8
+    with W.sync_store(bench_dir) as (store, cap):
+        assert cap > 7 * n
+        got = benchmark.pedantic(
+            lambda: W.async_put_run(store, 16, W.SYNC_WINDOW, float("inf"), n, nowait=nowait)["puts"],
+            rounds=5, warmup_rounds=1)
+        assert got == n
+    rate(benchmark, n, "msgs_per_s")
+
+
 @pytest.fixture(scope="module")
 def written_commitlog(bench_dir):
     """A store directory holding only a ~128 MiB commitlog (64 MiB files) of 1 KiB-body records."""

@@ -5,6 +5,7 @@ kernel; nothing asserts on time. Stores live in temporary directories that the c
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import os
@@ -352,6 +353,7 @@ class LagSampler(threading.Thread):
 
 SYNC_PRODUCERS = (1, 4, 16)
 SYNC_QUEUES = 4
+SYNC_WINDOW = 64        # puts in flight per pipelining producer
 
 
 def sync_config(file_size: int = 256 * MiB, **kw):
@@ -459,6 +461,101 @@ def sync_put_run(store, producers: int, seconds: float, max_msgs: int) -> dict:
         raise errors[0]
     return {"puts": sum(counts), "elapsed": elapsed, "flushes": gc_.flushes - flushes0,
             "served": gc_.requests_served - served0}
+
+
+def async_put_run(store, producers: int, window: int, seconds: float, max_msgs: int, *,
+                  nowait: bool = False) -> dict:
+    """``producers`` threads each keeping ``window`` puts in flight (RocketMQ's async send: a producer does not
+    wait for one message before sending the next); a put counts once a flush covered it. Default: put_async
+    futures, the oldest's result taken when the window is full. ``nowait``: puts of messages with WAIT "false"
+    (return once appended), then one ``store.wait_flushed`` for the last of every ``window``. Same shape of result
+    as sync_put_run."""
+    from rmqcore import Message
+    gc_ = store.group_commit
+    per_thread = max(window, max_msgs // producers)
+    barrier = threading.Barrier(producers + 1)
+    counts = [0] * producers
+    errors: list = []
+    state = {"deadline": float("inf")}
+    b = body()
+
+    def worker(k):
+        try:
+            put_async = store.put_async
+            q = k % SYNC_QUEUES
+            clock = time.perf_counter
+            pending = collections.deque()
+            sent = n = 0
+            barrier.wait()
+            deadline = state["deadline"]
+            if nowait:
+                put, wait_flushed, props = store.put, store.wait_flushed, {"WAIT": "false"}
+                while sent < per_thread and clock() < deadline:
+                    for _ in range(window):
+                        r = put(Message(TOPIC, b, q, properties=props))
+                        if not r.ok:
+                            raise RuntimeError(f"SYNC_FLUSH put (WAIT false): {r.status}")
+                    sent += window
+                    if not wait_flushed(r.commitlog_offset + r.wrote_bytes):
+                        raise RuntimeError("SYNC_FLUSH wait_flushed timed out")
+                    n += window
+            while sent < per_thread and clock() < deadline:
+                while len(pending) < window and sent < per_thread:
+                    pending.append(put_async(Message(TOPIC, b, q)))
+                    sent += 1
+                r = pending.popleft().result()
+                if not r.ok:
+                    raise RuntimeError(f"SYNC_FLUSH put_async: {r.status}")
+                n += 1
+            for f in pending:
+                if not f.result().ok:
+                    raise RuntimeError("SYNC_FLUSH put_async failed")
+                n += 1
+            counts[k] = n
+        except BaseException as e:   # reported after join
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=worker, args=(k,), name=f"bench-async-{k}") for k in range(producers)]
+    for t in threads:
+        t.start()
+    flushes0 = gc_.flushes
+    t0 = time.perf_counter()
+    state["deadline"] = t0 + seconds
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    puts = sum(counts)
+    return {"puts": puts, "elapsed": elapsed, "flushes": gc_.flushes - flushes0, "served": puts}
+
+
+def wake_latency(n: int = 2000) -> float:
+    """One thread-to-thread wake-up through the group commit's own primitive, in µs: two threads take turns
+    (publish on one GroupCommit, wait on the other), round trip / 2. Every blocking put costs at least one, and
+    the GIL hand-off after it another: the limit a waiting producer cannot beat on this machine."""
+    from rmqcore._flush import GroupCommit
+    ping, pong = GroupCommit(0), GroupCommit(0)
+
+    def other():
+        for i in range(1, n + 1):
+            ping.wait_flushed(i, 10)
+            pong.publish(i)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t0 = time.perf_counter()
+    for i in range(1, n + 1):
+        ping.publish(i)
+        pong.wait_flushed(i, 10)
+    elapsed = time.perf_counter() - t0
+    t.join()
+    return elapsed / n / 2 * 1e6
 
 
 def write_commitlog(root: str, config, target_bytes: int, *, queues: int = 8, batch: int = 1000) -> tuple[int, int]:

@@ -95,11 +95,13 @@ class GroupCommitService(threading.Thread):
     def when_flushed(self, offset: int, timeout: float, callback) -> None:
         """Call ``callback(flushed: bool)`` once a flush covers ``offset``, or with False after ``timeout`` s or a
         failed flush; from the completing thread, never from the caller's."""
-        with self._futures_lock:
-            if self._futures is None:
-                self._futures = _FlushedFutures(self.core)
-                self._futures.start()
-            futures = self._futures
+        futures = self._futures
+        if futures is None:
+            with self._futures_lock:
+                if self._futures is None:
+                    self._futures = _FlushedFutures(self.core)
+                    self._futures.start()
+                futures = self._futures
         futures.add(offset, time.monotonic() + timeout, callback)
         self.core.request(offset)       # after add: the completer, woken by this request, finds the entry
 

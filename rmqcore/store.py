@@ -322,12 +322,17 @@ class MessageStore:
 
     def put(self, msg):
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once an msync covers it, or
-        FLUSH_DISK_TIMEOUT); raises MessageIllegalError (nothing written) for a message RocketMQ refuses."""
+        FLUSH_DISK_TIMEOUT, unless the message's WAIT property is "false": see wait_flushed); raises
+        MessageIllegalError (nothing written) for a message RocketMQ refuses."""
         if not self._running:
             self._check_running()
         result = self._writer.put(msg)
         self._put_count += 1
         if self._sync_flush and result.status is PutStatus.PUT_OK:
+            if msg.properties.get("WAIT") == "false":
+                # RocketMQ's isWaitStoreMsgOK: the producer does not wait; the flush is asked for, not awaited.
+                self.group_commit.core.request(result.commitlog_offset + result.wrote_bytes)
+                return result
             return self._wait_flushed(result, result)
         return result
 
@@ -338,6 +343,9 @@ class MessageStore:
         results = self._writer.put_batch(messages)
         self._put_count += len(results)
         if self._sync_flush and results and results[-1].status is PutStatus.PUT_OK:
+            if all(m.properties.get("WAIT") == "false" for m in messages):
+                self.group_commit.core.request(results[-1].commitlog_offset + results[-1].wrote_bytes)
+                return results
             done = self._wait_flushed(results[-1], True)
             if done is not True:
                 results = [r.replace_status(PutStatus.FLUSH_DISK_TIMEOUT) if r.ok else r for r in results]
@@ -355,19 +363,40 @@ class MessageStore:
 
     def put_async(self, msg) -> Future:
         """Like RocketMQ's asyncPutMessage: the record is appended now; the returned Future completes with the
-        PutResult once it is flushed (SYNC_FLUSH) or at once (ASYNC_FLUSH)."""
+        PutResult once it is flushed (SYNC_FLUSH) or at once (ASYNC_FLUSH, or WAIT "false")."""
         if not self._running:
             self._check_running()
         result = self._writer.put(msg)
         self._put_count += 1
         out = Future()
-        if not (self._sync_flush and result.status is PutStatus.PUT_OK):
-            out.set_result(result)
-            return out
-        self.group_commit.when_flushed(
-            result.commitlog_offset + result.wrote_bytes, self._sync_timeout,
-            lambda ok: out.set_result(result if ok else result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)))
+        if self._sync_flush and result.status is PutStatus.PUT_OK:
+            end = result.commitlog_offset + result.wrote_bytes
+            if msg.properties.get("WAIT") != "false":
+                self.group_commit.when_flushed(
+                    end, self._sync_timeout,
+                    lambda ok: out.set_result(result if ok else result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)))
+                return out
+            self.group_commit.core.request(end)
+        out.set_result(result)
         return out
+
+    def wait_flushed(self, offset: int, timeout: float | None = None) -> bool:
+        """True once the commitlog is on disk below ``offset`` (a PutResult's ``commitlog_offset + wrote_bytes``).
+
+        With messages put with the WAIT property "false" (RocketMQ's waitStoreMsgOK off: put returns as soon as
+        the record is appended) a producer acknowledges a whole run of puts with one wait for its last record.
+        SYNC_FLUSH: waits for the group commit, at most ``timeout`` s (default ``sync_flush_timeout``); False when
+        no flush covered ``offset`` in time. ASYNC_FLUSH: flushes now. ``offset`` must not pass the commitlog's end.
+        """
+        self._check_running()
+        end = self.commit_log.max_offset
+        if offset > end:
+            raise ValueError(f"offset {offset} is beyond the commitlog's end {end}")
+        if offset <= self.commit_log.flushed_where:
+            return True
+        if self.group_commit is not None:
+            return self.group_commit.wait_flushed(offset, self._sync_timeout if timeout is None else timeout)
+        return self.commit_log.flush(0) >= offset
 
     async def aput(self, msg):
         """asyncio form of put_async."""

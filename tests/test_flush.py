@@ -264,3 +264,30 @@ def test_close_answers_pending_async_puts(tmp_path):
     futures = [store.put_async(Message("GC", b"q" * 50, 0)) for _ in range(100)]
     store.close()                                          # flushes what was appended, then answers everybody
     assert all(f.done() and f.result().status is PutStatus.PUT_OK for f in futures)
+
+
+def test_wait_false_puts_return_appended_and_one_wait_acknowledges_them(tmp_path):
+    # RocketMQ's WAIT property ("false": waitStoreMsgOK off): a SYNC_FLUSH put returns once appended; the flush is
+    # asked for, and wait_flushed on the last record's end acknowledges every put before it.
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        results = [store.put(Message("GW", b"w" * 300, 0, properties={"WAIT": "false"})) for _ in range(200)]
+        assert all(r.status is PutStatus.PUT_OK for r in results)
+        end = results[-1].commitlog_offset + results[-1].wrote_bytes
+        assert store.wait_flushed(end, 10) is True
+        assert store.commit_log.flushed_where >= end
+        batch = store.put_batch([Message("GW", b"b", 1, properties={"WAIT": "false"}) for _ in range(10)])
+        f = store.put_async(Message("GW", b"a", 1, properties={"WAIT": "false"}))
+        assert f.done() and f.result().status is PutStatus.PUT_OK
+        assert store.wait_flushed(f.result().commitlog_offset + f.result().wrote_bytes, 10)
+        assert store.commit_log.flushed_where >= batch[-1].commitlog_offset
+        with pytest.raises(ValueError, match="beyond the commitlog's end"):
+            store.wait_flushed(store.commit_log.max_offset + 1)
+        assert store.verify()["ok"]
+
+
+def test_wait_flushed_under_async_flush_flushes_now(tmp_path):
+    with MessageStore.open(str(tmp_path / "s"), cfg(flush_disk_type="ASYNC_FLUSH",
+                                                   flush_interval_commit_log=60_000)) as store:
+        r = store.put(Message("GW", b"x" * 100, 0))
+        end = r.commitlog_offset + r.wrote_bytes
+        assert store.wait_flushed(end) is True and store.commit_log.flushed_where >= end
