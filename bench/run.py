@@ -680,7 +680,7 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
             rate = r[f"sync_p{k}_mps"]
             extra = f", {_x(rate, one)} 1 producer" if k != 1 and one else ""
             if k > 1:    # each waits for its own flush: at most k puts share one
-                extra += f"; ceiling {k}x (k puts per flush, each flush one fdatasync)"
+                extra += f"; ceiling {k}× (k puts per flush, each flush one fdatasync)"
             rows.append((f"SYNC_FLUSH MessageStore.put, {k} producer thread{'s' if k > 1 else ''}, 1 KiB body",
                          _n(rate), "msgs/s", f"{_x(rate, base)} one fdatasync per message{extra}; "
                                              f"{r[f'sync_p{k}_per_flush']:.1f} puts per flush"))
