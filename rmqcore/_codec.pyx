@@ -185,11 +185,12 @@ def host_to_bytes(host):
 
 
 cdef str _host_str(const unsigned char *p, int32_t n):
-    cdef uint32_t port
+    # Java reads the port with getInt(): signed, so a corrupt high bit shows as a negative port, as RocketMQ shows it
+    cdef int32_t port
     if n == 8:
-        port = rmq_load_be32(p + 4)
+        port = <int32_t>rmq_load_be32(p + 4)
         return f"{p[0]}.{p[1]}.{p[2]}.{p[3]}:{port}"
-    port = rmq_load_be32(p + 16)
+    port = <int32_t>rmq_load_be32(p + 16)
     return f"[{ipaddress.IPv6Address(bytes(p[:16]))}]:{port}"
 
 
