@@ -52,7 +52,7 @@ cdef enum:
     # A properties string is at most 32767 bytes and a counted pair needs >= 4 ("k\x01v\x02"): <= 8192 pairs.
     MAX_PAIRS = 8192 + 8
     HASH_SLOTS = 16384                  # power of two, >= 2 × MAX_PAIRS: short probe chains
-    HOST_MAX = 64                       # "[" + 39 (IPv6) + "]:" + 10 digits < 64
+    HOST_MAX = 64                       # "[" + 39 (IPv6) + "]:-" + 10 digits < 64
 
 
 cdef struct Pair:
@@ -196,6 +196,15 @@ cdef int _put_uint(char *out, uint32_t v) noexcept nogil:
     return n
 
 
+cdef int _put_port(char *out, const unsigned char *p) noexcept nogil:
+    # Java reads the port with getInt(): signed, so a corrupt high bit shows as a negative port
+    cdef int32_t port = <int32_t>rmq_load_be32(p)
+    if port < 0:
+        out[0] = 45                               # '-'
+        return 1 + _put_uint(out + 1, <uint32_t>0 - <uint32_t>port)
+    return _put_uint(out, <uint32_t>port)
+
+
 cdef int _put_hex(char *out, uint32_t v) noexcept nogil:
     cdef char tmp[8]
     cdef int n = 0, i
@@ -220,7 +229,7 @@ cdef int _host_fmt(const unsigned char *p, int32_t n, char *out) noexcept nogil:
             o += _put_uint(out + o, p[i])
             out[o] = 46 if i < 3 else 58        # '.' between bytes, ':' before the port
             o += 1
-        o += _put_uint(out + o, rmq_load_be32(p + 4))
+        o += _put_port(out + o, p + 4)
         return o
     for i in range(8):
         h[i] = rmq_load_be16(p + 2 * i)
@@ -253,7 +262,7 @@ cdef int _host_fmt(const unsigned char *p, int32_t n, char *out) noexcept nogil:
     out[o] = 93                                  # ']'
     out[o + 1] = 58
     o += 2
-    o += _put_uint(out + o, rmq_load_be32(p + 16))
+    o += _put_port(out + o, p + 16)
     return o
 
 

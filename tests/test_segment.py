@@ -9,7 +9,7 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from rmqcore import _codec as C
 from rmqcore import _segment as S
@@ -258,8 +258,10 @@ def test_utf8_repair_is_pythons_replace(data):
 
 
 @given(st.one_of(st.binary(min_size=8, max_size=8), st.binary(min_size=20, max_size=20)))
+@example(b"\x00\x00\x00\x00\x80\x00\x00\x00")       # ports are Java ints: a set high bit is negative
+@example(b"\x00" * 16 + b"\xff\xff\xff\xff")
 def test_hosts_are_formatted_like_message_ext(raw):
-    assert S.format_host(raw) == C.bytes_to_host(raw)
+    assert S.format_host(raw) == C.bytes_to_host(raw) == R.bytes_to_host(raw)
 
 
 def test_invalid_utf8_topic_is_repaired_not_passed_on():
