@@ -428,8 +428,9 @@ def case_sync_flush(ctx: Ctx) -> None:
     p = ctx.p
     secs = p.sync_seconds
     # p<k>: k threads calling put (each waits for its flush); a16 / n16: 16 threads with W.SYNC_WINDOW puts in
-    # flight each, through put_async futures / WAIT=false puts + one wait_flushed per window.
-    names = ["fsync"] + [f"p{k}" for k in W.SYNC_PRODUCERS] + ["a16", "n16"]
+    # flight each, through put_async futures / WAIT=false puts + one wait_flushed per window; c16: 16 asyncio
+    # tasks with W.SYNC_WINDOW aput futures in flight each.
+    names = ["fsync"] + [f"p{k}" for k in W.SYNC_PRODUCERS] + ["a16", "n16", "c16"]
     best = {name: 0.0 for name in names}
     totals = {name: {"puts": 0, "flushes": 0, "served": 0} for name in names}
     lat: list[float] = []
@@ -448,6 +449,8 @@ def case_sync_flush(ctx: Ctx) -> None:
                     with W.gc_paused():
                         if name[0] == "p":
                             r = W.sync_put_run(store, producers, secs, cap // p.sync_rounds)
+                        elif name[0] == "c":
+                            r = W.aio_put_run(store, producers, W.SYNC_WINDOW, secs, cap // p.sync_rounds)
                         else:
                             r = W.async_put_run(store, producers, W.SYNC_WINDOW, secs, cap // p.sync_rounds,
                                                 nowait=name[0] == "n")
@@ -685,10 +688,11 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
                          _n(rate), "msgs/s", f"{_x(rate, base)} one fdatasync per message{extra}; "
                                              f"{r[f'sync_p{k}_per_flush']:.1f} puts per flush"))
         w = W.SYNC_WINDOW
-        for name, what in (("a16", f"put_async, {w} futures in flight"),
-                           ("n16", f"put with WAIT=false + one wait_flushed per {w}")):
+        for name, what in (("a16", f"16 producer threads, put_async, {w} futures in flight each"),
+                           ("n16", f"16 producer threads, put with WAIT=false + one wait_flushed per {w}"),
+                           ("c16", f"16 asyncio producer tasks in one thread, aput, {w} in flight each")):
             rate = r[f"sync_{name}_mps"]
-            rows.append((f"SYNC_FLUSH, 16 producer threads, {what} each, 1 KiB body", _n(rate), "msgs/s",
+            rows.append((f"SYNC_FLUSH, {what}, 1 KiB body", _n(rate), "msgs/s",
                          f"{_x(rate, base)} one fdatasync per message; {r[f'sync_{name}_per_flush']:.1f} puts "
                          f"per flush; counted when flushed"))
         rows.append(("limit: one thread wake-up (GroupCommit ping-pong, GIL included)", f"{r['wake_us']:.0f}",

@@ -43,15 +43,19 @@ def test_sync_flush_put(benchmark, bench_dir, producers):
 
 
 @pytest.mark.benchmark(group="sync flush")
-@pytest.mark.parametrize("nowait", [False, True], ids=["put_async", "wait_false"])
-def test_sync_flush_pipelined(benchmark, bench_dir, nowait):
+@pytest.mark.parametrize("how", ["put_async", "wait_false", "aput"])
+def test_sync_flush_pipelined(benchmark, bench_dir, how):
     # 16 producers with SYNC_WINDOW puts in flight each; a put counts once a flush covered it.
     n = 16 * W.SYNC_WINDOW * 8
+
+    def run(store):
+        if how == "aput":
+            return W.aio_put_run(store, 16, W.SYNC_WINDOW, float("inf"), n)["puts"]
+        return W.async_put_run(store, 16, W.SYNC_WINDOW, float("inf"), n, nowait=how == "wait_false")["puts"]
+
     with W.sync_store(bench_dir) as (store, cap):
         assert cap > 7 * n
-        got = benchmark.pedantic(
-            lambda: W.async_put_run(store, 16, W.SYNC_WINDOW, float("inf"), n, nowait=nowait)["puts"],
-            rounds=5, warmup_rounds=1)
+        got = benchmark.pedantic(lambda: run(store), rounds=5, warmup_rounds=1)
         assert got == n
     rate(benchmark, n, "msgs_per_s")
 

@@ -535,6 +535,47 @@ def async_put_run(store, producers: int, window: int, seconds: float, max_msgs: 
     return {"puts": puts, "elapsed": elapsed, "flushes": gc_.flushes - flushes0, "served": puts}
 
 
+def aio_put_run(store, producers: int, window: int, seconds: float, max_msgs: int) -> dict:
+    """``producers`` asyncio tasks in one thread, each keeping ``window`` ``store.aput`` futures in flight and
+    awaiting the oldest when its window is full (an asyncio broker's connections); a put counts once a flush covered
+    it. Same shape of result as sync_put_run."""
+    import asyncio
+
+    from rmqcore import Message
+    gc_ = store.group_commit
+    per_thread = max(window, max_msgs // producers)
+    b = body()
+
+    async def producer(k, deadline):
+        aput = store.aput
+        q = k % SYNC_QUEUES
+        clock = time.perf_counter
+        pending = collections.deque()
+        sent = n = 0
+        while sent < per_thread and clock() < deadline:
+            while len(pending) < window and sent < per_thread:
+                pending.append(aput(Message(TOPIC, b, q)))
+                sent += 1
+            r = await pending.popleft()
+            if not r.ok:
+                raise RuntimeError(f"SYNC_FLUSH aput: {r.status}")
+            n += 1
+        for f in pending:
+            if not (await f).ok:
+                raise RuntimeError("SYNC_FLUSH aput failed")
+            n += 1
+        return n
+
+    async def main():
+        t0 = time.perf_counter()
+        counts = await asyncio.gather(*(producer(k, t0 + seconds) for k in range(producers)))
+        return sum(counts), time.perf_counter() - t0
+
+    flushes0 = gc_.flushes
+    puts, elapsed = asyncio.run(main())
+    return {"puts": puts, "elapsed": elapsed, "flushes": gc_.flushes - flushes0, "served": puts}
+
+
 def wake_latency(n: int = 2000) -> float:
     """One thread-to-thread wake-up through the group commit's own primitive, in µs: two threads take turns
     (publish on one GroupCommit, wait on the other), round trip / 2. Every blocking put costs at least one, and

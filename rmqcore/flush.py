@@ -92,9 +92,10 @@ class GroupCommitService(threading.Thread):
         """Block until a flush covers ``offset`` (True) or ``timeout`` seconds pass / a flush fails (False)."""
         return self.core.wait_flushed(offset, timeout) == FLUSHED
 
-    def when_flushed(self, offset: int, timeout: float, callback) -> None:
+    def when_flushed(self, offset: int, timeout: float, callback, loop=None) -> None:
         """Call ``callback(flushed: bool)`` once a flush covers ``offset``, or with False after ``timeout`` s or a
-        failed flush; from the completing thread, never from the caller's."""
+        failed flush: from the completing thread, or with an asyncio ``loop``, in that loop (every callback a
+        flush completes for one loop goes in one call_soon_threadsafe); never from the caller's frame."""
         futures = self._futures
         if futures is None:
             with self._futures_lock:
@@ -102,7 +103,7 @@ class GroupCommitService(threading.Thread):
                     self._futures = _FlushedFutures(self.core)
                     self._futures.start()
                 futures = self._futures
-        futures.add(offset, time.monotonic() + timeout, callback)
+        futures.add(offset, time.monotonic() + timeout, callback, loop)
         self.core.request(offset)       # after add: the completer, woken by this request, finds the entry
 
     def run(self) -> None:
@@ -163,8 +164,8 @@ class _FlushedFutures(threading.Thread):
         self._pending: collections.deque = collections.deque()
         self._stopped = False
 
-    def add(self, offset: int, deadline: float, callback) -> None:
-        self._pending.append((offset, deadline, callback))
+    def add(self, offset: int, deadline: float, callback, loop) -> None:
+        self._pending.append((offset, deadline, callback, loop))
 
     def run(self) -> None:
         core = self._core
@@ -178,7 +179,7 @@ class _FlushedFutures(threading.Thread):
                 else:
                     seen = core.wait_arrival(seen, self.IDLE_WAIT)
                 continue
-            offset, deadline, _ = pending[0]
+            offset, deadline, _, _ = pending[0]
             code = core.wait_flushed(offset, deadline - time.monotonic())
             flushed = core.flushed_where
             now = time.monotonic()
@@ -186,21 +187,39 @@ class _FlushedFutures(threading.Thread):
             # Offsets arrive nearly in order (appended after the put lock): take every covered one from the front;
             # after a failed flush or shutdown every uncovered one fails, after a timeout the expired ones.
             while pending:
-                off, dl, cb = pending[0]
+                off, dl, cb, loop = pending[0]
                 if off <= flushed:
-                    done.append((cb, True))
+                    done.append((cb, True, loop))
                 elif code == FAILED or code == CLOSED or dl <= now:
-                    done.append((cb, False))
+                    done.append((cb, False, loop))
                 else:
                     break
                 pending.popleft()
-            for cb, ok in done:
+            in_loops: dict = {}
+            for cb, ok, loop in done:
+                if loop is None:
+                    _call(cb, ok)
+                else:
+                    in_loops.setdefault(loop, []).append((cb, ok))
+            for loop, calls in in_loops.items():
                 try:
-                    cb(ok)
-                except Exception:
-                    log.exception("put_async completion failed")
+                    loop.call_soon_threadsafe(_call_all, calls)
+                except RuntimeError:        # the loop was closed: nobody is left to await these
+                    log.warning("%d aput completions dropped: their event loop is closed", len(calls))
 
     def shutdown(self) -> None:
         self._stopped = True
         if self.is_alive():
             self.join()
+
+
+def _call(cb, ok: bool) -> None:
+    try:
+        cb(ok)
+    except Exception:
+        log.exception("put_async completion failed")
+
+
+def _call_all(calls) -> None:
+    for cb, ok in calls:
+        _call(cb, ok)

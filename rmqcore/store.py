@@ -51,6 +51,15 @@ def parse_delay_levels(spec: str) -> list[int]:
     return out
 
 
+def _completion(future, result):
+    """put_async's and aput's flush callback: the PutResult, or FLUSH_DISK_TIMEOUT when no flush covered it in
+    time. A future its caller cancelled is left alone: the record is stored either way."""
+    def done(flushed: bool) -> None:
+        if not future.done():
+            future.set_result(result if flushed else result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT))
+    return done
+
+
 def parse_tag_filter(tags):
     """A subscription: None or "*" (everything), "TagA || TagB", or an iterable of tags → (codes, tags) or None."""
     if tags is None:
@@ -324,17 +333,25 @@ class MessageStore:
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once an msync covers it, or
         FLUSH_DISK_TIMEOUT, unless the message's WAIT property is "false": see wait_flushed); raises
         MessageIllegalError (nothing written) for a message RocketMQ refuses."""
+        result, end = self._append(msg)
+        if end is None:
+            return result
+        return self._wait_flushed(result, result)
+
+    def _append(self, msg):
+        """The append half of every put: the PutResult, and the offset a flush must reach before the put is
+        acknowledged, or None when there is nothing to wait for (ASYNC_FLUSH, a failed put, WAIT "false")."""
         if not self._running:
             self._check_running()
         result = self._writer.put(msg)
         self._put_count += 1
         if self._sync_flush and result.status is PutStatus.PUT_OK:
-            if msg.properties.get("WAIT") == "false":
-                # RocketMQ's isWaitStoreMsgOK: the producer does not wait; the flush is asked for, not awaited.
-                self.group_commit.core.request(result.commitlog_offset + result.wrote_bytes)
-                return result
-            return self._wait_flushed(result, result)
-        return result
+            end = result.commitlog_offset + result.wrote_bytes
+            if msg.properties.get("WAIT") != "false":
+                return result, end
+            # RocketMQ's isWaitStoreMsgOK: the producer does not wait; the flush is asked for, not awaited.
+            self.group_commit.core.request(end)
+        return result, None
 
     def put_batch(self, messages) -> list:
         """Store many messages under one lock and one flush wait; all are validated before any is written."""
@@ -364,20 +381,12 @@ class MessageStore:
     def put_async(self, msg) -> Future:
         """Like RocketMQ's asyncPutMessage: the record is appended now; the returned Future completes with the
         PutResult once it is flushed (SYNC_FLUSH) or at once (ASYNC_FLUSH, or WAIT "false")."""
-        if not self._running:
-            self._check_running()
-        result = self._writer.put(msg)
-        self._put_count += 1
+        result, end = self._append(msg)
         out = Future()
-        if self._sync_flush and result.status is PutStatus.PUT_OK:
-            end = result.commitlog_offset + result.wrote_bytes
-            if msg.properties.get("WAIT") != "false":
-                self.group_commit.when_flushed(
-                    end, self._sync_timeout,
-                    lambda ok: out.set_result(result if ok else result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)))
-                return out
-            self.group_commit.core.request(end)
-        out.set_result(result)
+        if end is None:
+            out.set_result(result)
+        else:
+            self.group_commit.when_flushed(end, self._sync_timeout, _completion(out, result))
         return out
 
     def wait_flushed(self, offset: int, timeout: float | None = None) -> bool:
@@ -398,9 +407,19 @@ class MessageStore:
             return self.group_commit.wait_flushed(offset, self._sync_timeout if timeout is None else timeout)
         return self.commit_log.flush(0) >= offset
 
-    async def aput(self, msg):
-        """asyncio form of put_async."""
-        return await asyncio.wrap_future(self.put_async(msg))
+    def aput(self, msg) -> asyncio.Future:
+        """asyncio form of put_async, to await in the running loop: the record is appended now (the append never
+        blocks), the future completes in the loop once a flush covers it. The completions of one flush reach a
+        loop in one call_soon_threadsafe, not one per message. Raises RuntimeError, writing nothing, outside a
+        running loop."""
+        loop = asyncio.get_running_loop()
+        result, end = self._append(msg)
+        out = loop.create_future()
+        if end is None:
+            out.set_result(result)
+        else:
+            self.group_commit.when_flushed(end, self._sync_timeout, _completion(out, result), loop)
+        return out
 
     def verify(self) -> dict:
         """Check the open store end to end (see recovery.verify_parts); waits for dispatch to catch up first."""

@@ -213,6 +213,64 @@ def test_put_async_and_aput_complete_when_flushed(tmp_path):
         assert done == [PutStatus.PUT_OK]
 
 
+class _CountingLoop(asyncio.SelectorEventLoop):
+    """A real event loop that counts the calls other threads make into it."""
+    threadsafe_calls = 0
+
+    def call_soon_threadsafe(self, *args, **kw):
+        self.threadsafe_calls += 1
+        return super().call_soon_threadsafe(*args, **kw)
+
+
+def test_aput_completes_in_its_loop_with_one_call_per_flush(tmp_path):
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        loop = _CountingLoop()
+        completed_on = set()
+
+        async def main():
+            futures = [store.aput(Message("GA", b"y" * 100, i % 3)) for i in range(2000)]
+            for f in futures:
+                f.add_done_callback(lambda _: completed_on.add(threading.get_ident()))
+            return await asyncio.gather(*futures)
+
+        flushes = store.group_commit.flushes
+        try:
+            results = loop.run_until_complete(main())
+        finally:
+            loop.close()
+        assert all(r.status is PutStatus.PUT_OK for r in results)
+        assert store.commit_log.flushed_where >= results[-1].commitlog_offset + results[-1].wrote_bytes
+        assert completed_on == {threading.get_ident()}          # the loop's thread, never the completer's
+        assert loop.threadsafe_calls <= store.group_commit.flushes - flushes < 2000
+
+
+def test_aput_outside_a_running_loop_writes_nothing(tmp_path):
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        end = store.commit_log.max_offset
+        with pytest.raises(RuntimeError):
+            store.aput(Message("GA", b"y", 0))
+        assert store.commit_log.max_offset == end and store.topics() == {}
+
+
+def test_a_cancelled_wait_leaves_the_record_stored(tmp_path, caplog):
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        f = store.put_async(Message("GA", b"kept-1", 0))
+        f.cancel()
+
+        async def main():
+            a = store.aput(Message("GA", b"kept-2", 0))
+            a.cancel()
+            return await store.aput(Message("GA", b"last", 0))
+
+        last = asyncio.run(main())
+        assert last.ok and store.wait_flushed(last.commitlog_offset + last.wrote_bytes)
+        store.wait_dispatched()
+        got = store.get_messages("G", "GA", 0, 0, 3)
+        assert [bytes(m.body) for m in got.messages] == [b"kept-1", b"kept-2", b"last"]
+        assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")]
+
+
+
 class _FakeCommitLog:
     """A commit log whose flush never gets anywhere: what a hung disk looks like to the group commit."""
 
@@ -239,6 +297,13 @@ def test_put_async_reports_flush_disk_timeout_when_no_flush_comes():
             time.sleep(0.005)
         assert got == [False]
         assert svc.wait_flushed(600, 0.05) is False
+
+        async def in_loop():                        # aput's form: the callback runs in the loop
+            fut = asyncio.get_running_loop().create_future()
+            svc.when_flushed(700, 0.1, fut.set_result, asyncio.get_running_loop())
+            return await asyncio.wait_for(fut, 5)
+
+        assert asyncio.run(in_loop()) is False
     finally:
         svc.shutdown()
 
