@@ -159,7 +159,7 @@ class CleanCommitLogService:
             mfq = self.store.commit_log.mapped_file_queue
             deleted = mfq.delete_expired_file_by_time(
                 int(cfg.file_reserved_time * 60 * 60 * 1000), cfg.delete_commit_log_files_interval, clean_at_once,
-                now_ms=now)
+                now_ms=now, batch_max=cfg.delete_file_batch_max)
             if deleted == 0 and spacefull:
                 log.warning("disk space will be full soon, but no commitlog file could be deleted")
         self.deleted_total += deleted

@@ -51,6 +51,7 @@ class StoreConfig:
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
     delete_commit_log_files_interval: int = 100
+    delete_file_batch_max: int = 10           # 5.x deleteFileBatchMax (4.x: DELETE_FILES_BATCH_MAX)
     delete_consume_queue_files_interval: int = 100
     destroy_mapped_file_interval_forcibly: int = 1000 * 120
     clean_resource_interval: int = 10000

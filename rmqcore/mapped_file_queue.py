@@ -241,14 +241,17 @@ class MappedFileQueue:
                 self._files.pop().destroy()
 
     def delete_expired_file_by_time(self, expired_time_ms: int, delete_files_interval_ms: int = 0,
-                                    clean_immediately: bool = False, now_ms: int | None = None) -> int:
+                                    clean_immediately: bool = False, now_ms: int | None = None,
+                                    batch_max: int = 10) -> int:
         """Delete files whose last modification is older than ``expired_time_ms`` (or all when cleaning at once),
-        never the last file, which is being written. Returns how many were deleted."""
+        oldest first and stopping at the first young one, never the last file, which is being written; at most
+        ``batch_max`` per call (RocketMQ's deleteFileBatchMax: a pass never stalls the disk for long), sleeping
+        ``delete_files_interval_ms`` between two deletions. Returns how many were deleted."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         deleted = 0
         with self._lock:
             candidates = self._files[:-1]
-        for mf in candidates:
+        for i, mf in enumerate(candidates):
             live_max = int(os.path.getmtime(mf.file_name) * 1000) + expired_time_ms
             if not (now >= live_max or clean_immediately):
                 break
@@ -259,7 +262,9 @@ class MappedFileQueue:
                     break
             mf.destroy()
             deleted += 1
-            if delete_files_interval_ms > 0:
+            if deleted >= batch_max:
+                break
+            if delete_files_interval_ms > 0 and i + 1 < len(candidates):
                 time.sleep(delete_files_interval_ms / 1000)
         return deleted
 

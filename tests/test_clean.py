@@ -197,6 +197,23 @@ def test_forced_clean_ratio_deletes_young_files_but_never_the_last(tmp_path):
         assert store.verify()["ok"]
 
 
+def test_each_pass_deletes_at_most_delete_file_batch_max(tmp_path):
+    with MessageStore.open(str(tmp_path / "s"), cfg(delete_file_batch_max=2)) as store:
+        results = fill(store)
+        names = commitlog_names(store)
+        assert len(names) >= 4
+        noon = local_ms(12)
+        set_ages(store, [1] * len(names), noon)
+        svc = CleanCommitLogService(store, clock=lambda: noon, disk_usage=lambda path: 0.86)
+        passes = []
+        while (n := svc.run_once()) > 0:
+            passes.append(n)
+        assert max(passes) == 2 and sum(passes) == len(names) - 1
+        assert commitlog_names(store) == names[-1:]
+        CleanConsumeQueueService(store).run_once()
+        check_follows(store, results)
+
+
 def test_unmeasurable_disk_counts_as_full(tmp_path):
     # UtilAll.getDiskPartitionSpaceUsedPercent answers -1 on error, and isSpaceToDelete treats that as "reclaim".
     with MessageStore.open(str(tmp_path / "s"), cfg()) as store:

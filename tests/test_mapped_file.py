@@ -172,6 +172,20 @@ def test_delete_expired_files_by_time_never_the_last(tmp_path):
     q.shutdown()
 
 
+def test_delete_expired_files_takes_at_most_a_batch_per_pass(tmp_path):
+    q = MappedFileQueue(str(tmp_path / "q"), SIZE)
+    for _ in range(5):
+        q.get_last_mapped_file().append(b"y" * SIZE)
+    q.get_last_mapped_file()
+    old = int(time.time() * 1000) + 73 * 3600 * 1000
+    assert q.delete_expired_file_by_time(72 * 3600 * 1000, now_ms=old, batch_max=2) == 2
+    assert q.get_min_offset() == 2 * SIZE
+    assert q.delete_expired_file_by_time(0, 0, clean_immediately=True, batch_max=2) == 2
+    assert q.delete_expired_file_by_time(0, 0, clean_immediately=True, batch_max=2) == 1   # the last one stays
+    assert len(q) == 1 and q.get_min_offset() == 5 * SIZE
+    q.shutdown()
+
+
 def test_background_allocation_precreates_next_file(tmp_path):
     q = MappedFileQueue(str(tmp_path / "q"), SIZE, allocate=True, warm=True)
     q.get_last_mapped_file()
