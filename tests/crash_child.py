@@ -2,8 +2,10 @@
 
 Run as ``python tests/crash_child.py '<json spec>'``. The spec holds ``path``, ``seed``, ``run`` (an id that keeps
 the messages of successive children of one store apart), ``flush`` (SYNC_FLUSH / ASYNC_FLUSH), ``threads``,
-``config`` (StoreConfig overrides), ``mode`` ("put" until killed, "put_async" the same with 8 put_async futures in
-flight per thread, "fill" until the disk is full, then read back and close) and ``fsize`` (RLIMIT_FSIZE set after the first put, "fill" mode).
+``config`` (StoreConfig overrides), ``mode`` ("put" until killed; the same with 8 puts in flight per thread through
+"put_async" futures, "aput" futures of an asyncio loop per thread, or "nowait": messages with WAIT "false" and one
+``wait_flushed`` for the last of every 8; "fill" until the disk is full, then read back and close) and ``fsize``
+(RLIMIT_FSIZE set after the first put, "fill" mode).
 
 After every acknowledged put (PUT_OK returned) one line goes to stdout, flushed at once:
 
@@ -13,6 +15,7 @@ After every acknowledged put (PUT_OK returned) one line goes to stdout, flushed 
 (``run:thread:seq``) and is also its first key, so the parent can rebuild the exact message (``make_message``) of
 any record it reads back, acknowledged or not. Lines starting with ``#`` are status lines.
 """
+import asyncio
 import collections
 import json
 import os
@@ -57,53 +60,89 @@ def main():
     stop = threading.Event()
     failures = []
 
-    def async_producer(tid):
+    def report(gen, topic, qid, r, acknowledged=True):
+        if r.status is PutStatus.PUT_OK and acknowledged:
+            emit(f"{r.msg_id} {r.commitlog_offset} {r.queue_offset} {r.uniq_key} "
+                 f"{store.commit_log.flushed_where} {topic} {qid} {gen}")
+        else:
+            status = r.status.name if r.status is not PutStatus.PUT_OK else "FLUSH_NOT_CONFIRMED"
+            failures.append(status)
+            emit(f"#FAIL {gen} {status}")
+
+    def next_message(tid, seq, **properties):
+        gen = f"{run}:{tid}:{seq}"
+        topic, qid, body, keys, tags = make_message(seed, gen)
+        return gen, topic, qid, Message(topic, body, qid, keys=keys, tags=tags, properties=properties or None)
+
+    def windowed_producer(tid, put):
         # put_async (RocketMQ's asyncPutMessage) with up to 8 puts in flight: a put is acknowledged when its
         # Future completes PUT_OK, which under SYNC_FLUSH means a flush covered it.
         seq = 0
         window = collections.deque()
         while not stop.is_set():
             while len(window) < 8:
-                gen = f"{run}:{tid}:{seq}"
+                gen, topic, qid, msg = next_message(tid, seq)
                 seq += 1
-                topic, qid, body, keys, tags = make_message(seed, gen)
-                window.append((gen, topic, qid, store.put_async(Message(topic, body, qid, keys=keys, tags=tags))))
+                window.append((gen, topic, qid, put(msg)))
             gen, topic, qid, future = window.popleft()
-            r = future.result()
-            if r.status is PutStatus.PUT_OK:
-                emit(f"{r.msg_id} {r.commitlog_offset} {r.queue_offset} {r.uniq_key} "
-                     f"{store.commit_log.flushed_where} {topic} {qid} {gen}")
-            else:
-                failures.append(r.status.name)
-                emit(f"#FAIL {gen} {r.status.name}")
+            report(gen, topic, qid, future.result())
 
-    def producer(tid):
-        if spec.get("mode") == "put_async":
-            return async_producer(tid)
+    def aput_producer(tid):
+        # store.aput in this thread's own event loop, 8 in flight, each acknowledged when its future completes.
+        async def main():
+            seq = 0
+            window = collections.deque()
+            while not stop.is_set():
+                while len(window) < 8:
+                    gen, topic, qid, msg = next_message(tid, seq)
+                    seq += 1
+                    window.append((gen, topic, qid, store.aput(msg)))
+                gen, topic, qid, future = window.popleft()
+                report(gen, topic, qid, await future)
+        asyncio.run(main())
+
+    def nowait_producer(tid):
+        # WAIT "false": put returns once appended; 8 puts are acknowledged together when wait_flushed confirms
+        # that a flush covered the last of them.
         seq = 0
         while not stop.is_set():
-            gen = f"{run}:{tid}:{seq}"
+            window = []
+            for _ in range(8):
+                gen, topic, qid, msg = next_message(tid, seq, WAIT="false")
+                seq += 1
+                window.append((gen, topic, qid, store.put(msg)))
+            ok = [r for *_, r in window if r.status is PutStatus.PUT_OK]
+            flushed = not ok or store.wait_flushed(ok[-1].commitlog_offset + ok[-1].wrote_bytes)
+            for gen, topic, qid, r in window:
+                report(gen, topic, qid, r, flushed)
+
+    def producer(tid):
+        mode = spec.get("mode")
+        if mode == "put_async":
+            return windowed_producer(tid, store.put_async)
+        if mode == "aput":
+            return aput_producer(tid)
+        if mode == "nowait":
+            return nowait_producer(tid)
+        seq = 0
+        while not stop.is_set():
+            gen, topic, qid, msg = next_message(tid, seq)
             seq += 1
-            topic, qid, body, keys, tags = make_message(seed, gen)
             try:
-                r = store.put(Message(topic, body, qid, keys=keys, tags=tags))
+                r = store.put(msg)
             except Exception as e:                       # a clear exception is an allowed answer to a full disk
                 failures.append(f"EXC {type(e).__name__}: {e}")
                 emit(f"#EXC {gen} {type(e).__name__}: {e}".replace("\n", " "))
-                if spec.get("mode") == "fill":
+                if mode == "fill":
                     stop.set()
                 continue
+            report(gen, topic, qid, r)
             if r.status is PutStatus.PUT_OK:
-                emit(f"{r.msg_id} {r.commitlog_offset} {r.queue_offset} {r.uniq_key} "
-                     f"{store.commit_log.flushed_where} {topic} {qid} {gen}")
                 if spec.get("fsize") and tid == 0 and seq == 1:
                     resource.setrlimit(resource.RLIMIT_FSIZE, (spec["fsize"], resource.RLIM_INFINITY))
                     emit(f"#FSIZE {spec['fsize']}")
-            else:
-                failures.append(r.status.name)
-                emit(f"#FAIL {gen} {r.status.name}")
-                if spec.get("mode") == "fill":
-                    stop.set()
+            elif mode == "fill":
+                stop.set()
 
     threads = [threading.Thread(target=producer, args=(t,), daemon=True) for t in range(spec.get("threads", 1))]
     for t in threads:

@@ -210,10 +210,11 @@ def test_sync_flush_kill9(tmp_path, seed):
     assert kills == 4
 
 
-@pytest.mark.parametrize("seed", [50, 51])
-def test_sync_flush_put_async_kill9(tmp_path, seed):
-    # Futures of put_async complete PUT_OK only once a flush covered the record: every one of them survives.
-    kills, acked = kill_rounds(tmp_path, seed, 2, "SYNC_FLUSH", mode="put_async")
+@pytest.mark.parametrize("seed,mode", [(50, "put_async"), (51, "put_async"), (52, "aput"), (53, "nowait")])
+def test_sync_flush_pipelined_kill9(tmp_path, seed, mode):
+    # Puts in flight: put_async and aput futures complete PUT_OK only once a flush covered the record, and a
+    # WAIT=false put is acknowledged only by a wait_flushed that covered it: every acknowledged one survives.
+    kills, acked = kill_rounds(tmp_path, seed, 2, "SYNC_FLUSH", mode=mode)
     assert kills == 3
 
 
@@ -230,8 +231,9 @@ def test_async_flush_kill9_loses_nothing_acknowledged(tmp_path, seed):
 @pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
 def test_soak_kill9(tmp_path, flush):
     rounds = int(os.environ.get("RMQCORE_SOAK_ROUNDS", "60"))
+    modes = ["put", "put_async", "aput", "nowait"] if flush == "SYNC_FLUSH" else ["put"]
     for seed in range(1000, 1000 + max(1, rounds // 10)):
-        kill_rounds(tmp_path, seed, 10, flush)
+        kill_rounds(tmp_path, seed, 10, flush, mode=modes[seed % len(modes)])
 
 
 # -- power loss -----------------------------------------------------------------------------------------------------
