@@ -408,8 +408,8 @@ class MessageStore:
         return self.commit_log.flush(0) >= offset
 
     def aput(self, msg) -> asyncio.Future:
-        """asyncio form of put_async, to await in the running loop: the record is appended now (the append never
-        blocks), the future completes in the loop once a flush covers it. The completions of one flush reach a
+        """asyncio form of put_async, to await in the running loop: the record is appended now, in the caller
+        (which waits for nothing but the put lock), and the future completes in the loop once a flush covers it. The completions of one flush reach a
         loop in one call_soon_threadsafe, not one per message. Raises RuntimeError, writing nothing, outside a
         running loop."""
         loop = asyncio.get_running_loop()
