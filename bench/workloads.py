@@ -412,34 +412,21 @@ def sync_store(base: str | None = None, file_size: int = 256 * MiB):
             store.close()
 
 
-def sync_put_run(store, producers: int, seconds: float, max_msgs: int) -> dict:
-    """``producers`` threads each calling ``store.put`` (one fresh 1 KiB-body message per call, queue = thread %
-    4) until ``seconds`` have passed or ``max_msgs`` puts are done in all, released together by a barrier. Each put
-    returns only once a group-commit msync covers it. Returns puts, elapsed (release → last thread's end),
-    flushes and requests served by the GroupCommitService during the run."""
-    from rmqcore import Message
+def _producer_threads(store, producers: int, seconds: float, produce, served_by_flushes: bool) -> dict:
+    """Run ``produce(k, deadline) -> puts`` on ``producers`` threads released together by a barrier, until each
+    returns; the result shape of the SYNC_FLUSH runs: puts, elapsed (release → last thread's end), flushes by the
+    GroupCommitService meanwhile, and puts served by them (its own count, or the puts when ``served_by_flushes``
+    is false: acknowledgements that skip the group commit's wait)."""
     gc_ = store.group_commit
-    per_thread = max(1, max_msgs // producers)
     barrier = threading.Barrier(producers + 1)
     counts = [0] * producers
     errors: list = []
     state = {"deadline": float("inf")}
-    b = body()
 
     def worker(k):
         try:
-            put = store.put
-            q = k % SYNC_QUEUES
-            clock = time.perf_counter
-            n = 0
             barrier.wait()
-            deadline = state["deadline"]
-            while n < per_thread and clock() < deadline:
-                r = put(Message(TOPIC, b, q))
-                if not r.ok:
-                    raise RuntimeError(f"SYNC_FLUSH put: {r.status}")
-                n += 1
-            counts[k] = n
+            counts[k] = produce(k, state["deadline"])
         except BaseException as e:   # reported after join
             errors.append(e)
             barrier.abort()
@@ -459,8 +446,33 @@ def sync_put_run(store, producers: int, seconds: float, max_msgs: int) -> dict:
     elapsed = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    return {"puts": sum(counts), "elapsed": elapsed, "flushes": gc_.flushes - flushes0,
-            "served": gc_.requests_served - served0}
+    puts = sum(counts)
+    return {"puts": puts, "elapsed": elapsed, "flushes": gc_.flushes - flushes0,
+            "served": gc_.requests_served - served0 if served_by_flushes else puts}
+
+
+def sync_put_run(store, producers: int, seconds: float, max_msgs: int) -> dict:
+    """``producers`` threads each calling ``store.put`` (one fresh 1 KiB-body message per call, queue = thread %
+    4) until ``seconds`` have passed or ``max_msgs`` puts are done in all, released together by a barrier. Each put
+    returns only once a group-commit msync covers it. Returns puts, elapsed (release → last thread's end),
+    flushes and requests served by the GroupCommitService during the run."""
+    from rmqcore import Message
+    per_thread = max(1, max_msgs // producers)
+    b = body()
+
+    def produce(k, deadline):
+        put = store.put
+        q = k % SYNC_QUEUES
+        clock = time.perf_counter
+        n = 0
+        while n < per_thread and clock() < deadline:
+            r = put(Message(TOPIC, b, q))
+            if not r.ok:
+                raise RuntimeError(f"SYNC_FLUSH put: {r.status}")
+            n += 1
+        return n
+
+    return _producer_threads(store, producers, seconds, produce, True)
 
 
 def async_put_run(store, producers: int, window: int, seconds: float, max_msgs: int, *,
@@ -471,68 +483,45 @@ def async_put_run(store, producers: int, window: int, seconds: float, max_msgs: 
     (return once appended), then one ``store.wait_flushed`` for the last of every ``window``. Same shape of result
     as sync_put_run."""
     from rmqcore import Message
-    gc_ = store.group_commit
     per_thread = max(window, max_msgs // producers)
-    barrier = threading.Barrier(producers + 1)
-    counts = [0] * producers
-    errors: list = []
-    state = {"deadline": float("inf")}
     b = body()
 
-    def worker(k):
-        try:
-            put_async = store.put_async
-            q = k % SYNC_QUEUES
-            clock = time.perf_counter
-            pending = collections.deque()
-            sent = n = 0
-            barrier.wait()
-            deadline = state["deadline"]
-            if nowait:
-                put, wait_flushed, props = store.put, store.wait_flushed, {"WAIT": "false"}
-                while sent < per_thread and clock() < deadline:
-                    for _ in range(window):
-                        r = put(Message(TOPIC, b, q, properties=props))
-                        if not r.ok:
-                            raise RuntimeError(f"SYNC_FLUSH put (WAIT false): {r.status}")
-                    sent += window
-                    if not wait_flushed(r.commitlog_offset + r.wrote_bytes):
-                        raise RuntimeError("SYNC_FLUSH wait_flushed timed out")
-                    n += window
-            while sent < per_thread and clock() < deadline:
-                while len(pending) < window and sent < per_thread:
-                    pending.append(put_async(Message(TOPIC, b, q)))
-                    sent += 1
-                r = pending.popleft().result()
+    def produce_nowait(k, deadline):
+        put, wait_flushed, props = store.put, store.wait_flushed, {"WAIT": "false"}
+        q = k % SYNC_QUEUES
+        clock = time.perf_counter
+        n = 0
+        while n < per_thread and clock() < deadline:
+            for _ in range(window):
+                r = put(Message(TOPIC, b, q, properties=props))
                 if not r.ok:
-                    raise RuntimeError(f"SYNC_FLUSH put_async: {r.status}")
-                n += 1
-            for f in pending:
-                if not f.result().ok:
-                    raise RuntimeError("SYNC_FLUSH put_async failed")
-                n += 1
-            counts[k] = n
-        except BaseException as e:   # reported after join
-            errors.append(e)
-            barrier.abort()
+                    raise RuntimeError(f"SYNC_FLUSH put (WAIT false): {r.status}")
+            if not wait_flushed(r.commitlog_offset + r.wrote_bytes):
+                raise RuntimeError("SYNC_FLUSH wait_flushed timed out")
+            n += window
+        return n
 
-    threads = [threading.Thread(target=worker, args=(k,), name=f"bench-async-{k}") for k in range(producers)]
-    for t in threads:
-        t.start()
-    flushes0 = gc_.flushes
-    t0 = time.perf_counter()
-    state["deadline"] = t0 + seconds
-    try:
-        barrier.wait()
-    except threading.BrokenBarrierError:
-        pass
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    puts = sum(counts)
-    return {"puts": puts, "elapsed": elapsed, "flushes": gc_.flushes - flushes0, "served": puts}
+    def produce_futures(k, deadline):
+        put_async = store.put_async
+        q = k % SYNC_QUEUES
+        clock = time.perf_counter
+        pending = collections.deque()
+        sent = n = 0
+        while sent < per_thread and clock() < deadline:
+            while len(pending) < window and sent < per_thread:
+                pending.append(put_async(Message(TOPIC, b, q)))
+                sent += 1
+            r = pending.popleft().result()
+            if not r.ok:
+                raise RuntimeError(f"SYNC_FLUSH put_async: {r.status}")
+            n += 1
+        for f in pending:
+            if not f.result().ok:
+                raise RuntimeError("SYNC_FLUSH put_async failed")
+            n += 1
+        return n
+
+    return _producer_threads(store, producers, seconds, produce_nowait if nowait else produce_futures, False)
 
 
 def aio_put_run(store, producers: int, window: int, seconds: float, max_msgs: int) -> dict:

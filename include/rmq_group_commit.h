@@ -232,15 +232,21 @@ static inline int64_t rmq_gc_next_target(rmq_group_commit *g, int64_t *arrivals_
     return target;
 }
 
+/* Under the mutex: a flush reached offset (and closed the generation before the current one). */
+static inline void rmq_gc_flushed_locked(rmq_group_commit *g, int64_t offset)
+{
+    g->flushes++;
+    if (offset > g->flushed)
+        g->flushed = offset;
+    g->published_gen = g->gen - 1;
+}
+
 /* The flush that rmq_gc_next_target started reached offset: wake the generation it closed. A waiter it does not
  * cover (its record went to the next file) goes back to sleep in the current generation. */
 static inline void rmq_gc_publish_gen(rmq_group_commit *g, int64_t offset)
 {
     pthread_mutex_lock(&g->mu);
-    g->flushes++;
-    if (offset > g->flushed)
-        g->flushed = offset;
-    g->published_gen = g->gen - 1;
+    rmq_gc_flushed_locked(g, offset);
     pthread_cond_broadcast(&g->flushed_cond[(g->gen - 1) & 1]);
     pthread_mutex_unlock(&g->mu);
 }
@@ -249,10 +255,7 @@ static inline void rmq_gc_publish_gen(rmq_group_commit *g, int64_t offset)
 static inline void rmq_gc_publish(rmq_group_commit *g, int64_t offset)
 {
     pthread_mutex_lock(&g->mu);
-    g->flushes++;
-    if (offset > g->flushed)
-        g->flushed = offset;
-    g->published_gen = g->gen - 1;
+    rmq_gc_flushed_locked(g, offset);
     rmq_gc_wake_all_locked(g);
     pthread_mutex_unlock(&g->mu);
 }

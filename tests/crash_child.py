@@ -74,29 +74,29 @@ def main():
         topic, qid, body, keys, tags = make_message(seed, gen)
         return gen, topic, qid, Message(topic, body, qid, keys=keys, tags=tags, properties=properties or None)
 
-    def windowed_producer(tid, put):
-        # put_async (RocketMQ's asyncPutMessage) with up to 8 puts in flight: a put is acknowledged when its
-        # Future completes PUT_OK, which under SYNC_FLUSH means a flush covered it.
-        seq = 0
-        window = collections.deque()
+    def fill_window(tid, seq, window, put):
+        # up to 8 puts in flight; returns the next sequence number
+        while len(window) < 8:
+            gen, topic, qid, msg = next_message(tid, seq)
+            seq += 1
+            window.append((gen, topic, qid, put(msg)))
+        return seq
+
+    def windowed_producer(tid):
+        # put_async (RocketMQ's asyncPutMessage): a put is acknowledged when its Future completes PUT_OK, which
+        # under SYNC_FLUSH means a flush covered it.
+        seq, window = 0, collections.deque()
         while not stop.is_set():
-            while len(window) < 8:
-                gen, topic, qid, msg = next_message(tid, seq)
-                seq += 1
-                window.append((gen, topic, qid, put(msg)))
+            seq = fill_window(tid, seq, window, store.put_async)
             gen, topic, qid, future = window.popleft()
             report(gen, topic, qid, future.result())
 
     def aput_producer(tid):
-        # store.aput in this thread's own event loop, 8 in flight, each acknowledged when its future completes.
+        # store.aput in this thread's own event loop, acknowledged when its future completes.
         async def main():
-            seq = 0
-            window = collections.deque()
+            seq, window = 0, collections.deque()
             while not stop.is_set():
-                while len(window) < 8:
-                    gen, topic, qid, msg = next_message(tid, seq)
-                    seq += 1
-                    window.append((gen, topic, qid, store.aput(msg)))
+                seq = fill_window(tid, seq, window, store.aput)
                 gen, topic, qid, future = window.popleft()
                 report(gen, topic, qid, await future)
         asyncio.run(main())
@@ -119,7 +119,7 @@ def main():
     def producer(tid):
         mode = spec.get("mode")
         if mode == "put_async":
-            return windowed_producer(tid, store.put_async)
+            return windowed_producer(tid)
         if mode == "aput":
             return aput_producer(tid)
         if mode == "nowait":
