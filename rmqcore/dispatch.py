@@ -1,7 +1,7 @@
 """ReputMessageService: follows the commitlog and keeps consume queues and index files up to date.
 
 Each pass scans committed commitlog bytes in Cython (``_dispatch.scan_for_dispatch``: records → units and key
-hashes, GIL released), appends the units per queue with one copy per run and hands the key hashes to the index
+hashes, GIL released; ``queue_runs`` splits them per queue), appends the units per queue with one copy per run and hands the key hashes to the index
 service in one call, then wakes readers waiting for new messages (long polling).
 """
 from __future__ import annotations
@@ -10,15 +10,17 @@ import logging
 import threading
 import time
 
-import numpy as np
-
-from ._dispatch import scan_for_dispatch
+from ._dispatch import queue_runs, scan_for_dispatch
 from ._codec import RESULT_BLANK, RESULT_END, record_error
 from .consume_queue import CQ_DTYPE
 
 log = logging.getLogger(__name__)
 
-_CQ_TRANSACTION_TYPES = (0x0, 0x8)   # NOT_TYPE and COMMIT_TYPE go to consume queues; PREPARED and ROLLBACK do not
+
+def consume_queue_runs(batch):
+    """A batch's consume-queue units per queue (NOT_TYPE and COMMIT_TYPE records; PREPARED and ROLLBACK go to no
+    queue): (topic, queue_id, units, queue_offsets, ends, contiguous, last_store_ts) in commitlog order."""
+    return queue_runs(batch, CQ_DTYPE)
 
 
 class ReputMessageService(threading.Thread):
@@ -124,28 +126,3 @@ class ReputMessageService(threading.Thread):
                 self.last_error = str(err)
                 return total
             # code OK: the batch was full, go on.
-
-
-def group_units(batch):
-    """Split a batch into per-queue runs: yields (topic, queue_id, units, queue_offsets, last_store_ts)."""
-    tran = batch.sys_flag & 0xC
-    keep = (tran == 0x0) | (tran == 0x8)
-    idx = np.flatnonzero(keep)
-    if len(idx) == 0:
-        return
-    key = (batch.topic_idx[idx].astype(np.int64) << 32) | batch.queue_id[idx].astype(np.int64)
-    if len(idx) == 1 or (key[0] == key).all():
-        groups = [idx]
-    else:
-        order = np.argsort(key, kind="stable")
-        sorted_key = key[order]
-        cuts = np.flatnonzero(sorted_key[1:] != sorted_key[:-1]) + 1
-        groups = [idx[g] for g in np.split(order, cuts)]
-    for g in groups:
-        units = np.empty(len(g), dtype=CQ_DTYPE)
-        units["offset"] = batch.phys[g]
-        units["size"] = batch.size[g]
-        units["tags_code"] = batch.tags_code[g]
-        first = int(g[0])
-        yield (batch.topics[int(batch.topic_idx[first])], int(batch.queue_id[first]), units,
-               batch.queue_offset[g], int(batch.store_ts[g[-1]]))

@@ -8,6 +8,7 @@ the commitlog records they point at, zero-copy.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import fcntl
 import logging
 import os
@@ -25,7 +26,7 @@ from .commit_log import CommitLog
 from .config import StoreConfig
 from .clean import CleanFilesService
 from .consume_queue import ConsumeQueue
-from .dispatch import ReputMessageService, group_units
+from .dispatch import ReputMessageService, consume_queue_runs
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
 from .flush import GroupCommitService, PeriodicService
 from .index_service import IndexService
@@ -447,15 +448,19 @@ class MessageStore:
             return cq
 
     def _apply_dispatch(self, batch) -> None:
-        for topic, queue_id, units, queue_offsets, last_ts in group_units(batch):
+        # No numpy on whole runs here: its ufuncs release and retake the GIL, and under a full-speed producer
+        # every retake waits out a switch interval (see _dispatch.queue_runs).
+        for topic, queue_id, units, queue_offsets, ends, contiguous, last_ts in consume_queue_runs(batch):
             cq = self.find_consume_queue(topic, queue_id)
-            fresh = (units["offset"] + units["size"]) > cq.max_physic_offset
-            if not fresh.all():
-                cq.repeated_builds += int((~fresh).sum())
-                units, queue_offsets = units[fresh], queue_offsets[fresh]
-                if len(units) == 0:
+            # Units the queue already holds (a rebuild after recovery) are a prefix of the run: commitlog order.
+            built = cq.max_physic_offset
+            start = 0 if ends[0] > built else bisect.bisect_right(ends, built)
+            if start:
+                cq.repeated_builds += start
+                if start == len(units):
                     continue
-            if len(units) == 1 or (np.diff(queue_offsets) == 1).all():
+                units, queue_offsets = units[start:], queue_offsets[start:]
+            if contiguous:
                 if cq.append_units(units, int(queue_offsets[0]), last_ts) < len(units):
                     # No room for a consume-queue file (disk full): fail the pass so the reput offset stays here and
                     # the units are built on the next try instead of being skipped for good.

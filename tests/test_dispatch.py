@@ -1,0 +1,63 @@
+"""The reput scan's split into consume-queue runs (rmqcore._dispatch.queue_runs) against a plain Python grouping of
+the records the reference decoder reads."""
+import numpy as np
+from hypothesis import given, strategies as st
+
+from rmqcore import reference as R
+from rmqcore._dispatch import queue_runs, scan_for_dispatch
+from rmqcore.consume_queue import CQ_DTYPE
+
+records = st.lists(st.tuples(st.sampled_from(["A", "B", "Topic_c", "标题"]), st.integers(0, 3),
+                             st.sampled_from([0x0, 0x4, 0x8, 0xC]), st.integers(0, 5),
+                             st.sampled_from([None, "TagA", "TagB"]), st.binary(max_size=50)),
+                   max_size=80)
+
+
+def reference_runs(buf):
+    """(topic, queue_id) → [(offset, size, tags_code, queue_offset, store_ts)], runs in order of first record."""
+    runs: dict = {}
+    for pos, _, _ in R.iterate_records(buf):
+        rec = R.decode_message(buf, pos)
+        if rec["sys_flag"] & 0xC not in (0x0, 0x8):        # prepared and rolled-back records go to no queue
+            continue
+        tags = rec["properties"].get("TAGS")
+        runs.setdefault((rec["topic"], rec["queue_id"]), []).append(
+            (pos, rec["store_size"], R.tags_code(tags), rec["queue_offset"], rec["store_timestamp"]))
+    return runs
+
+
+@given(records)
+def test_queue_runs_group_like_the_reference(recs):
+    buf = bytearray()
+    next_offset: dict = {}
+    for i, (topic, qid, tran, gap, tags, body) in enumerate(recs):
+        qo = next_offset.get((topic, qid), 0) + (gap if gap > 3 else 0)     # now and then a hole in the offsets
+        next_offset[(topic, qid)] = qo + 1
+        props = {"UNIQ_KEY": f"U{i}"} | ({"TAGS": tags} if tags else {})
+        buf += R.encode_message(topic=topic, body=body, queue_id=qid, sys_flag=tran, queue_offset=qo,
+                                physical_offset=len(buf), store_timestamp=1000 + i, properties=props)
+    batch = scan_for_dispatch(bytes(buf), 0, 0, -1, 1000, 4000)
+    assert batch.n == len(recs)
+    expected = reference_runs(bytes(buf))
+    got = queue_runs(batch, CQ_DTYPE)
+    assert [(t, q) for t, q, *_ in got] == list(expected)
+    for topic, qid, units, queue_offsets, ends, contiguous, last_ts in got:
+        want = expected[(topic, qid)]
+        assert units.dtype == CQ_DTYPE
+        assert units.tobytes() == b"".join(R.encode_cq_unit(o, s, t) for o, s, t, _, _ in want)
+        assert queue_offsets.tolist() == [w[3] for w in want]
+        assert ends.tolist() == [o + s for o, s, *_ in want]
+        assert contiguous == all(b - a == 1 for a, b in zip(queue_offsets.tolist(), queue_offsets.tolist()[1:]))
+        assert last_ts == want[-1][4]
+
+
+def test_queue_runs_of_an_empty_batch_and_a_wrong_unit_type():
+    batch = scan_for_dispatch(b"", 0)
+    assert batch.n == 0 and queue_runs(batch, CQ_DTYPE) == []
+    rec = R.encode_message(topic="T", body=b"x")
+    try:
+        queue_runs(scan_for_dispatch(rec, 0), np.dtype(np.int64))
+    except ValueError as e:
+        assert "20 bytes" in str(e)
+    else:
+        raise AssertionError("a unit type of the wrong size was accepted")
