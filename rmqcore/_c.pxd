@@ -20,7 +20,9 @@ cdef extern from "rmq_crc32.h" nogil:
     uint32_t rmq_crc32(uint32_t crc, const void *buf, size_t length) noexcept
     uint32_t rmq_crc32_table(uint32_t crc, const void *buf, size_t length) noexcept
     const char *rmq_crc32_impl() noexcept
-    # rmq_crc32_pclmul exists only on x86 builds; reach it through rmq_crc32, which checks the CPU first.
+    # One implementation by number (1 table, 2 pclmul, 3 armv8-crc, 4 vpclmul): 0 when this build or CPU lacks it.
+    # The SIMD functions themselves exist only on some builds; reach them through these two, which check first.
+    int rmq_crc32_by(int which, uint32_t *crc, const void *buf, size_t length) noexcept
 
 
 cdef extern from "rmq_java_hash.h" nogil:

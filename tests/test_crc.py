@@ -1,4 +1,4 @@
-"""CRC32: identical to zlib.crc32 / java.util.zip.CRC32 on every path (PCLMUL or ARMv8, and the table), on any
+"""CRC32: identical to zlib.crc32 / java.util.zip.CRC32 on every path (VPCLMUL, PCLMUL or ARMv8, and the table), on any
 contiguous buffer, at any length, offset and split; the masked body CRC is RocketMQ's UtilAll.crc32."""
 import array
 import os
@@ -13,9 +13,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmqcore import reference as R
-from rmqcore._crc import body_crc, crc32, crc32_table, implementation
+from rmqcore._crc import body_crc, crc32, crc32_table, crc32_with, implementation, implementations
 
-IMPLEMENTATIONS = (crc32, crc32_table)
+
+def _named(name):
+    def checksum(data, value=0):
+        return crc32_with(data, value, name)
+    checksum.__name__ = f"crc32_with[{name}]"
+    return checksum
+
+
+# The dispatcher's choice, the table function, and every implementation this CPU can run by name.
+IMPLEMENTATIONS = (crc32, crc32_table) + tuple(_named(name) for name in implementations())
 
 # Lengths around every boundary of the folding code: 16-byte blocks, the 64-byte minimum, 4x64 lanes.
 _rng = random.Random(0x5EED)
@@ -52,6 +61,24 @@ def test_large(n):
     data = os.urandom(n)
     _both(data)
     _both(data, 0x12345678)
+
+
+def test_lengths_around_the_512_bit_path():
+    # the 512-bit folding starts at 512 bytes and steps 256 at a time; tails of 0..255 bytes follow it
+    data = _rng.randbytes(1600)
+    for n in list(range(480, 1100)) + [1279, 1280, 1281, 1535, 1536, 1537, 1600]:
+        _both(data[:n])
+        _both(memoryview(data)[7:7 + n - 7], 0xCAFEBABE)
+
+
+def test_named_implementations():
+    names = implementations()
+    assert names[0] == "table" and implementation() in names
+    with pytest.raises(ValueError, match="unknown"):
+        crc32_with(b"x", 0, "crc32c")
+    for name in {"table", "pclmul", "vpclmul", "armv8-crc"} - set(names):
+        with pytest.raises(ValueError, match="not available"):
+            crc32_with(b"x", 0, name)
 
 
 def test_unaligned_offsets():
@@ -181,22 +208,25 @@ def test_threads_without_the_gil_give_the_same_results():
     assert results == expected
 
 
-def _cpu_has_pclmul():
+def _cpu_flags():
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " pclmulqdq" in line for line in f)
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
     except OSError:
-        return False
+        return set()
 
 
 def test_implementation_name():
     name = implementation()
-    assert name in ("pclmul", "armv8-crc", "table")
+    assert name in ("vpclmul", "pclmul", "armv8-crc", "table")
     assert implementation() == name                        # cached, stable
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64", "i386", "i686"):
-        assert name in ("pclmul", "table")
-        if _cpu_has_pclmul():
-            assert name == "pclmul"
+        assert name in ("vpclmul", "pclmul", "table")
+        flags = _cpu_flags()
+        if {"pclmulqdq", "sse4_1"} <= flags:
+            assert name in ("vpclmul", "pclmul")
+            if {"vpclmulqdq", "avx512f", "avx512vl"} <= flags:
+                assert name == "vpclmul"
     elif machine in ("aarch64", "arm64"):
         assert name in ("armv8-crc", "table")
