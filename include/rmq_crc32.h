@@ -560,7 +560,7 @@ static inline uint32_t rmq_crc32_pclmul(uint32_t crc, const void *buf, size_t le
 }
 
 /* Below this the 256-byte set-up of the 512-bit path does not pay for itself. */
-#define RMQ_CRC32_VPCLMUL_MIN 512
+#define RMQ_CRC32_VPCLMUL_MIN 1024
 
 /* The same folding with AVX-512 VPCLMULQDQ: four 512-bit accumulators (16 lanes of 128 bits, 256 bytes per
  * step), twice the bytes per instruction of the pclmul loop and four times the lanes. The 16 lanes are then

@@ -64,9 +64,9 @@ def test_large(n):
 
 
 def test_lengths_around_the_512_bit_path():
-    # the 512-bit folding starts at 512 bytes and steps 256 at a time; tails of 0..255 bytes follow it
-    data = _rng.randbytes(1600)
-    for n in list(range(480, 1100)) + [1279, 1280, 1281, 1535, 1536, 1537, 1600]:
+    # the 512-bit folding starts at 1 KiB and steps 256 bytes at a time; tails of 0..255 bytes follow it
+    data = _rng.randbytes(2400)
+    for n in list(range(1000, 1600)) + [2047, 2048, 2049, 2303, 2304, 2305]:
         _both(data[:n])
         _both(memoryview(data)[7:7 + n - 7], 0xCAFEBABE)
 
