@@ -412,6 +412,17 @@ def sync_store(base: str | None = None, file_size: int = 256 * MiB):
             store.close()
 
 
+def _fill_window(pending, put, queue_id: int, window: int, sent: int, limit: int) -> int:
+    """Top ``pending`` up to ``window`` puts in flight (fresh 1 KiB-body messages), ``limit`` puts in all; returns
+    how many were sent."""
+    from rmqcore import Message
+    b = body()
+    while len(pending) < window and sent < limit:
+        pending.append(put(Message(TOPIC, b, queue_id)))
+        sent += 1
+    return sent
+
+
 def _producer_threads(store, producers: int, seconds: float, produce, served_by_flushes: bool) -> dict:
     """Run ``produce(k, deadline) -> puts`` on ``producers`` threads released together by a barrier, until each
     returns; the result shape of the SYNC_FLUSH runs: puts, elapsed (release → last thread's end), flushes by the
@@ -502,15 +513,12 @@ def async_put_run(store, producers: int, window: int, seconds: float, max_msgs: 
         return n
 
     def produce_futures(k, deadline):
-        put_async = store.put_async
         q = k % SYNC_QUEUES
         clock = time.perf_counter
         pending = collections.deque()
         sent = n = 0
         while sent < per_thread and clock() < deadline:
-            while len(pending) < window and sent < per_thread:
-                pending.append(put_async(Message(TOPIC, b, q)))
-                sent += 1
+            sent = _fill_window(pending, store.put_async, q, window, sent, per_thread)
             r = pending.popleft().result()
             if not r.ok:
                 raise RuntimeError(f"SYNC_FLUSH put_async: {r.status}")
@@ -530,21 +538,16 @@ def aio_put_run(store, producers: int, window: int, seconds: float, max_msgs: in
     it. Same shape of result as sync_put_run."""
     import asyncio
 
-    from rmqcore import Message
     gc_ = store.group_commit
     per_thread = max(window, max_msgs // producers)
-    b = body()
 
     async def producer(k, deadline):
-        aput = store.aput
         q = k % SYNC_QUEUES
         clock = time.perf_counter
         pending = collections.deque()
         sent = n = 0
         while sent < per_thread and clock() < deadline:
-            while len(pending) < window and sent < per_thread:
-                pending.append(aput(Message(TOPIC, b, q)))
-                sent += 1
+            sent = _fill_window(pending, store.aput, q, window, sent, per_thread)
             r = await pending.popleft()
             if not r.ok:
                 raise RuntimeError(f"SYNC_FLUSH aput: {r.status}")
