@@ -3,8 +3,8 @@
 
 The checksum runs in include/rmq_crc32.h: carry-less multiply folding on x86 CPUs that have it (512-bit VPCLMULQDQ
 with AVX-512, else 128-bit PCLMULQDQ), the ARMv8 CRC instructions on arm builds that target them, slicing-by-8
-tables otherwise. Results are bit-identical to zlib.crc32 whichever
-path runs, so values can be mixed and chained freely.
+tables otherwise. Results are bit-identical to zlib.crc32 whichever path runs, so values can be mixed and chained
+freely.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE

@@ -1,8 +1,8 @@
 """ReputMessageService: follows the commitlog and keeps consume queues and index files up to date.
 
 Each pass scans committed commitlog bytes in Cython (``_dispatch.scan_for_dispatch``: records → units and key
-hashes, GIL released; ``queue_runs`` splits them per queue), appends the units per queue with one copy per run and hands the key hashes to the index
-service in one call, then wakes readers waiting for new messages (long polling).
+hashes, GIL released), splits the units per queue (``_dispatch.queue_runs``), appends each run with one copy and
+hands the key hashes to the index service in one call, then wakes readers waiting for new messages (long polling).
 """
 from __future__ import annotations
 
@@ -10,17 +10,10 @@ import logging
 import threading
 import time
 
-from ._dispatch import queue_runs, scan_for_dispatch
+from ._dispatch import scan_for_dispatch
 from ._codec import RESULT_BLANK, RESULT_END, record_error
-from .consume_queue import CQ_DTYPE
 
 log = logging.getLogger(__name__)
-
-
-def consume_queue_runs(batch):
-    """A batch's consume-queue units per queue (NOT_TYPE and COMMIT_TYPE records; PREPARED and ROLLBACK go to no
-    queue): (topic, queue_id, units, queue_offsets, ends, contiguous, last_store_ts) in commitlog order."""
-    return queue_runs(batch, CQ_DTYPE)
 
 
 class ReputMessageService(threading.Thread):

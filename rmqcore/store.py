@@ -21,12 +21,13 @@ import numpy as np
 
 from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code,
                      pickup_store_timestamp, select_messages)
+from ._dispatch import queue_runs
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
 from .clean import CleanFilesService
-from .consume_queue import ConsumeQueue
-from .dispatch import ReputMessageService, consume_queue_runs
+from .consume_queue import CQ_DTYPE, ConsumeQueue
+from .dispatch import ReputMessageService
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
 from .flush import GroupCommitService, PeriodicService
 from .index_service import IndexService
@@ -450,7 +451,7 @@ class MessageStore:
     def _apply_dispatch(self, batch) -> None:
         # No numpy on whole runs here: its ufuncs release and retake the GIL, and under a full-speed producer
         # every retake waits out a switch interval (see _dispatch.queue_runs).
-        for topic, queue_id, units, queue_offsets, ends, contiguous, last_ts in consume_queue_runs(batch):
+        for topic, queue_id, units, queue_offsets, ends, contiguous, last_ts in queue_runs(batch, CQ_DTYPE):
             cq = self.find_consume_queue(topic, queue_id)
             # Units the queue already holds (a rebuild after recovery) are a prefix of the run: commitlog order.
             built = cq.max_physic_offset
