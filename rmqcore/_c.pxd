@@ -39,3 +39,4 @@ cdef extern from "rmq_atomic.h" nogil:
 
 cdef extern from "rmq_bytes.h" nogil:
     int32_t rmq_find_byte(const unsigned char *p, int32_t start, int32_t end, unsigned char c) noexcept
+    void rmq_copy_size_last(unsigned char *dst, const unsigned char *src, size_t n) noexcept

@@ -1052,7 +1052,7 @@ cdef class AppendMessageCallback:
             if max_blank >= END_FILE_MIN_BLANK_LENGTH:
                 rmq_store_be32(blank, <uint32_t>max_blank)
                 rmq_store_be32(blank + 4, <uint32_t>BLANK_MAGIC_CODE)
-                err = mf.write_c(wrote, blank, 8)
+                err = mf.write_c(wrote, blank, 8, True)
                 if err != 0:
                     raise OSError(err, f"end-of-file blank: {os.strerror(err)}", mf.file_name)
             mf.advance(max_blank, 0)
@@ -1071,7 +1071,7 @@ cdef class AppendMessageCallback:
         rmq_store_be64(src + QUEUE_OFFSET_POSITION, <uint64_t>(queue_offset if consumable else 0))
         rmq_store_be64(src + PHY_POS_POSITION, <uint64_t>(mf.file_from_offset + wrote))
         rmq_store_be64(src + rec.store_ts_pos, <uint64_t>store_timestamp)
-        err = mf.write_c(wrote, src, n)
+        err = mf.write_c(wrote, src, n, True)
         if err != 0:
             raise OSError(err, f"append: {os.strerror(err)}", mf.file_name)
         mf.advance(n, store_timestamp)

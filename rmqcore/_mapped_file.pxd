@@ -21,7 +21,7 @@ cdef class MappedFile:
     cdef bint _closed
     cdef int _holds                     # RocketMQ's ReferenceResource: GIL-free sections and exported views
 
-    cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n) noexcept nogil
+    cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n, bint size_last) noexcept nogil
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil
     cdef int64_t read_position_c(self) noexcept nogil
     cdef int flush_c(self, int flush_least_pages) noexcept nogil

@@ -16,7 +16,7 @@ from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, mun
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close, ftruncate
 
-from rmqcore._c cimport rmq_atomic_cas_i64, rmq_atomic_load_i64, rmq_atomic_store_i64
+from rmqcore._c cimport rmq_atomic_cas_i64, rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_copy_size_last
 
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 
@@ -212,10 +212,11 @@ cdef class MappedFile:
 
     # -- appending (the caller serialises appends: CommitLog's put lock, one dispatcher per consume queue) -------
 
-    cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n) noexcept nogil:
+    cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n, bint size_last) noexcept nogil:
         """Put ``n`` bytes at ``pos`` (at or past the wrote position; ``advance`` publishes them): into the write
-        buffer when there is one, else into the mapping. Returns 0 or an errno: EROFS (mapped read-only), EBADF
-        (closed) or ENOSPC (past the end of the file)."""
+        buffer when there is one, else into the mapping, with ``size_last`` its first 4 bytes last (commitlog
+        records: rmq_copy_size_last). Returns 0 or an errno: EROFS (mapped read-only), EBADF (closed) or ENOSPC
+        (past the end of the file)."""
         if self.read_only:
             return EROFS
         if self.base == NULL:
@@ -224,6 +225,8 @@ cdef class MappedFile:
             return ENOSPC
         if self.write_buffer != NULL:
             memcpy(self.write_buffer + pos, src, <size_t>n)
+        elif size_last:
+            rmq_copy_size_last(self.base + pos, src, <size_t>n)
         else:
             memcpy(self.base + pos, src, <size_t>n)
         return 0
@@ -246,7 +249,7 @@ cdef class MappedFile:
         if pos + n > self.file_size:
             return False
         if n:
-            err = self.write_c(pos, &src[0], n)
+            err = self.write_c(pos, &src[0], n, False)
             if err != 0:
                 _raise_os(err, "write", self.file_name)
         self.advance(n, 0)
@@ -281,8 +284,10 @@ cdef class MappedFile:
             wrote = rmq_atomic_load_i64(&self._wrote)
             committed = rmq_atomic_load_i64(&self._committed)
             if _able(wrote, committed, self.file_size, commit_least_pages):
+                # Only commitlog files have write buffers: the range starts with a record, whose size goes last
                 with nogil:
-                    memcpy(self.base + committed, self.write_buffer + committed, <size_t>(wrote - committed))
+                    rmq_copy_size_last(self.base + committed, self.write_buffer + committed,
+                                       <size_t>(wrote - committed))
                 rmq_atomic_store_i64(&self._committed, wrote)
             if rmq_atomic_load_i64(&self._committed) == self.file_size:
                 self._give_back_buffer()

@@ -226,6 +226,40 @@ def test_async_flush_kill9_loses_nothing_acknowledged(tmp_path, seed):
     assert kills == 3
 
 
+_TORN_CHILD = r"""
+import ctypes, mmap, sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from rmqcore import Message
+from rmqcore._codec import AppendMessageCallback, MessageEncoder
+from rmqcore._mapped_file import MappedFile
+page = mmap.PAGESIZE
+mf = MappedFile(sys.argv[1], 4 * page)
+mf.append(bytes(page - 1000))                    # the next record starts 1,000 bytes before the first page ends
+base = np.frombuffer(mf.view(), np.uint8).ctypes.data
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(base + page, page, mmap.PROT_READ) == 0     # ... and its properties end on a read-only one
+enc = MessageEncoder()
+rec = enc.encode(Message("Torn", b"body" * 100, 0, keys=["k1"], properties={"PAD": "p" * 2000}))
+AppendMessageCallback(enc.store_host_bytes).append(mf, rec, 0, 1234)
+"""
+
+
+def test_a_record_whose_copy_is_cut_leaves_no_size(tmp_path):
+    # A process killed while a record is copied into the commitlog must leave a zero size where the record starts
+    # (recovery: end of data), never a size in front of a record whose properties, which the body CRC does not
+    # cover, are still zeros. The child's record ends on a write-protected page: its copy stops there for good,
+    # as at a kill, and whatever it wrote is in the file for the parent to read.
+    path = tmp_path / ("%020d" % 0)
+    p = subprocess.run([sys.executable, "-c", _TORN_CHILD, str(path), SRC], capture_output=True, timeout=60)
+    assert p.returncode in (-signal.SIGSEGV, -signal.SIGBUS), p.stderr.decode()[-2000:]
+    data = path.read_bytes()
+    start = os.sysconf("SC_PAGESIZE") - 1000
+    assert data[start:start + 4] == bytes(4)
+    assert rmqcore._codec.scan_records(data, start) == (start, 0, rmqcore._codec.RESULT_END)
+
+
 @pytest.mark.skipif(os.environ.get("RMQCORE_SOAK") != "1", reason="soak run: set RMQCORE_SOAK=1")
 @pytest.mark.soak
 @pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
