@@ -178,8 +178,10 @@ class MappedFileQueue:
             try:
                 if mf.prepare_runway():
                     nxt = mf.file_from_offset + self.mapped_file_size
+                    files = self._files          # no _lock under _create_lock (the writer takes them the other way)
                     with self._create_lock:
-                        if nxt not in self._pending and self.last() is mf and not os.path.exists(self._path(nxt)):
+                        if (nxt not in self._pending and files and files[-1] is mf
+                                and not os.path.exists(self._path(nxt))):
                             self._pending[nxt] = self._new_file(nxt)
                 self.allocate_error = None
             except OSError as e:       # the writer then allocates itself, and reports a full disk as it happens
