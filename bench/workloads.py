@@ -572,14 +572,14 @@ def aio_put_run(store, producers: int, window: int, seconds: float, max_msgs: in
 
 def wake_latency(n: int = 2000) -> float:
     """One thread-to-thread wake-up through the group commit's own primitive, in µs: two threads take turns
-    (publish on one GroupCommit, wait on the other), round trip / 2. Every blocking put costs at least one, and
-    the GIL hand-off after it another: the limit a waiting producer cannot beat on this machine."""
+    (publish on one GroupCommit, wait on the other), round trip / 2. Every put that waits behind another's flush
+    costs at least one, and the GIL hand-off after it another (a put that leads its own flush costs neither)."""
     from rmqcore._flush import GroupCommit
     ping, pong = GroupCommit(0), GroupCommit(0)
 
     def other():
         for i in range(1, n + 1):
-            ping.wait_flushed(i, 10)
+            ping.wait_only(i, 10)
             pong.publish(i)
 
     t = threading.Thread(target=other)
@@ -587,7 +587,7 @@ def wake_latency(n: int = 2000) -> float:
     t0 = time.perf_counter()
     for i in range(1, n + 1):
         ping.publish(i)
-        pong.wait_flushed(i, 10)
+        pong.wait_only(i, 10)
     elapsed = time.perf_counter() - t0
     t.join()
     return elapsed / n / 2 * 1e6

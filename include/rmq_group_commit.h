@@ -208,6 +208,19 @@ static inline void rmq_gc_leader_done(rmq_group_commit *g, int64_t offset, int e
     pthread_mutex_unlock(&g->mu);
 }
 
+/* A flush made outside the leader protocol reached offset (the final flush at shutdown): wake the waits it
+ * covers. */
+static inline void rmq_gc_publish(rmq_group_commit *g, int64_t offset)
+{
+    pthread_mutex_lock(&g->mu);
+    if (offset > g->flushed)
+        g->flushed = offset;
+    pthread_cond_broadcast(&g->flushed_cond);
+    if (g->arrival_waiters)
+        pthread_cond_broadcast(&g->arrival_cond);
+    pthread_mutex_unlock(&g->mu);
+}
+
 /* A flush failed outside the leader protocol: every current wait returns RMQ_GC_FAILED. */
 static inline void rmq_gc_fail(rmq_group_commit *g)
 {

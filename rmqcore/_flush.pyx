@@ -36,6 +36,7 @@ cdef extern from "rmq_group_commit.h" nogil:
     int64_t rmq_gc_wait_arrival(rmq_group_commit *g, int64_t seen, int64_t timeout_ns)
     int rmq_gc_wait_only(rmq_group_commit *g, int64_t offset, int64_t deadline_ns, int64_t failures0)
     void rmq_gc_fail(rmq_group_commit *g)
+    void rmq_gc_publish(rmq_group_commit *g, int64_t offset)
     void rmq_gc_stop(rmq_group_commit *g)
     void rmq_gc_close(rmq_group_commit *g)
 
@@ -198,6 +199,11 @@ cdef class GroupCommit:
             if target < 0:
                 return _STOPPED
             self._lead_python()
+
+    def publish(self, int64_t offset):
+        """A flush made elsewhere reached ``offset``: wake the waits it covers."""
+        with nogil:
+            rmq_gc_publish(&self.g, offset)
 
     def fail(self):
         """Fail every current wait, as a failed flush does (tests and the shutdown path)."""

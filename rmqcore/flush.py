@@ -124,7 +124,7 @@ class GroupCommitService(threading.Thread):
             log.exception("group commit service failed")
             core.fail()
         try:
-            self._flush_all()
+            core.publish(self._flush_all()[0])
         except OSError as e:
             log.error("group commit: final flush failed: %s", e)
             core.fail()
