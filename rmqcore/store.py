@@ -373,6 +373,28 @@ class MessageStore:
         # 1 ms), so records that arrive together are dispatched together.
         return results
 
+    def put_arrow(self, data):
+        """Store the rows of a pyarrow RecordBatch or Table in one call, no Python object per message (columns and
+        result: rmqcore.columnar): the records and offsets put_batch would give for the same messages. Returns a
+        RecordBatch with status, commitlog_offset, queue_offset, wrote_bytes, store_timestamp and uniq_key per row.
+        Every row is checked before any is written (MessageIllegalError names the column and row). SYNC_FLUSH:
+        returns once a flush covers the last row (else its rows say FLUSH_DISK_TIMEOUT)."""
+        if not self._running:
+            self._check_running()
+        result = self.commit_log.put_arrow(data, self.put_batch)
+        n = result.num_rows
+        self._put_count += n
+        if self._sync_flush and n:
+            import pyarrow.compute as pc
+            ends = pc.add(result.column("commitlog_offset"), result.column("wrote_bytes").cast("int64"))
+            end = pc.max(ends).as_py()
+            if end > 0 and not self.group_commit.wait_flushed(end, self._sync_timeout):
+                status = result.column("status").cast("string")
+                timed_out = pc.if_else(pc.equal(status, PutStatus.PUT_OK.name), PutStatus.FLUSH_DISK_TIMEOUT.name,
+                                       status).dictionary_encode()
+                result = result.set_column(0, "status", timed_out)
+        return result
+
     def _wait_flushed(self, last, ok_value):
         if self.group_commit.wait_flushed(last.commitlog_offset + last.wrote_bytes, self._sync_timeout):
             return ok_value
