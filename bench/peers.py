@@ -102,7 +102,6 @@ if __package__ in (None, ""):      # run as a script (python bench/peers.py): ma
 from bench import workloads as W  # noqa: E402
 
 STORES = ("rmqcore", "sqlite3", "lmdb", "rocksdict", "appendlog")
-PEERS = STORES[1:]
 TOPICS = tuple(f"PeerTopic{t}" for t in range(4))
 QUEUES = 4
 TOPIC_QUEUES = len(TOPICS) * QUEUES
@@ -142,16 +141,10 @@ class Workload:
         return f"key-{i:010d}"
 
     @staticmethod
-    def topic_queue(i: int) -> int:
-        return i % TOPIC_QUEUES
-
-    @staticmethod
-    def topic(tq: int) -> str:
-        return TOPICS[tq // QUEUES]
-
-    @staticmethod
-    def queue_offset(i: int) -> int:
-        return i // TOPIC_QUEUES
+    def topic(i: int) -> str:
+        """Message ``i``'s topic: topic-queue ``i % 16`` is topic ``(i >> 2) & 3``, queue ``i & 3`` (the write loops
+        inline this)."""
+        return TOPICS[(i >> 2) & 3]
 
     def queue_length(self, tq: int) -> int:
         return (self.n - tq + TOPIC_QUEUES - 1) // TOPIC_QUEUES
@@ -246,7 +239,7 @@ class RmqcoreCase:
         return bytes(self.store.look_message(offset).body)
 
     def key_args(self, ids):
-        return [(TOPICS[(i >> 2) & 3], Workload.key(i)) for i in ids]
+        return [(Workload.topic(i), Workload.key(i)) for i in ids]
 
     def by_key(self, arg):
         found = self.store.query_message(arg[0], arg[1])
