@@ -3,6 +3,7 @@ persistence, lag, and send-back to the retry topic and the DLQ as RocketMQ's con
 rocketmq-all-4.9.7 SendMessageProcessor, AbstractSendMessageProcessor.msgCheck, PullMessageProcessor,
 TopicConfigManager.createTopicInSendMessageMethod / createTopicInSendMessageBackMethod, MixAll.getRetryTopic /
 getDLQTopic)."""
+import os
 import time
 
 import pytest
@@ -359,3 +360,12 @@ def test_groups_and_topics_listing(open_broker):
             "DefaultCluster", "DefaultCluster_REPLY_TOPIC", "broker-a"} <= set(b.topics())
     b.topics()["TBW102"].perm = 0                       # a copy: the broker's table is untouched
     assert b.topics()["TBW102"].perm == 7
+
+
+def test_demo_runs_end_to_end(tmp_path, capsys):
+    from rmqcore.broker import demo
+    assert demo.run(str(tmp_path / "demo"), 2000) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 failing messages in %DLQ%flaky-audit" in out
+    assert '"DemoOrders@billing":{0:' in out
+    assert sorted(os.listdir(tmp_path / "demo" / "config"))[:1] == ["consumerOffset.json"]
