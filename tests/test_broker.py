@@ -90,6 +90,42 @@ def test_broker_without_write_permission_refuses_sends(open_broker):
     b = open_broker(broker_permission=4)
     with pytest.raises(NoPermissionError, match="broker"):
         b.send(Message("orders", b"x"))
+    b.update_broker_permission(6)
+    assert b.send(Message("orders", b"x")).status is PutStatus.PUT_OK
+    b.update_broker_permission(4)                      # a cached topic does not bypass the broker's permission
+    with pytest.raises(NoPermissionError, match="broker"):
+        b.send(Message("orders", b"x"))
+
+
+def test_topic_change_reaches_the_send_path_at_once(open_broker):
+    b = open_broker()
+    b.create_topic("t", queue_nums=2)
+    b.send(Message("t", b"x", queue_id=1))
+    b.create_topic("t", queue_nums=1)
+    with pytest.raises(QueueIdIllegalError):
+        b.send(Message("t", b"x", queue_id=1))
+    b.create_topic("t", queue_nums=1, perm=4)
+    with pytest.raises(NoPermissionError):
+        b.send(Message("t", b"x", queue_id=0))
+    b.delete_topic("t")
+    b.config.auto_create_topic_enable = False
+    b.topic_config_manager.delete_topic_config("TBW102")
+    with pytest.raises(TopicNotExistError):
+        b.send(Message("t", b"x", queue_id=0))
+
+
+def test_send_batch_checks_every_message_before_storing_any(open_broker):
+    b = open_broker()
+    b.create_topic("two", queue_nums=2)
+    rs = b.send_batch([Message("two", b"%d" % i, queue_id=i % 2) for i in range(10)])
+    assert [r.status for r in rs] == [PutStatus.PUT_OK] * 10
+    with pytest.raises(QueueIdIllegalError):
+        b.send_batch([Message("two", b"ok", queue_id=0), Message("two", b"bad", queue_id=5)])
+    with pytest.raises(NoPermissionError):
+        b.send_batch([Message("two", b"tx", queue_id=0, properties={"TRAN_MSG": "true"})])
+    b.store.wait_dispatched()
+    assert b.store.max_offset("two", 0) == 5 and b.store.max_offset("two", 1) == 5
+    assert b.store.get_messages("g", "two", 1, 0).messages[0].properties["CLUSTER"] == "DefaultCluster"
 
 
 def test_multi_tag_topic_sets_the_sys_flag(open_broker):

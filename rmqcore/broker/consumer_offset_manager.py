@@ -15,6 +15,8 @@ from .config_manager import ConfigManager, string2file
 from .fastjson import JAVA_INT, JAVA_LONG, FieldError, check_int, check_map, map_key_int
 
 TOPIC_GROUP_SEPARATOR = "@"
+_INT_MAX = JAVA_INT[1]
+_LONG_MIN, _LONG_MAX = JAVA_LONG
 
 
 class ConsumerOffsetManager(ConfigManager):
@@ -50,8 +52,13 @@ class ConsumerOffsetManager(ConfigManager):
             where = f"offsetTable.{key}"
             if not isinstance(key, str):
                 raise FieldError(where, "a topic@group key must be a string")
+            check_map(queues, where)
+            if all(type(q) is int and 0 <= q <= _INT_MAX and type(o) is int and _LONG_MIN <= o <= _LONG_MAX
+                   for q, o in queues.items()):
+                table[key] = queues            # the common case, checked in one pass
+                continue
             out = {}
-            for qid, off in check_map(queues, where).items():
+            for qid, off in queues.items():
                 q = map_key_int(qid, where, 0, JAVA_INT[1])
                 out[q] = check_int(off, f"{where}.{q}", *JAVA_LONG)
             table[key] = out

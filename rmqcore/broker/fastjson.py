@@ -43,14 +43,14 @@ class FieldError(ValueError):
 
 # One scan that steps over every string literal whole and catches a bare integer key (after "{" or ",", before
 # ":"), so digits inside strings are never touched. Linear: the string branch cannot backtrack.
-_BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)', re.S)
+_BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?[0-9]+)(\s*:)', re.S)
 
 
 _BARE_MARK = "\x00"      # bare keys are re-quoted as "\u0000<digits>": no legal name starts with NUL
 
 
 def _quote_key(m: re.Match) -> str:
-    if m.group(1) is not None:
+    if m.lastindex == 1:                         # a string literal: unchanged
         return m.group(1)
     return f'{m.group(2)}"\\u0000{m.group(3)}"{m.group(4)}'
 
@@ -68,8 +68,13 @@ def loads(text: str):
         # Keys that were bare integers become ints again; a quoted "0" stays a string (a topic may be named "0").
         out = {}
         for k, v in items:
-            if k[:1] == _BARE_MARK and _is_int(k[1:]):
-                k = int(k[1:])
+            if k[:1] == _BARE_MARK:
+                # Only _quote_key writes the mark before digits; a string that starts with NUL itself fails int()
+                # and stays as it is.
+                try:
+                    k = int(k[1:])
+                except ValueError:
+                    pass
             out[k] = v
         return out
 
@@ -82,7 +87,7 @@ def loads(text: str):
         raise FastjsonDecodeError("nested too deeply") from None
 
 
-_INT_RE = re.compile(r"-?\d+")
+_INT_RE = re.compile(r"-?[0-9]+")
 
 
 def _is_int(s: str) -> bool:

@@ -31,6 +31,9 @@ class TopicConfigManager(ConfigManager):
         self.extra: dict = {}                 # top-level fields of a newer file, written back unchanged
         self._lock = threading.RLock()
         self.system_topics: set[str] = set()
+        # Bumped by every change of the table (under the lock); the broker's send path caches its per-topic checks
+        # under it.
+        self.version = 0
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -88,6 +91,7 @@ class TopicConfigManager(ConfigManager):
         table, version, extra = state
         with self._lock:
             self.topic_config_table.update(table)           # Java: putAll over the system topics
+            self.version += 1
             if version is not None:
                 self.data_version.assign_new_one(version)
             self.extra = extra
@@ -109,6 +113,7 @@ class TopicConfigManager(ConfigManager):
         with self._lock:
             old = self.topic_config_table.get(topic_config.topic_name)
             self.topic_config_table[topic_config.topic_name] = topic_config
+            self.version += 1
             self.data_version.next_version()
             log.info("%s topic config %s", "update" if old else "create new", topic_config)
         self.persist()
@@ -118,6 +123,7 @@ class TopicConfigManager(ConfigManager):
             old = self.topic_config_table.pop(topic, None)
             if old is None:
                 return False
+            self.version += 1
             self.data_version.next_version()
         self.persist()
         return True
@@ -137,6 +143,7 @@ class TopicConfigManager(ConfigManager):
                 return None
             if default_topic == AUTO_CREATE_TOPIC_KEY_TOPIC and not self.broker_config.auto_create_topic_enable:
                 default.perm = PERM_READ | PERM_WRITE
+                self.version += 1
             if not is_inherited(default.perm):
                 log.warning("create new topic failed, because the default topic[%s] has no perm [%d]",
                             default_topic, default.perm)
@@ -147,6 +154,7 @@ class TopicConfigManager(ConfigManager):
                              topic_filter_type=default.topic_filter_type)
             log.info("create new topic by default topic:[%s] config:[%s]", default_topic, tc)
             self.topic_config_table[topic] = tc
+            self.version += 1
             self.data_version.next_version()
         self.persist()
         return tc
@@ -166,6 +174,7 @@ class TopicConfigManager(ConfigManager):
                              topic_sys_flag=topic_sys_flag)
             log.info("create new topic %s", tc)
             self.topic_config_table[topic] = tc
+            self.version += 1
             self.data_version.next_version()
         self.persist()
         return tc
