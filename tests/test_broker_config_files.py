@@ -75,6 +75,9 @@ def test_bare_integer_keys_read_and_written_as_fastjson_does():
 def test_digits_inside_strings_are_not_taken_for_keys():
     doc = fastjson.loads('{"a":"x,1:2,{3:4","b":{5:6}}')
     assert doc == {"a": "x,1:2,{3:4", "b": {5: 6}}
+    # Text with escapes takes the other scan: an escaped quote must not end the string early.
+    doc = fastjson.loads('{"a\\"b":{0:1},"s":"q\\",1:2","t":{ 7 :8}}')
+    assert doc == {'a"b': {0: 1}, "s": 'q",1:2', "t": {7: 8}}
 
 
 def test_pretty_layout_is_fastjsons():

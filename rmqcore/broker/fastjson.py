@@ -55,6 +55,27 @@ def _quote_key(m: re.Match) -> str:
     return f'{m.group(2)}"\\u0000{m.group(3)}"{m.group(4)}'
 
 
+_BARE_KEY_OUTSIDE = re.compile(r'([{,]\s*)(-?[0-9]+)(\s*:)')
+_SEP = "\x00"
+
+
+def _quote_bare_keys(text: str) -> str:
+    """Quote every bare integer key. Fast path: without escapes in the text, splitting on '"' gives the text
+    outside strings at even positions; the keys found there are quoted and the pieces put back.
+    Text with escapes (or an odd quote count, which json will refuse anyway) takes the one-scan path."""
+    if "\\" in text or _SEP in text:
+        return _BARE_KEY.sub(_quote_key, text)
+    parts = text.split('"')
+    if len(parts) % 2 == 0:
+        return _BARE_KEY.sub(_quote_key, text)
+    # split with groups gives [text, prefix, digits, colon, text, ...]: the digits are every 4th item from 2
+    # (a substitution template would call back into Python per match on 3.11).
+    pieces = _BARE_KEY_OUTSIDE.split(_SEP.join(parts[0::2]))
+    pieces[2::4] = ['"\\u0000' + d + '"' for d in pieces[2::4]]
+    parts[0::2] = "".join(pieces).split(_SEP)
+    return '"'.join(parts)
+
+
 def _reject_constant(name: str):
     raise FastjsonDecodeError(f"{name} is not a number fastjson writes")
 
@@ -62,7 +83,7 @@ def _reject_constant(name: str):
 def loads(text: str):
     """Parse fastjson text. Bare integer keys come back as ``int``, quoted keys as ``str``; a later duplicate key
     wins, as in fastjson. Raises FastjsonDecodeError with the line and column of the first problem."""
-    quoted = _BARE_KEY.sub(_quote_key, text)
+    quoted = _quote_bare_keys(text)
 
     def pairs(items):
         # Keys that were bare integers become ints again; a quoted "0" stays a string (a topic may be named "0").
@@ -108,6 +129,10 @@ def _string(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
 
+_INT_ONLY = {int}
+_STR_ONLY = {str}
+
+
 def dumps(value, pretty: bool = False) -> str:
     """Write ``value`` (dicts with str or int keys, lists, str, int, bool, None) as fastjson writes it."""
     out: list[str] = []
@@ -121,17 +146,16 @@ def _write(value, pretty: bool, level: int, out: list) -> None:
             out.append("{}")
             return
         items = value.items()
-        keys = list(value)
-        if all(type(k) is int for k in keys):
-            # Integer-keyed maps (offset tables): the hot case of a persist, written in one join.
-            if all(type(v) is int for v in value.values()):
-                body = ",".join(f"{k}:{v}" for k, v in sorted(items))
-                out.append("{" + body + ("\n" + "\t" * level + "}" if pretty else "}"))
-                return
-        if not (all(type(k) is str for k in keys)):
-            items = sorted(items, key=lambda kv: _sort_key(kv[0]))
-        else:
+        key_types = set(map(type, value))
+        if key_types == _INT_ONLY and set(map(type, value.values())) == _INT_ONLY:
+            # Integer-keyed maps of integers (offset tables): the hot case of a persist, written in one join.
+            body = ",".join([f"{k}:{v}" for k, v in sorted(items)])
+            out.append("{" + body + ("\n" + "\t" * level + "}" if pretty else "}"))
+            return
+        if key_types == _STR_ONLY:
             items = sorted(items, key=lambda kv: _utf16_key(kv[0]))
+        else:
+            items = sorted(items, key=lambda kv: _sort_key(kv[0]))
         out.append("{")
         inner = "\n" + "\t" * (level + 1)
         first = True

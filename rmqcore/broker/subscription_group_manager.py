@@ -76,7 +76,8 @@ class SubscriptionGroupManager(ConfigManager):
 
     @property
     def dirty(self) -> bool:
-        """Changed since the last persist without being persisted (disable_consume, auto-creation)."""
+        """Changed since the last persist without being persisted (disable_consume: RocketMQ does not persist it
+        at all; the broker's timer does here)."""
         return self._dirty
 
     # -- queries and changes ----------------------------------------------------------------------------------
@@ -94,13 +95,14 @@ class SubscriptionGroupManager(ConfigManager):
             return None
         with self._lock:
             g = self.subscription_group_table.get(group)
-            if g is None:
-                g = SubscriptionGroupConfig(group)
-                self.subscription_group_table[group] = g
-                log.info("auto create a subscription group, %s", g)
-                self.data_version.next_version()
-                self._dirty = True      # persisted by the broker's timer (RocketMQ persists it at once)
-            return g
+            if g is not None:
+                return g
+            g = SubscriptionGroupConfig(group)
+            self.subscription_group_table[group] = g
+            log.info("auto create a subscription group, %s", g)
+            self.data_version.next_version()
+        self.persist()                  # at once, as RocketMQ does
+        return g
 
     def update_subscription_group_config(self, config: SubscriptionGroupConfig) -> None:
         if not config.group_name:
