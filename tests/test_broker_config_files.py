@@ -353,3 +353,44 @@ def test_broker_refuses_to_open_on_unreadable_config_and_leaves_store_usable(tmp
     with MessageStore.open(root, small_config) as store:
         assert store.put(Message("t", b"x")).status.name == "PUT_OK"
     assert (tmp_path / "config" / "subscriptionGroup.json").read_text() == '{"subscriptionGroupTable":{"g":5}}'
+
+
+def test_empty_file_without_bak_is_an_error_not_an_empty_table(tmp_path):
+    os.makedirs(tmp_path / "config")
+    (tmp_path / "config" / "consumerOffset.json").write_text("")
+    with pytest.raises(ConfigFileError, match="empty"):
+        ConsumerOffsetManager(str(tmp_path)).load()
+
+
+def test_oversized_file_is_refused(tmp_path, monkeypatch):
+    from rmqcore.broker import config_manager
+    monkeypatch.setattr(config_manager, "MAX_CONFIG_FILE_SIZE", 64)
+    os.makedirs(tmp_path / "config")
+    (tmp_path / "config" / "consumerOffset.json").write_text('{"offsetTable":{' + '"t@g":{0:1},' * 20 + '"x@y":{}}}')
+    with pytest.raises(ConfigFileError, match="larger than the 64 bytes"):
+        ConsumerOffsetManager(str(tmp_path)).load()
+
+
+def test_leftover_tmp_from_a_crash_is_ignored_and_replaced(tmp_path):
+    com = ConsumerOffsetManager(str(tmp_path))
+    com.commit_offset("g", "t", 0, 1)
+    com.persist()
+    (tmp_path / "config" / "consumerOffset.json.tmp").write_text("{half a fi")
+    again = ConsumerOffsetManager(str(tmp_path))
+    again.load()
+    assert again.query_offset("g", "t", 0) == 1
+    again.commit_offset("g", "t", 0, 2)
+    again.persist()
+    assert not (tmp_path / "config" / "consumerOffset.json.tmp").exists()
+    assert fastjson.loads((tmp_path / "config" / "consumerOffset.json").read_text())["offsetTable"] == {"t@g": {0: 2}}
+
+
+def test_topic_changes_bump_the_data_version_in_the_file(tmp_path):
+    tcm = TopicConfigManager(str(tmp_path), java_broker_config())
+    before = tcm.data_version.counter
+    tcm.create_topic_in_send_message_method("fresh", "TBW102", 4)
+    doc = fastjson.loads((tmp_path / "config" / "topics.json").read_text())
+    assert doc["dataVersion"]["counter"] == before + 1
+    assert doc["topicConfigTable"]["fresh"] == {"order": False, "perm": 6, "readQueueNums": 4,
+                                                 "topicFilterType": "SINGLE_TAG", "topicName": "fresh",
+                                                 "topicSysFlag": 0, "writeQueueNums": 4}
