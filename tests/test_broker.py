@@ -273,6 +273,14 @@ def test_offsets_persisted_at_close_and_on_the_timer(tmp_path, small_config):
         assert b.topics()["orders"].write_queue_nums == 4
 
 
+def test_a_fresh_broker_leaves_its_config_files(tmp_path, small_config):
+    with Broker.open(str(tmp_path), BrokerConfig(broker_name="b"), store_config=small_config):
+        pass
+    names = sorted(os.listdir(tmp_path / "config"))
+    assert {"consumerOffset.json", "topics.json", "subscriptionGroup.json"} <= set(names)
+    assert (tmp_path / "config" / "consumerOffset.json").read_text() == '{\n\t"offsetTable":{}\n}'
+
+
 def test_two_brokers_cannot_share_a_directory(open_broker, tmp_path, small_config):
     open_broker()
     from rmqcore import StoreLockedError

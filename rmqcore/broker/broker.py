@@ -10,7 +10,8 @@ Open takes the store's lock first (so two brokers never share a directory), then
 ``subscriptionGroup.json`` and ``consumerOffset.json``; a file that cannot be read (nor its .bak) closes the store
 again and raises ConfigFileError. ``delayOffset.json`` and ``consumerFilter.json`` belong to the schedule and
 filter services and are left as they are. Consumer offsets are persisted every ``flush_consumer_offset_interval``
-ms and at close; topics and groups on every change (auto-created groups on the same timer).
+ms (when they changed) and at close; topics and groups on every change and at close (a disabled group, which RocketMQ
+never persists, on the offsets' timer).
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ topic@group) and encodes outside it, so commits are never held up by the file wr
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from . import fastjson
@@ -74,10 +75,11 @@ class ConsumerOffsetManager(ConfigManager):
             self._persisted_version = self._version
 
     def persist(self, force: bool = True) -> bool:
-        """Write the table; with ``force`` False only when it changed since the last persist. True if written."""
+        """Write the table; with ``force`` False only when it changed since the last persist or the file is not
+        there yet (a broker leaves all its files, as RocketMQ's shutdown does). True if written."""
         with self._persist_lock:
             table, extra, version = self._snapshot()
-            if not force and version == self._persisted_version:
+            if not force and version == self._persisted_version and os.path.exists(self.config_file_path()):
                 return False
             extra["offsetTable"] = table
             string2file(fastjson.dumps(extra, True), self.config_file_path())
