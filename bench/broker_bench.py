@@ -1,7 +1,7 @@
 """The broker layer's costs: offset commits per second, persisting consumerOffset.json for 10,000 groups x 16
 queues, and the Broker facade's send against MessageStore.put (issue 14's aim: < 10 % overhead per message).
 
-    python bench/broker_bench.py [--messages N] [--groups G] [--queues Q]
+    python bench/broker_bench.py [--messages N] [--body-sizes 256,4096] [--groups G] [--queues Q]
 
 Prints one markdown table. Single run on a shared machine: read figures to about +-30 %, ratios measured in the
 same run are steadier (the send comparison interleaves both paths on one store for that reason).
@@ -108,7 +108,7 @@ def bench_send(broker, messages: int, body_size: int, rounds: int = 10) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--body-sizes", default="256,4096", help="comma-separated body sizes for the send comparison")
     ap.add_argument("--commits", type=int, default=500_000)
     ap.add_argument("--groups", type=int, default=10_000)
