@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rmqcore import GetStatus, Message, MessageStore, PutStatus
+from rmqcore import GetStatus, Message, PutStatus
 from rmqcore.broker import (Broker, BrokerConfig, IllegalNameError, MessageNotFoundError, NoPermissionError,
                             OffsetIllegalError, QueueIdIllegalError, SubscriptionGroupConfig,
                             SubscriptionGroupNotExistError, TopicConfig, TopicNotExistError)
@@ -302,7 +302,10 @@ def pull_one(b, group, topic, queue_id=0, offset=None):
 
 def test_send_back_goes_to_retry_topic_with_rocketmq_properties(open_broker):
     b = open_broker()
-    original = fill(b, "orders", 1, tags="created", keys=["order-1"])[0]
+    b.send(Message("orders", b"body-0", queue_id=0, tags="created", keys=["order-1"], flag=7,
+                   born_host="10.1.2.3:45678"))
+    b.store.wait_dispatched()
+    original = b.store.get_messages("x", "orders", 0, 0).messages[0]
     m = pull_one(b, "billing", "orders")
     r = b.send_back(m, "billing")
     assert r.status is PutStatus.PUT_OK
@@ -317,6 +320,7 @@ def test_send_back_goes_to_retry_topic_with_rocketmq_properties(open_broker):
     assert p["DELAY"] == "3"                         # 3 + reconsume times 0
     assert p["WAIT"] == "false"
     assert retry.born_timestamp == m.born_timestamp and retry.uniq_key == m.uniq_key
+    assert retry.flag == 7 and retry.born_host == "10.1.2.3:45678" and retry.sys_flag == m.sys_flag
     # The second failure: reconsume times 2, level 4, the first attempt's id kept, RETRY_TOPIC still the original.
     b.send_back(retry, "billing")
     again = pull_one(b, "billing", "%RETRY%billing")

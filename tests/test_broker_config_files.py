@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqcore import Message, MessageStore, StoreConfig
+from rmqcore import Message, MessageStore
 from rmqcore.broker import (Broker, BrokerConfig, ConfigFileError, ConsumerOffsetManager, SubscriptionGroupManager,
                             TopicConfigManager)
 from rmqcore.broker import fastjson
