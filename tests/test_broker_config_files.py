@@ -8,7 +8,8 @@ Where the goldens come from (apache/rocketmq, tags rocketmq-all-4.9.7 and rocket
   by name; MapSerializer's pretty layout writes "\\n" plus one tab per level before each String key and before the
   closing brace of a non-empty map, but nothing before an Integer key, which is written bare;
 * ``consumerOffset.json``: ConsumerOffsetManager, getter getOffsetTable (ConcurrentMap<String, ConcurrentMap<Integer,
-  Long>>, keys "topic@group"); 5.3.3 adds getDataVersion;
+  Long>>, keys "topic@group"); 5.3.3 adds getDataVersion and getGroupTopicMap (each group's topics as a HashSet,
+  which fastjson's CollectionCodec writes as a plain array in HashSet iteration order, no layout inside);
 * ``topics.json``: TopicConfigManager.encode -> TopicConfigSerializeWrapper (getDataVersion, getTopicConfigTable);
   TopicConfig getters order/perm/readQueueNums/topicFilterType (enum by name)/topicName/topicSysFlag/writeQueueNums;
   5.3.3 adds getAttributes (getTopicMessageType is @JSONField(serialize=false)); DataVersion counter/timestamp, 5.3.3
@@ -141,6 +142,25 @@ def test_golden_fields_read_back_field_for_field(tmp_path):
     assert com.query_offsets("please_rename_unique_group_name_4", "TopicTest") == {0: 250, 1: 250, 2: 249, 3: 250}
     assert com.query_offsets("slow_group", "TopicTest") == {0: 3, 1: 0, 2: 7, 3: 1}
     assert com.query_offset("slow_group", "TopicTest", 9) == -1
+
+
+def test_java_hash_set_order():
+    from rmqcore.broker.consumer_offset_manager import java_hash_set_order
+    # "i" (105) and "a" (97) share bucket 1 of a capacity-8 table: insertion order.
+    assert java_hash_set_order(["i", "a"]) == ["i", "a"]
+    # Seven strings grow the table to 16: "i" moves to bucket 9, after "a".."f" in buckets 1..6.
+    assert java_hash_set_order(["i", "a", "b", "c", "d", "e", "f"]) == ["a", "b", "c", "d", "e", "f", "i"]
+
+
+def test_5x_group_topic_map_is_rebuilt_from_the_table(tmp_path):
+    lay_out(str(tmp_path), "java_5_3_3")
+    com = ConsumerOffsetManager(str(tmp_path))
+    com.load()
+    com.commit_offset("slow_group", "OrderTopic", 0, 1)
+    com.remove_offset("please_rename_unique_group_name_4")
+    doc = fastjson.loads(com.encode(pretty=True))
+    # "TopicTest" hashes to bucket 1, "OrderTopic" to bucket 3 (String.hashCode, spread, & 7).
+    assert doc["groupTopicMap"] == {"slow_group": ["TopicTest", "OrderTopic"]}
 
 
 def test_5x_fields_kept_through_a_change(tmp_path):

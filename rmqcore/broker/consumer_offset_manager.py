@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 
+from .._codec import java_hash_code
 from . import fastjson
 from .config_manager import ConfigManager, string2file
 from .fastjson import JAVA_INT, JAVA_LONG, FieldError, check_int, check_map, map_key_int
@@ -18,6 +19,21 @@ from .fastjson import JAVA_INT, JAVA_LONG, FieldError, check_int, check_map, map
 TOPIC_GROUP_SEPARATOR = "@"
 _INT_MAX = JAVA_INT[1]
 _LONG_MIN, _LONG_MAX = JAVA_LONG
+GROUP_TOPIC_MAP = "groupTopicMap"
+
+
+def java_hash_set_order(items: list[str]) -> list[str]:
+    """Strings in the order a java.util.HashSet created with capacity 8 iterates them after they were added in
+    ``items`` order: by bucket (String.hashCode spread as HashMap.hash does, masked by the table size the set grew
+    to), then in insertion order within a bucket."""
+    cap = 8
+    while len(items) > cap * 3 // 4:
+        cap *= 2
+
+    def bucket(s: str) -> int:
+        h = java_hash_code(s) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (cap - 1)
+    return sorted(items, key=bucket)
 
 
 class ConsumerOffsetManager(ConfigManager):
@@ -37,10 +53,24 @@ class ConsumerOffsetManager(ConfigManager):
         with self._lock:
             return {k: dict(v) for k, v in self.offset_table.items()}, dict(self.extra), self._version
 
+    def _document(self, table: dict, extra: dict) -> dict:
+        """The file's document. A 5.x file also carries ``groupTopicMap`` (ConsumerOffsetManager.getGroupTopicMap,
+        a public getter fastjson writes: each group's topics as a HashSet): it is derived from the table, so it is
+        rebuilt, not copied, when the file had it."""
+        doc = extra
+        doc["offsetTable"] = table
+        if GROUP_TOPIC_MAP in doc:
+            groups: dict[str, list[str]] = {}
+            for key in table:
+                tg = self.split_key(key)
+                if tg is not None:
+                    groups.setdefault(tg[1], []).append(tg[0])
+            doc[GROUP_TOPIC_MAP] = {g: java_hash_set_order(t) for g, t in groups.items()}
+        return doc
+
     def encode(self, pretty: bool = False) -> str:
         table, extra, _ = self._snapshot()
-        extra["offsetTable"] = table
-        return fastjson.dumps(extra, pretty)
+        return fastjson.dumps(self._document(table, extra), pretty)
 
     def decode(self, text: str):
         doc = check_map(fastjson.loads(text), "(document)")
@@ -81,8 +111,7 @@ class ConsumerOffsetManager(ConfigManager):
             table, extra, version = self._snapshot()
             if not force and version == self._persisted_version and os.path.exists(self.config_file_path()):
                 return False
-            extra["offsetTable"] = table
-            string2file(fastjson.dumps(extra, True), self.config_file_path())
+            string2file(fastjson.dumps(self._document(table, extra), True), self.config_file_path())
             self._persisted_version = version
             return True
 
