@@ -18,6 +18,7 @@ Where the goldens come from (apache/rocketmq, tags rocketmq-all-4.9.7 and rocket
   getForbiddenTable); SubscriptionGroupConfig 4.9.7 getters brokerId ... whichBrokerWhenConsumeSlowly; 5.3.3 adds
   attributes, consumeMessageOrderly, consumeTimeoutMinute, groupRetryPolicy ({"type":"CUSTOMIZED"}), groupSysFlag;
 * ``delayOffset.json``: ScheduleMessageService -> DelayOffsetSerializeWrapper.getOffsetTable (Integer level keys);
+  5.3.3 adds getDataVersion;
 * ``consumerFilter.json``: ConsumerFilterManager.getFilterDataByTopic (getBloomFilter's field is transient, skipped);
 * the system topics and groups in the goldens are the ones TopicConfigManager's and SubscriptionGroupManager's
   constructors create in 4.9.7 (brokerName "broker-a", cluster "DefaultCluster", autoCreateTopicEnable on).
