@@ -189,7 +189,8 @@ def test_5x_fields_kept_through_a_change(tmp_path):
 
 # -- a store directory as a Java broker leaves it -----------------------------------------------------------------
 
-def test_java_broker_store_dir_opens_and_reads_back(tmp_path, small_config):
+@pytest.mark.parametrize("version", ["java_4_9_7", "java_5_3_3"])
+def test_java_broker_store_dir_opens_and_reads_back(tmp_path, small_config, version):
     root = str(tmp_path / "store")
     # The commitlog and queues (rmqcore writes RocketMQ's layout byte for byte, see test_store): 300 messages in
     # TopicTest's four queues, 10 in the slow group's retry topic.
@@ -197,7 +198,7 @@ def test_java_broker_store_dir_opens_and_reads_back(tmp_path, small_config):
         for i in range(300):
             store.put(Message("TopicTest", b"m%d" % i, queue_id=i % 4))
         store.wait_dispatched()
-    lay_out(root, "java_4_9_7")
+    lay_out(root, version)
     with Broker.open(root, java_broker_config(), store_config=small_config) as broker:
         topics = broker.topics()
         assert set(topics) >= {"TopicTest", "OrderTopic", "TopicRO", "%RETRY%please_rename_unique_group_name_4"}
@@ -213,7 +214,7 @@ def test_java_broker_store_dir_opens_and_reads_back(tmp_path, small_config):
         assert r.status.name == "OFFSET_OVERFLOW_BADLY"       # 249 committed, the queue holds 75
     # Nothing changed: every file is Java's text still, byte for byte (the ones the broker rewrote included).
     for name in FILES:
-        assert (Path(root) / "config" / name).read_text() == golden("java_4_9_7", name), name
+        assert (Path(root) / "config" / name).read_text() == golden(version, name), name
 
 
 # -- crash-safe writes and the .bak fallback ---------------------------------------------------------------------
