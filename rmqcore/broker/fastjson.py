@@ -25,7 +25,8 @@ JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
 
 
 class FastjsonDecodeError(ValueError):
-    """Text that is not fastjson's JSON. ``line`` and ``column`` are 1-based."""
+    """Text that is not fastjson's JSON. ``line`` and ``column`` are 1-based; the column counts in the text with
+    its bare integer keys quoted (``0:`` became ``"\\u00000":``), so it may lie a little right of the spot."""
 
     def __init__(self, message: str, line: int = 0, column: int = 0):
         super().__init__(f"{message} (line {line}, column {column})" if line else message)
