@@ -80,6 +80,9 @@ def test_digits_inside_strings_are_not_taken_for_keys():
     # Text with escapes takes the other scan: an escaped quote must not end the string early.
     doc = fastjson.loads('{"a\\"b":{0:1},"s":"q\\",1:2","t":{ 7 :8}}')
     assert doc == {'a"b': {0: 1}, "s": 'q",1:2', "t": {7: 8}}
+    # A key that itself starts with a control character is not taken for a marked integer key.
+    doc = fastjson.loads('{"\\u00005":1,"\\u00016":2,"m":{5:6}}')
+    assert doc == {"\x005": 1, "\x016": 2, "m": {5: 6}}
 
 
 def test_pretty_layout_is_fastjsons():
@@ -416,3 +419,31 @@ def test_topic_changes_bump_the_data_version_in_the_file(tmp_path):
     assert doc["topicConfigTable"]["fresh"] == {"order": False, "perm": 6, "readQueueNums": 4,
                                                  "topicFilterType": "SINGLE_TAG", "topicName": "fresh",
                                                  "topicSysFlag": 0, "writeQueueNums": 4}
+
+
+# -- the codec against arbitrary documents -------------------------------------------------------------------------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+_java_long = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
+_text = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ["\x005", "\x01-7", "0", "{1:2", 'a\\"b'])       # keys that look like marked or bare keys
+_offsets = st.dictionaries(st.integers(min_value=-(1 << 31), max_value=(1 << 31) - 1), _java_long, max_size=6)
+_leaf = st.one_of(_java_long, st.booleans(), _text, st.none(), _offsets)
+_docs = st.recursive(_leaf, lambda inner: st.dictionaries(_text, inner, max_size=5), max_leaves=25)
+
+
+@given(doc=st.dictionaries(_text, _docs, max_size=6), pretty=st.booleans())
+def test_any_document_round_trips(doc, pretty):
+    # Keys with digits, commas, braces, quotes and backslashes inside strings, bare integer keys (negative too),
+    # both layouts: what dumps writes, loads reads back as it was.
+    assert fastjson.loads(fastjson.dumps(doc, pretty)) == doc
+
+
+@given(doc=st.dictionaries(_text, st.recursive(st.one_of(_java_long, st.booleans(), _text),
+                                               lambda inner: st.dictionaries(_text, inner, max_size=4),
+                                               max_leaves=15), max_size=6))
+def test_quoted_json_reads_as_pythons_json(doc):
+    import json
+    text = json.dumps(doc)
+    assert fastjson.loads(text) == json.loads(text)

@@ -47,32 +47,38 @@ class FieldError(ValueError):
 _BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?[0-9]+)(\s*:)', re.S)
 
 
-_BARE_MARK = "\x00"      # bare keys are re-quoted as "\u0000<digits>": no legal name starts with NUL
-
-
-def _quote_key(m: re.Match) -> str:
-    if m.lastindex == 1:                         # a string literal: unchanged
-        return m.group(1)
-    return f'{m.group(2)}"\\u0000{m.group(3)}"{m.group(4)}'
-
-
 _BARE_KEY_OUTSIDE = re.compile(r'([{,]\s*)(-?[0-9]+)(\s*:)')
 _SEP = "\x00"
 
 
-def _quote_bare_keys(text: str) -> str:
-    """Quote every bare integer key. Fast path: without escapes in the text, splitting on '"' gives the text
-    outside strings at even positions; the keys found there are quoted and the pieces put back.
+def _pick_mark(text: str) -> str:
+    """The control character bare keys are marked with: one whose JSON escape the text does not contain, so no
+    string of the document itself can start with it (raw control characters are not valid inside strings)."""
+    for i in range(10):
+        if f"\\u000{i}" not in text:
+            return chr(i)
+    raise FastjsonDecodeError("the text escapes every control character U+0000..U+0009; not a config file")
+
+
+def _quote_bare_keys(text: str, mark: str) -> str:
+    """Quote every bare integer key as ``"<mark><digits>"``. Fast path: without escapes in the text, splitting on
+    '"' gives the text outside strings at even positions; the keys found there are quoted and the pieces put back.
     Text with escapes (or an odd quote count, which json will refuse anyway) takes the one-scan path."""
+    esc = f"\\u{ord(mark):04x}"
+
+    def quote(m: re.Match) -> str:
+        if m.lastindex == 1:                     # a string literal: unchanged
+            return m.group(1)
+        return f'{m.group(2)}"{esc}{m.group(3)}"{m.group(4)}'
     if "\\" in text or _SEP in text:
-        return _BARE_KEY.sub(_quote_key, text)
+        return _BARE_KEY.sub(quote, text)
     parts = text.split('"')
     if len(parts) % 2 == 0:
-        return _BARE_KEY.sub(_quote_key, text)
+        return _BARE_KEY.sub(quote, text)
     # split with groups gives [text, prefix, digits, colon, text, ...]: the digits are every 4th item from 2
     # (a substitution template would call back into Python per match on 3.11).
     pieces = _BARE_KEY_OUTSIDE.split(_SEP.join(parts[0::2]))
-    pieces[2::4] = ['"\\u0000' + d + '"' for d in pieces[2::4]]
+    pieces[2::4] = ['"' + esc + d + '"' for d in pieces[2::4]]
     parts[0::2] = "".join(pieces).split(_SEP)
     return '"'.join(parts)
 
@@ -84,19 +90,15 @@ def _reject_constant(name: str):
 def loads(text: str):
     """Parse fastjson text. Bare integer keys come back as ``int``, quoted keys as ``str``; a later duplicate key
     wins, as in fastjson. Raises FastjsonDecodeError with the line and column of the first problem."""
-    quoted = _quote_bare_keys(text)
+    mark = _pick_mark(text)
+    quoted = _quote_bare_keys(text, mark)
 
     def pairs(items):
         # Keys that were bare integers become ints again; a quoted "0" stays a string (a topic may be named "0").
         out = {}
         for k, v in items:
-            if k[:1] == _BARE_MARK:
-                # Only _quote_key writes the mark before digits; a string that starts with NUL itself fails int()
-                # and stays as it is.
-                try:
-                    k = int(k[1:])
-                except ValueError:
-                    pass
+            if k[:1] == mark:
+                k = int(k[1:])                   # only _quote_bare_keys writes the mark, always before digits
             out[k] = v
         return out
 
