@@ -22,8 +22,19 @@ way to ask for fewer). Explicit options prune before any decode:
 ``pruneByConsumeQueue`` true (default). Prepared/rollback transaction records have no consume-queue unit:
                        with ``topics``/``queueIds`` they are only seen in segments that are read anyway;
                        false scans every segment
-``indexHashSlotNum``/``indexNum``  the store's index geometry; by default taken from the index files' size
+``indexHashSlotNum``/``indexNum``  the store's index geometry; by default read from the index files
+``splitSize``          bytes per task (``64m``, ``128MiB``, ``1g`` or a number; default 64 MiB; 0: one task per
+                       segment). A task syncs to the first record starting in its range (a sound record that
+                       stores its own offset, followed by another) and reads the records that start in it
+``onLiveStore``        ``fail`` (default): a store whose lock is held by a running broker (rmqcore's flock or
+                       the Java broker's record lock) or that has an ``abort`` file is refused, naming it;
+                       ``snapshot``: read it up to the end of its last complete record, fixed once at planning
+                       (every split and segment uses the same end, so repeated reads of one plan agree)
 =====================  ==============================================================================
+
+Store roots are local paths or filesystem URIs (``s3://bucket/stores/broker-a?endpoint_override=…``, ``gs://``,
+``hdfs://``, ``abfs://``; see ``rmqcore.spark.fs``): local files are mapped, remote ones read in ranges into the
+same decoders. Every executor must reach the same roots.
 
 Writing (``df.write.format("rocketmq-store").mode("append"|"overwrite").save(root)``): each task writes the
 rows it receives into a new store per broker name (the ``broker`` column, else option ``broker``, else
@@ -36,6 +47,7 @@ Filter pushdown is opt-in (``register(spark, pushdown=True)`` registers ``rocket
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -47,7 +59,9 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
                                     InputPartition, WriterCommitMessage)
 
 from .arrow import SegmentRead, iter_segment_batches
-from .layout import (index_positions, list_segments, parse_stores, parse_time, prune_by_queues, prune_by_time)
+from . import fs
+from .layout import (check_not_live, dispatched_end, index_positions, list_segments, parse_stores, parse_time,
+                     prune_by_queues, prune_by_time, snapshot_end, split_ranges)
 from .schema import DDL, arrow_schema
 
 log = logging.getLogger("rmqcore.spark")
@@ -67,6 +81,33 @@ def _bool(v, default: bool) -> bool:
     raise ValueError(f"not a boolean: {v!r}")
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(v, option: str) -> int:
+    s = str(v).strip().lower()
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz ")
+    unit = s[len(num):].strip()
+    try:
+        n = int(num) * _SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise ValueError(f"option {option}: {v!r} is not a size (bytes, or a number with k/m/g)") from None
+    if n < 0:
+        raise ValueError(f"option {option} must be >= 0, got {v!r}")
+    return n
+
+
+def _ints(v, option: str) -> list[int] | None:
+    items = _csv(v)
+    if items is None:
+        return None
+    try:
+        return [int(x) for x in items]
+    except ValueError:
+        raise ValueError(f"option {option}: {v!r} is not a comma-separated list of integers") from None
+
+
 def _csv(v) -> list[str] | None:
     if v is None or str(v).strip() == "":
         return None
@@ -75,7 +116,7 @@ def _csv(v) -> list[str] | None:
 
 @dataclass
 class SegmentPartition(InputPartition):
-    """One task: one segment (all of it, or the records at ``read.positions``)."""
+    """One task: a byte range of one segment (all of it, a split, or the records at ``read.positions``)."""
     read: SegmentRead
     value: object = None
 
@@ -98,22 +139,27 @@ class ReadOptions:
     prune_by_cq: bool = True
     hash_slot_num: int | None = None      # None: from the index files' size
     index_num: int | None = None
+    split_size: int = 64 << 20
+    on_live: str = "fail"
     extra: dict = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options) -> "ReadOptions":
         o = {k.lower(): v for k, v in dict(options).items()}
         known = {"path", "paths", "brokers", "topics", "queueids", "starttime", "endtime", "keys", "checkcrc",
-                 "oncorrupt", "batchrows", "batchbytes", "prunebyconsumequeue", "indexhashslotnum", "indexnum"}
+                 "oncorrupt", "batchrows", "batchbytes", "prunebyconsumequeue", "indexhashslotnum", "indexnum",
+                 "splitsize", "onlivestore"}
         unknown = sorted(set(o) - known)
         if unknown:
             raise ValueError(f"rocketmq-store: unknown option(s) {unknown}; known: {sorted(known)}")
         r = cls(stores=parse_stores(o))
         r.topics = _csv(o.get("topics"))
-        q = _csv(o.get("queueids"))
-        r.queue_ids = None if q is None else [int(x) for x in q]
-        r.start = parse_time(o.get("starttime"))
-        r.end = parse_time(o.get("endtime"))
+        r.queue_ids = _ints(o.get("queueids"), "queueIds")
+        r.start = parse_time(o.get("starttime"), "startTime")
+        r.end = parse_time(o.get("endtime"), "endTime")
+        if r.start is not None and r.end is not None and r.start >= r.end:
+            raise ValueError(f"option startTime ({o.get('starttime')}) must be before option endTime "
+                             f"({o.get('endtime')})")
         r.keys = _csv(o.get("keys"))
         if r.keys is not None and not r.topics:
             raise ValueError("option keys needs option topics: the index is keyed by topic#key")
@@ -121,39 +167,54 @@ class ReadOptions:
         r.on_corrupt = str(o.get("oncorrupt", "fail")).lower()
         if r.on_corrupt not in ("fail", "stop"):
             raise ValueError(f"onCorrupt must be fail or stop, got {r.on_corrupt!r}")
-        r.batch_rows = int(o.get("batchrows", 8192))
-        r.batch_bytes = int(o.get("batchbytes", 16 << 20))
+        r.batch_rows = _ints(o.get("batchrows", "8192"), "batchRows")[0]
+        r.batch_bytes = parse_size(o.get("batchbytes", 16 << 20), "batchBytes")
         if r.batch_rows <= 0 or r.batch_bytes <= 0:
             raise ValueError("batchRows and batchBytes must be > 0")
         r.prune_by_cq = _bool(o.get("prunebyconsumequeue"), True)
         if ("indexhashslotnum" in o) != ("indexnum" in o):
             raise ValueError("give both indexHashSlotNum and indexNum, or neither")
         if "indexhashslotnum" in o:
-            r.hash_slot_num = int(o["indexhashslotnum"])
-            r.index_num = int(o["indexnum"])
+            r.hash_slot_num = _ints(o["indexhashslotnum"], "indexHashSlotNum")[0]
+            r.index_num = _ints(o["indexnum"], "indexNum")[0]
+        r.split_size = parse_size(o.get("splitsize", 64 << 20), "splitSize")
+        r.on_live = str(o.get("onlivestore", "fail")).lower()
+        if r.on_live not in ("fail", "snapshot"):
+            raise ValueError(f"option onLiveStore must be fail or snapshot, got {o.get('onlivestore')!r}")
         return r
 
 
 def plan_partitions(opts: ReadOptions) -> list[SegmentPartition]:
-    """Every (pruned) segment of every store as a partition, in broker then offset order."""
+    """Every (pruned) segment of every store as partitions (``splitSize`` byte ranges), in broker then offset
+    order. Live stores are refused, or read up to a snapshot end fixed here (``onLiveStore``)."""
     parts = []
     for broker, root in opts.stores:
         segments = list_segments(root)
+        limit = None
+        if opts.on_live == "fail":
+            check_not_live(broker, root)
+        else:
+            limit = snapshot_end(segments)
+            segments = [p for p in segments if int(fs.basename(p)) < limit]
         if opts.prune_by_cq and opts.keys is None:
-            segments = prune_by_queues(root, segments, opts.topics, opts.queue_ids)
+            segments = prune_by_queues(root, segments, opts.topics, opts.queue_ids, limit)
         segments = prune_by_time(segments, opts.start, opts.end)
         positions_by_segment = None
         if opts.keys is not None:
             positions_by_segment = {}
-            bases = [int(os.path.basename(p)) for p in segments]
+            bases = [int(fs.basename(p)) for p in segments]
             for topic in opts.topics:
                 for off in index_positions(root, topic, opts.keys, opts.hash_slot_num, opts.index_num):
                     for i in range(len(segments) - 1, -1, -1):
                         if off >= bases[i]:
                             positions_by_segment.setdefault(segments[i], []).append(off - bases[i])
                             break
+        last = list_segments(root)[-1:] if segments else []
         for path in segments:
-            read = SegmentRead(path, broker, opts.topics, opts.queue_ids, opts.start, opts.end)
+            base = int(fs.basename(path))
+            size = fs.getsize(path)
+            seg_limit = None if limit is None or base + size <= limit else limit - base
+            read = SegmentRead(path, broker, opts.topics, opts.queue_ids, opts.start, opts.end, limit=seg_limit)
             if positions_by_segment is not None:
                 if path not in positions_by_segment:
                     continue
@@ -162,7 +223,15 @@ def plan_partitions(opts: ReadOptions) -> list[SegmentPartition]:
                     read.key_filter = (opts.topics[0], opts.keys[0])
                 else:
                     read.extra["key_filters"] = [(t, k) for t in opts.topics for k in opts.keys]
-            parts.append(SegmentPartition(read))
+                parts.append(SegmentPartition(read))
+                continue
+            span = size if seg_limit is None else seg_limit
+            hint = None
+            if seg_limit is None and path in last and span > opts.split_size > 0:
+                # The last segment is preallocated: lay splits over the dispatched data only, one for the rest.
+                hint = dispatched_end(root) - base
+            for a, b in split_ranges(span, opts.split_size, hint):
+                parts.append(SegmentPartition(dataclasses.replace(read, start=a, stop=b)))
     return parts
 
 
@@ -189,8 +258,7 @@ def _read_partition(read: SegmentRead, fields, opts: ReadOptions):
         # Several topics/keys: one pass per (topic, key) over the same positions, each record emitted once.
         seen = set()
         for kf in key_filters:
-            sub = SegmentRead(read.path, read.broker, read.topics, read.queue_ids, read.min_timestamp,
-                              read.max_timestamp, read.positions, kf)
+            sub = dataclasses.replace(read, key_filter=kf, extra={})
             wanted = schema if "commitlog_offset" in schema.names else arrow_schema(
                 list(fields) + [("commitlog_offset", True)])
             for b in iter_segment_batches(sub, wanted, check_crc=opts.check_crc, batch_rows=opts.batch_rows,
