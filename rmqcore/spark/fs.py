@@ -137,9 +137,10 @@ class FileSource:
             path = local_path(uri)
             self.size = os.path.getsize(path)
             if self.size:
-                from .._mapped_file import MappedFile
-                self._mf = MappedFile(path, self.size, read_only=True)
-                self._view = self._mf.view()
+                import mmap
+                with open(path, "rb") as f:
+                    self._mf = mmap.mmap(f.fileno(), self.size, access=mmap.ACCESS_READ)
+                self._view = memoryview(self._mf)
         else:
             fs, path = _filesystem(uri)
             self._raf = fs.open_input_file(path)
@@ -161,7 +162,10 @@ class FileSource:
             self._view.release()
             self._view = None
         if self._mf is not None:
-            self._mf.close()
+            try:
+                self._mf.close()
+            except BufferError:
+                pass            # a slice of the mapping is still referenced: unmapped when it goes
             self._mf = None
         if self._raf is not None:
             self._raf.close()
