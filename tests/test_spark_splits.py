@@ -204,21 +204,9 @@ def test_topic_pruning_drops_the_last_segment(odd_store, tmp_path):
 
 @pytest.fixture(scope="module")
 def s3(odd_store):
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] not installed (pip install -e '.[spark]')")
-    from pyarrow import fs as pafs
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    query = f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"
-    s3fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
-                             access_key="testing", secret_key="testing", allow_bucket_creation=True)
-    s3fs.create_dir("stores")
-    pafs.copy_files(odd_store, "stores/broker-odd", source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=s3fs)
-    yield f"s3://stores/broker-odd?{query}"
+    from spark_s3 import S3Server
+    server = S3Server()
+    yield server.upload(odd_store, "broker-odd")
     server.stop()
 
 

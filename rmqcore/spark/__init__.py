@@ -6,9 +6,10 @@ register(spark)            # or nothing at all when the top-level pyspark_rmqcor
 df = (spark.read.format("rocketmq-store")
       .option("brokers", '{"broker-a": "/data/a/store", "broker-b": "/data/b/store"}')
       .option("topics", "orders").load())
-df.write.format("rocketmq-store").mode("overwrite").save("/data/restored")
+df.write.format("rocketmq-store").mode("overwrite").save("/data/restored")   # or append
+write_stores(df, "/data/restored")     # every save mode, the default (errorifexists) too
 
-from rmqcore.spark import verify, stats, export, rebuild
+from rmqcore.spark import verify, stats, export, rebuild, write_stores
 report = verify(spark, {"broker-a": "/data/a/store"})
 ```
 
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 __all__ = ["register", "session", "RocketMQStoreDataSource", "RocketMQStorePushdownDataSource", "DefaultSource",
            "FORMAT", "PUSHDOWN_FORMAT", "verify", "stats", "export", "rebuild", "rebuild_store", "read_stores",
+           "write_stores",
            "COLUMN_NAMES", "DDL", "iter_segment_batches", "SegmentRead", "CorruptSegmentError"]
 
 _LAZY = {
     "RocketMQStoreDataSource": "source", "RocketMQStorePushdownDataSource": "source", "FORMAT": "source",
     "PUSHDOWN_FORMAT": "source", "verify": "jobs", "stats": "jobs", "export": "jobs", "rebuild": "jobs",
-    "rebuild_store": "jobs", "read_stores": "jobs", "COLUMN_NAMES": "schema", "DDL": "schema",
+    "rebuild_store": "jobs", "read_stores": "jobs", "write_stores": "jobs", "COLUMN_NAMES": "schema", "DDL": "schema",
     "iter_segment_batches": "arrow", "SegmentRead": "arrow", "CorruptSegmentError": "arrow",
 }
 

@@ -359,11 +359,14 @@ class RocketMQStorePushdownDataSource(RocketMQStoreDataSource):
 @dataclass
 class StoreWritten(WriterCommitMessage):
     root: str
-    stores: dict          # broker → temporary directory
+    stores: dict          # broker → this task's piece (a small temporary store)
     counts: dict          # broker → messages written
+    partition: int = 0    # the task's partition: pieces of one broker are merged in partition order
 
 
 _WRITE_OPTIONS = {"path", "broker", "storeconfig", "batchsize"}
+_PIECE_COMMIT_LOG = 16 << 20
+_PIECE_CONSUME_QUEUE = 20 * 20000
 
 
 def _store_config(options):
@@ -372,7 +375,59 @@ def _store_config(options):
     return StoreConfig(**json.loads(raw)) if raw else StoreConfig()
 
 
+def _piece_config(cfg):
+    """A task's piece: a store only the driver's merge reads, so small files (a 1 GiB commitlog and a 420 MB
+    index per task and broker would be paid by every task) and no index (the merge builds the real one)."""
+    commit_log = max(min(cfg.mapped_file_size_commit_log, _PIECE_COMMIT_LOG), 2 * cfg.max_message_size + 4096)
+    return cfg.replace(mapped_file_size_commit_log=commit_log,
+                       mapped_file_size_consume_queue=min(cfg.mapped_file_size_consume_queue, _PIECE_CONSUME_QUEUE),
+                       message_index_enable=False, warm_mapped_file_enable=False)
+
+
+# The columns a piece is read back with for the merge: everything the task's put kept.
+_REPLAY_COLUMNS = ["topic", "queue_id", "body", "tags", "keys", "uniq_key", "properties", "flag", "born_timestamp",
+                   "born_host", "reconsume_times"]
+
+
+def _messages(batch, default_broker: str) -> dict:
+    """{broker: [Message]} for the rows of an Arrow batch (the put path; the bulk columnar put replaces it)."""
+    from .. import Message as Msg
+    cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    n = batch.num_rows
+    brokers = cols.get("broker") or [None] * n
+    props_col = cols.get("properties")
+    out: dict = {}
+    for i in range(n):
+        props = dict(props_col[i]) if props_col is not None and props_col[i] is not None else {}
+        if "uniq_key" in cols and cols["uniq_key"][i] is not None:
+            props["UNIQ_KEY"] = cols["uniq_key"][i]
+        keys = cols["keys"][i] if "keys" in cols else None
+        born = cols["born_timestamp"][i] if "born_timestamp" in cols else None
+        m = Msg(cols["topic"][i], cols["body"][i] or b"",
+                int(cols["queue_id"][i] or 0) if "queue_id" in cols else 0,
+                tags=cols["tags"][i] if "tags" in cols else None, keys=keys if keys else None, properties=props,
+                flag=int(cols["flag"][i] or 0) if "flag" in cols else 0,
+                born_timestamp=_to_ms(born) if born is not None else 0,
+                born_host=cols["born_host"][i] if "born_host" in cols else None,
+                reconsume_times=int(cols["reconsume_times"][i] or 0) if "reconsume_times" in cols else 0)
+        out.setdefault(brokers[i] or default_broker, []).append(m)
+    return out
+
+
+def _put_all(store, broker: str, msgs: list, chunk: int) -> None:
+    for j in range(0, len(msgs), chunk):
+        bad = [r for r in store.put_batch(msgs[j:j + chunk]) if not r.ok]
+        if bad:
+            raise RuntimeError(f"broker {broker}: put failed with {bad[0].status}")
+
+
 class RocketMQStoreWriter(DataSourceArrowWriter):
+    """One store per broker, however the rows are partitioned: each task writes its rows of each broker into a
+    small temporary piece (``root/.{broker}.piece-…``); the driver's commit merges a broker's pieces, in
+    partition order, into ``root/.{broker}.tmp-…`` with the asked geometry (``storeConfig``) and renames it to
+    ``root/{broker}``. A failed task deletes its pieces, an aborted job every piece, a failed commit what it made.
+    Save modes: append and the default (errorifexists) write new brokers only; overwrite replaces them."""
+
     def __init__(self, options: dict, columns: list[str], overwrite: bool):
         o = {k.lower(): v for k, v in options.items()}
         unknown = sorted(set(o) - _WRITE_OPTIONS)
@@ -387,56 +442,30 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
         self.options = o
         self.overwrite = overwrite
         self.columns = columns
+        self.chunk = _ints(o.get("batchsize", "1024"), "batchSize")[0]
         _store_config(o).validate()
 
     def write(self, iterator):
         from pyspark import TaskContext
 
-        from .. import Message as Msg
         from ..store import MessageStore
         ctx = TaskContext.get()
-        default_broker = self.options.get("broker") or f"broker-{ctx.partitionId() if ctx else 0}"
-        cfg = _store_config(self.options)
-        chunk = int(self.options.get("batchsize", 1024))
+        partition = ctx.partitionId() if ctx else 0
+        default_broker = self.options.get("broker") or f"broker-{partition}"
+        cfg = _piece_config(_store_config(self.options))
         os.makedirs(self.root, exist_ok=True)
         stores: dict = {}
         dirs: dict = {}
         counts: dict = {}
         try:
             for batch in iterator:
-                cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-                n = batch.num_rows
-                brokers = cols.get("broker") or [None] * n
-                pending: dict = {}
-                for i in range(n):
-                    props = cols.get("properties")
-                    props = dict(props[i]) if props is not None and props[i] is not None else {}
-                    tags = cols["tags"][i] if "tags" in cols else None
-                    keys = cols["keys"][i] if "keys" in cols else None
-                    if "uniq_key" in cols and cols["uniq_key"][i] is not None:
-                        props["UNIQ_KEY"] = cols["uniq_key"][i]
-                    born = cols["born_timestamp"][i] if "born_timestamp" in cols else None
-                    m = Msg(cols["topic"][i], cols["body"][i] or b"",
-                            int(cols["queue_id"][i] or 0) if "queue_id" in cols else 0,
-                            tags=tags, keys=keys if keys else None, properties=props,
-                            flag=int(cols["flag"][i] or 0) if "flag" in cols else 0,
-                            born_timestamp=_to_ms(born) if born is not None else 0,
-                            born_host=cols["born_host"][i] if "born_host" in cols else None,
-                            reconsume_times=int(cols["reconsume_times"][i] or 0) if "reconsume_times" in cols
-                            else 0)
-                    broker = brokers[i] or default_broker
-                    pending.setdefault(broker, []).append(m)
-                for broker, msgs in pending.items():
+                for broker, msgs in _messages(batch, default_broker).items():
                     if broker not in stores:
-                        d = os.path.join(self.root, f".{broker}.tmp-{uuid.uuid4().hex[:12]}")
+                        d = os.path.join(self.root, f".{broker}.piece-{partition:05d}-{uuid.uuid4().hex[:12]}")
                         dirs[broker] = d
                         stores[broker] = MessageStore.open(d, cfg)
                         counts[broker] = 0
-                    for j in range(0, len(msgs), chunk):
-                        results = stores[broker].put_batch(msgs[j:j + chunk])
-                        bad = [r for r in results if not r.ok]
-                        if bad:
-                            raise RuntimeError(f"broker {broker}: put failed with {bad[0].status}")
+                    _put_all(stores[broker], broker, msgs, self.chunk)
                     counts[broker] += len(msgs)
             for s in stores.values():
                 s.close()
@@ -446,29 +475,48 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
             for d in dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
             raise
-        return StoreWritten(self.root, dirs, counts)
+        return StoreWritten(self.root, dirs, counts, partition)
 
     def commit(self, messages):
-        done = [m for m in messages if m is not None]
-        seen: dict = {}
-        for m in done:
-            for broker in m.stores:
-                if broker in seen:
-                    raise ValueError(f"broker {broker!r} was written by two tasks: a store has one commitlog, so "
-                                     "give each broker one task (df.repartition('broker'))")
-                seen[broker] = m.stores[broker]
-        for broker, tmp in seen.items():
-            target = os.path.join(self.root, broker)
-            if os.path.exists(target):
-                if not self.overwrite:
-                    raise FileExistsError(f"{target} exists; append writes new stores only, use mode('overwrite') "
-                                          "to replace it")
-                old = f"{target}.old-{uuid.uuid4().hex[:8]}"
-                os.rename(target, old)
-                os.rename(tmp, target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp, target)
+        pieces: dict = {}
+        for m in sorted((m for m in messages if m is not None), key=lambda m: m.partition):
+            for broker, d in m.stores.items():
+                pieces.setdefault(broker, []).append(d)
+        made: list = []
+        try:
+            for broker in pieces:
+                target = os.path.join(self.root, broker)
+                if os.path.exists(target) and not self.overwrite:
+                    raise FileExistsError(f"{target} exists; append (and the default save mode) write new brokers "
+                                          "only, use mode('overwrite') to replace it")
+            for broker, dirs in pieces.items():
+                tmp = os.path.join(self.root, f".{broker}.tmp-{uuid.uuid4().hex[:12]}")
+                made.append(tmp)
+                self._merge(broker, dirs, tmp)
+            for broker, tmp in zip(pieces, made):
+                target = os.path.join(self.root, broker)
+                if os.path.exists(target):
+                    old = f"{target}.old-{uuid.uuid4().hex[:8]}"
+                    os.rename(target, old)
+                    os.rename(tmp, target)
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    os.rename(tmp, target)
+        finally:
+            for d in made + [d for dirs in pieces.values() for d in dirs]:
+                shutil.rmtree(d, ignore_errors=True)
+
+    def _merge(self, broker: str, dirs: list, out: str) -> None:
+        from ..store import MessageStore
+        from .arrow import SegmentRead, iter_segment_batches
+        from .layout import list_segments
+        schema = arrow_schema([(c, True) for c in _REPLAY_COLUMNS])
+        with MessageStore.open(out, _store_config(self.options)) as store:
+            for d in dirs:
+                for seg in list_segments(d):
+                    for batch in iter_segment_batches(SegmentRead(seg, broker), schema):
+                        for _, msgs in _messages(batch, broker).items():
+                            _put_all(store, broker, msgs, self.chunk)
 
     def abort(self, messages):
         for m in messages:
