@@ -17,7 +17,7 @@ way to ask for fewer). Explicit options prune before any decode:
 ``checkCrc``           true (default): fill ``crc_ok``; false: skip CRC work, ``crc_ok`` is null
 ``onCorrupt``          ``fail`` (default): a record with a broken structure fails the task, naming file and
                        offset; ``stop``: log it and end that segment there
-``batchRows``          rows per Arrow batch (default 8192); ``batchBytes``: variable-width bytes per batch
+``batchRows``          rows per Arrow batch (default 65536); ``batchBytes``: variable-width bytes per batch
                        (default 16 MiB)
 ``pruneByConsumeQueue`` true (default). Prepared/rollback transaction records have no consume-queue unit:
                        with ``topics``/``queueIds`` they are only seen in segments that are read anyway;
@@ -36,11 +36,13 @@ Store roots are local paths or filesystem URIs (``s3://bucket/stores/broker-a?en
 ``hdfs://``, ``abfs://``; see ``rmqcore.spark.fs``): local files are mapped, remote ones read in ranges into the
 same decoders. Every executor must reach the same roots.
 
-Writing (``df.write.format("rocketmq-store").mode("append"|"overwrite").save(root)``): each task writes the
-rows it receives into a new store per broker name (the ``broker`` column, else option ``broker``, else
-``broker-<partition>``) under ``root/.{broker}.tmp-<id>``, through rmqcore's own MessageStore; the driver's
-commit renames them to ``root/{broker}`` (and aborts delete them). Append refuses to touch an existing store;
-overwrite replaces it.
+Writing (``df.write.format("rocketmq-store").mode("append"|"overwrite").save(root)``, or
+``rmqcore.spark.write_stores(df, root)`` for every save mode: Spark refuses the default errorifexists for Python
+sources): one store per broker name (the ``broker`` column, else option ``broker``, else ``broker-<partition>``)
+however the rows are partitioned. Each task writes its rows into small temporary pieces through rmqcore's own
+MessageStore; the driver's commit merges each broker's pieces in partition order into ``root/{broker}`` with the
+``storeConfig`` geometry (see RocketMQStoreWriter). Append refuses to touch an existing store; overwrite
+replaces it.
 
 Filter pushdown is opt-in (``register(spark, pushdown=True)`` registers ``rocketmq-store-pushdown``); see
 ``RocketMQStorePushdownDataSource`` for why it is exact and safe on reused DataFrames.
@@ -134,7 +136,7 @@ class ReadOptions:
     keys: list | None = None
     check_crc: bool = True
     on_corrupt: str = "fail"
-    batch_rows: int = 8192
+    batch_rows: int = 65536
     batch_bytes: int = 16 << 20
     prune_by_cq: bool = True
     hash_slot_num: int | None = None      # None: from the index files' size
@@ -167,7 +169,9 @@ class ReadOptions:
         r.on_corrupt = str(o.get("oncorrupt", "fail")).lower()
         if r.on_corrupt not in ("fail", "stop"):
             raise ValueError(f"onCorrupt must be fail or stop, got {r.on_corrupt!r}")
-        r.batch_rows = _ints(o.get("batchrows", "8192"), "batchRows")[0]
+        # Batches are bounded by bytes first; many rows per batch keep narrow reads (no body) from paying
+        # Spark's per-batch cost (Arrow IPC to the JVM) every few hundred KB.
+        r.batch_rows = _ints(o.get("batchrows", "65536"), "batchRows")[0]
         r.batch_bytes = parse_size(o.get("batchbytes", 16 << 20), "batchBytes")
         if r.batch_rows <= 0 or r.batch_bytes <= 0:
             raise ValueError("batchRows and batchBytes must be > 0")
