@@ -365,6 +365,9 @@ def test_store_on_s3_reads_like_the_local_one(spark, store):
                            for r in df.collect()), key=lambda t: t[0])
         got = rows(remote)
         assert len(got) == 400 and got == rows(local)
+        from rmqcore.spark import verify
+        rep = verify(spark, {"remote": uri}, progress=None)
+        assert rep["ok"] and rep["records"] == 400 and rep["bad"] == []
     finally:
         server.stop()
 
@@ -376,6 +379,14 @@ def test_live_store_is_refused_with_the_option_to_use(spark, tmp_path):
         with pytest.raises(Exception, match="onLiveStore=snapshot"):
             spark.read.format("rocketmq-store").load(path).count()
         assert spark.read.format("rocketmq-store").option("onLiveStore", "snapshot").load(path).count() == 1
+        from rmqcore.spark import rebuild, verify
+        from rmqcore.spark.layout import StoreInUseError
+        with pytest.raises(StoreInUseError, match="lock file is held"):
+            verify(spark, [path], progress=None)
+        with pytest.raises(StoreInUseError, match="lock file is held"):
+            rebuild(spark, [path], str(tmp_path / "rebuilt"), progress=None)
+        rep = verify(spark, [path], progress=None, on_live="snapshot")
+        assert rep["ok"] and rep["records"] == 1, rep["bad"]
 
 
 def test_writer_one_store_per_broker_across_tasks(spark, tmp_path, store, expected):

@@ -19,9 +19,9 @@ import threading
 import time
 
 from .._codec import record_error
-from .._mapped_file import MappedFile
 from .._segment import SEGMENT_END, verify_segment
-from .layout import list_segments
+from . import fs
+from .layout import check_not_live, list_segments, snapshot_end
 from .source import FORMAT
 
 
@@ -35,8 +35,8 @@ def normalize_stores(stores) -> list[tuple[str, str]]:
                 pairs.append((str(s[0]), str(s[1])))
             else:
                 s = os.fspath(s)
-                pairs.append((os.path.basename(os.path.normpath(s)), s))
-    return [(b, os.path.abspath(r)) for b, r in pairs]
+                pairs.append((fs.basename(s), s))
+    return [(b, fs.normalize(r)) for b, r in pairs]
 
 
 def brokers_option(stores) -> str:
@@ -138,11 +138,14 @@ class Progress:
 # -- verify --------------------------------------------------------------------------------------------------------
 
 def verify_segment_file(broker: str, path: str, expected_size: int | None, is_last: bool,
-                        check_crc: bool = True) -> dict:
-    """Verify one segment file (runs in a Spark task; usable alone)."""
-    name = os.path.basename(path)
+                        check_crc: bool = True, limit: int | None = None) -> dict:
+    """Verify one segment file (runs in a Spark task; usable alone). A local file is mapped; a remote one
+    (``rmqcore.spark.fs``) is read whole into memory. ``limit``: verify only the bytes before it (a snapshot of
+    a live store's last segment)."""
+    name = fs.basename(path)
     base = int(name)
-    size = os.path.getsize(path)
+    size = fs.getsize(path)
+    uri, path = path, fs.display(path)
     out = {"broker": broker, "file": path, "segment": name, "records": 0, "bytes": 0, "bad": [],
            "first_timestamp": None, "last_timestamp": None}
 
@@ -155,13 +158,10 @@ def verify_segment_file(broker: str, path: str, expected_size: int | None, is_la
             "(truncated or grown file)")
     if size == 0:
         return out
-    mf = MappedFile(path, size, read_only=True)
-    view = mf.view()
-    try:
-        r = verify_segment(view, base, -1, check_crc)
-    finally:
-        view.release()
-        mf.close()
+    with fs.open_file(uri) as f:
+        data = f.view() if f.local else f.read_at(0, size if limit is None else limit)
+        r = verify_segment(data, base, -1 if limit is None else limit, check_crc)
+        del data
     out.update(records=r["records"], bytes=r["bytes"], first_timestamp=r["first_timestamp"],
                last_timestamp=r["last_timestamp"])
     for off, code in r["bad"]:
@@ -178,32 +178,42 @@ def verify_segment_file(broker: str, path: str, expected_size: int | None, is_la
     return out
 
 
-def _segment_tasks(stores) -> list[tuple]:
+def _segment_tasks(stores, on_live: str = "fail") -> list[tuple]:
     tasks = []
     for broker, root in normalize_stores(stores):
         segs = list_segments(root)
-        sizes = [os.path.getsize(p) for p in segs]
+        limit = None
+        if on_live == "snapshot":
+            limit = snapshot_end(segs)
+            segs = [p for p in segs if int(fs.basename(p)) < limit]
+        else:
+            check_not_live(broker, root)
+        sizes = [fs.getsize(p) for p in segs]
         # All segments of a store have the same size; the most common one is the store's.
         expected = max(set(sizes), key=sizes.count) if len(sizes) > 1 else None
         for i, p in enumerate(segs):
-            tasks.append((broker, p, expected, i == len(segs) - 1))
+            base = int(fs.basename(p))
+            seg_limit = limit - base if limit is not None and base + sizes[i] > limit else None
+            tasks.append((broker, p, expected, i == len(segs) - 1, seg_limit))
     return tasks
 
 
-def verify(spark, stores, check_crc: bool = True, progress: float | None = 5.0) -> dict:
+def verify(spark, stores, check_crc: bool = True, progress: float | None = 5.0, on_live: str = "fail") -> dict:
     """Every record of every segment of every store, checked in parallel (one task per segment); progress
-    (segments done, records/s) printed on the driver every ``progress`` seconds (None: silent).
+    (segments done, records/s) printed on the driver every ``progress`` seconds (None: silent). A store open by
+    a broker (or with an abort file) is refused, as by the reader; ``on_live="snapshot"`` verifies it up to the
+    end of data fixed now.
 
     Returns ``{"ok", "segments", "records", "bytes", "bad": [{"broker", "file", "offset", "field",
     "message"}], "per_segment": [...]}``."""
-    tasks = _segment_tasks(stores)
+    tasks = _segment_tasks(stores, on_live)
     if not tasks:
         return {"ok": True, "segments": 0, "records": 0, "bytes": 0, "bad": [], "per_segment": []}
     with Progress(spark, "verify", "segments", progress) as prog:
         records = prog.records
 
         def run(t):
-            r = verify_segment_file(t[0], t[1], t[2], t[3], check_crc)
+            r = verify_segment_file(t[0], t[1], t[2], t[3], check_crc, t[4])
             records.add(r["records"])
             return r
         results = spark.sparkContext.parallelize(tasks, len(tasks)).map(run).collect()
@@ -330,6 +340,10 @@ def rebuild(spark, stores, out: str, config=None, geometry: dict | None = None,
     store's queues and index follow one commitlog order, so the store is the unit of parallelism). Geometry as
     in ``rebuild_store``; progress (stores done, records/s) printed on the driver."""
     pairs = normalize_stores(stores)
+    for b, r in pairs:
+        if not fs.is_local(r):
+            raise ValueError(f"rebuild: {fs.display(r)} is not on a local filesystem (rebuild maps the commitlog)")
+        check_not_live(b, r)       # a moving commitlog would give queues that end anywhere
     tasks = [(b, r, os.path.join(os.path.abspath(out), b)) for b, r in pairs]
     cfg, geo = config, geometry
     with Progress(spark, "rebuild", "stores", progress) as prog:
