@@ -7,7 +7,6 @@ uses it on executors.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np

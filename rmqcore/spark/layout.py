@@ -14,7 +14,6 @@ import json
 import os
 import struct
 
-import numpy as np
 
 from .._index_file import IndexFile, index_key_hash
 from .._segment import data_end, first_store_timestamp
