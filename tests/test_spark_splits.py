@@ -223,3 +223,24 @@ def test_s3_reads_equal_local_reads(odd_store, s3):
     assert pa.Table.from_batches(small).equals(local)
     snap, _ = read_table({"path": s3, "onLiveStore": "snapshot", "startTime": "0"})
     assert snap.equals(local)
+
+
+def test_s3_windows_snapshot_end_and_point_reads(odd_store, s3, monkeypatch):
+    from rmqcore.spark import layout
+    from rmqcore.spark.arrow import SegmentRead, iter_segment_batches
+    local_segs = layout.list_segments(odd_store)
+    remote_segs = layout.list_segments(s3)
+    want = layout.snapshot_end(local_segs)
+    monkeypatch.setattr(layout, "SNAPSHOT_WINDOW", 500)   # records and the end blank cut by windows
+    assert layout.snapshot_end(remote_segs) == want == layout.snapshot_end(local_segs)
+    assert layout.snapshot_end(remote_segs[:2]) == int(os.path.basename(local_segs[2]))   # ends with a blank
+    # Point reads (record starts) from S3: the same rows as from the mapped file.
+    starts = [b.column("commitlog_offset").to_pylist() for b in iter_segment_batches(SegmentRead(local_segs[1]),
+                                                                                     FIELDS)]
+    base = int(os.path.basename(local_segs[1]))
+    positions = [o - base for batch in starts for o in batch][::3]
+    local = pa.Table.from_batches(list(iter_segment_batches(SegmentRead(local_segs[1], positions=positions),
+                                                            FIELDS)))
+    remote = pa.Table.from_batches(list(iter_segment_batches(SegmentRead(remote_segs[1], positions=positions),
+                                                             FIELDS)))
+    assert local.num_rows == len(positions) > 3 and remote.equals(local)

@@ -21,6 +21,7 @@ from ..index_service import build_key, is_index_file_name
 from . import fs
 
 LONG_MAX = (1 << 63) - 1
+SNAPSHOT_WINDOW = 32 << 20      # remote stores: bytes per ranged read while finding the end of data
 _UNIT = struct.Struct(">qiq")
 
 
@@ -348,7 +349,7 @@ def snapshot_end(segments: list[str]) -> int:
                 continue
             if f.local:
                 return base + data_end(f.view())
-            pos, need, window = 0, 0, 32 << 20
+            pos, need, window = 0, 0, SNAPSHOT_WINDOW
             while True:
                 n = min(max(window, need), f.size - pos)
                 buf = f.read_at(pos, n)
