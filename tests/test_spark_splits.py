@@ -174,6 +174,32 @@ def test_store_open_in_this_process_is_refused(tmp_path):
     assert sum(b.num_rows for p in plan_partitions(opts) for b in _read_partition(p.read, FIELDS, opts)) == 1
 
 
+def test_java_brokers_record_lock_is_seen(tmp_path):
+    # RocketMQ's broker holds FileChannel.tryLock on the lock file: a POSIX record lock, not a flock.
+    from rmqcore.spark.layout import lock_held
+    root = str(tmp_path / "java-store")
+    os.makedirs(os.path.join(root, "commitlog"))
+    lock = os.path.join(root, "lock")
+    open(lock, "w").close()
+    assert lock_held(root) is False
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        fd = os.open({lock!r}, os.O_RDWR)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        print("locked", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert lock_held(root) is True
+        with pytest.raises(StoreInUseError, match="lock file is held"):
+            plan_partitions(ReadOptions.parse({"path": root}))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock_held(root) is False
+
+
 def test_option_errors_name_the_option(odd_store):
     for options, name in (({"startTime": "yesterday"}, "startTime"), ({"endTime": "2026-13-01"}, "endTime"),
                           ({"queueIds": "1,x"}, "queueIds"), ({"splitSize": "big"}, "splitSize"),

@@ -8,6 +8,7 @@ paths or URIs (``rmqcore.spark.fs``).
 """
 from __future__ import annotations
 
+import bisect
 import datetime
 import errno
 import json
@@ -142,6 +143,7 @@ class QueueUnits:
         # files: (name, size) sorted by name; the name is the logical byte offset of the file's first unit.
         self.qdir = qdir
         self.files = [(int(n) // 20, fs.join(qdir, n), size // 20) for n, size in files if is_segment_name(n)]
+        self._starts = [f[0] for f in self.files]
         self._src: dict = {}
         self._blocks: dict = {}
         self.lo = self.files[0][0] if self.files else 0
@@ -175,12 +177,7 @@ class QueueUnits:
 
     def unit(self, i: int) -> tuple[int, int]:
         """(commitlog offset, size) of unit i (lo <= i < hi); offset -1 for a filler unit."""
-        j = 0
-        for idx, (start, _, _) in enumerate(self.files):
-            if start <= i:
-                j = idx
-            else:
-                break
+        j = max(bisect.bisect_right(self._starts, i) - 1, 0)
         start, _, cap = self.files[j]
         if i - start >= cap:
             return (-1, 0)                  # a gap between files (cleaned or missing): no unit
