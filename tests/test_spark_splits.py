@@ -260,13 +260,24 @@ def test_s3_windows_snapshot_end_and_point_reads(odd_store, s3, monkeypatch):
     monkeypatch.setattr(layout, "SNAPSHOT_WINDOW", 500)   # records and the end blank cut by windows
     assert layout.snapshot_end(remote_segs) == want == layout.snapshot_end(local_segs)
     assert layout.snapshot_end(remote_segs[:2]) == int(os.path.basename(local_segs[2]))   # ends with a blank
-    # Point reads (record starts) from S3: the same rows as from the mapped file.
-    starts = [b.column("commitlog_offset").to_pylist() for b in iter_segment_batches(SegmentRead(local_segs[1]),
-                                                                                     FIELDS)]
-    base = int(os.path.basename(local_segs[1]))
-    positions = [o - base for batch in starts for o in batch][::3]
-    local = pa.Table.from_batches(list(iter_segment_batches(SegmentRead(local_segs[1], positions=positions),
-                                                            FIELDS)))
-    remote = pa.Table.from_batches(list(iter_segment_batches(SegmentRead(remote_segs[1], positions=positions),
-                                                             FIELDS)))
-    assert local.num_rows == len(positions) > 3 and remote.equals(local)
+
+
+def test_snapshot_skips_an_empty_newest_segment(odd_store, tmp_path):
+    # A broker may create the next segment before it fills the current one: the data ends in the one before.
+    import shutil
+    from rmqcore.spark import layout
+    copy = str(tmp_path / "broker-c")
+    shutil.copytree(odd_store, copy, ignore=shutil.ignore_patterns("lock"))
+    segs = layout.list_segments(copy)
+    bases = [int(os.path.basename(p)) for p in segs]
+    want = layout.snapshot_end(segs)
+    k = max(i for i, b in enumerate(bases) if b < want)            # the segment the data ends in
+    assert layout.snapshot_end(segs[:k]) == bases[k]              # the one before ends with its blank
+    nxt = os.path.join(copy, "commitlog", f"{bases[-1] + 65536:020d}")
+    with open(nxt, "wb") as f:
+        f.truncate(65536)                                          # created, nothing written yet
+    assert layout.snapshot_end(layout.list_segments(copy)) == want
+    with open(segs[k], "r+b") as f:                                # as if nothing were written there yet
+        f.truncate(0)
+        f.truncate(65536)
+    assert layout.snapshot_end(layout.list_segments(copy)) == bases[k]

@@ -337,26 +337,32 @@ def check_not_live(broker: str, root: str) -> None:
 
 
 def snapshot_end(segments: list[str]) -> int:
-    """The global offset of the end of data: the end of the last complete record of the last segment (one
-    header walk of that segment). Everything below it was written before planning and no longer changes."""
+    """The global offset of the end of data: the end of the last complete record of the newest segment that
+    holds one (a header walk of that segment). A broker may create the next segment before it fills the current
+    one, so an empty newest file does not say where the data ends: the walk goes back to the segment that has
+    data. Everything below the result was written before planning and no longer changes."""
     for path in reversed(segments):
         base = int(fs.basename(path))
         with fs.open_file(path) as f:
-            if f.size == 0:
-                continue
-            if f.local:
-                return base + data_end(f.view())
-            pos, need, window = 0, 0, SNAPSHOT_WINDOW
-            while True:
-                n = min(max(window, need), f.size - pos)
-                buf = f.read_at(pos, n)
-                e = data_end(buf)
-                head = bytes(buf[e:e + 4])
-                total = int.from_bytes(head, "big", signed=True) if len(head) == 4 else -1
-                if pos + n >= f.size or total == 0 or 0 < total <= n - e:
-                    return base + pos + e       # the file's end, the end of data, or a bad record: not a cut
-                pos, need = pos + e, max(total, 8)
-    return 0
+            end = _data_end(f) if f.size else 0
+        if end > 0:
+            return base + end
+    return int(fs.basename(segments[0])) if segments else 0
+
+
+def _data_end(f) -> int:
+    if f.local:
+        return data_end(f.view())
+    pos, need = 0, 0
+    while True:
+        n = min(max(SNAPSHOT_WINDOW, need), f.size - pos)
+        buf = f.read_at(pos, n)
+        e = data_end(buf)
+        head = bytes(buf[e:e + 4])
+        total = int.from_bytes(head, "big", signed=True) if len(head) == 4 else -1
+        if pos + n >= f.size or total == 0 or 0 < total <= n - e:
+            return pos + e              # the file's end, the end of data, or a bad record: not a window's cut
+        pos, need = pos + e, max(total, 8)
 
 
 # -- splits ----------------------------------------------------------------------------------------------------
