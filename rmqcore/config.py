@@ -58,6 +58,10 @@ class StoreConfig:
     # Delay levels of the schedule topic, as RocketMQ's messageDelayLevel.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     extra: dict = field(default_factory=dict)
+    # Delayed delivery (rmqcore/schedule.py): ScheduleMessageService runs with the store, as DefaultMessageStore
+    # starts it on a master; its progress goes to config/delayOffset.json every flushDelayOffsetInterval ms.
+    schedule_message_service_enable: bool = True
+    flush_delay_offset_interval: int = 1000 * 10
 
     def __post_init__(self):
         self.validate()
