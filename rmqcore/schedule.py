@@ -376,28 +376,32 @@ class ScheduleMessageService:
     def _time_up(self, found, level):
         """messageTimeup for each due record → (Messages to put, their source records)."""
         batch, exts = [], []
+        queue_ids: dict[str, int] = {}      # REAL_QID text → queue id: a level's messages share a few
         for m in found:
-            props = dict(m.properties)
+            props = m.properties            # parsed for this record only: ours to change
             props.pop(PROPERTY_DELAY, None)
-            props.pop(PROPERTY_TIMER_DELIVER_MS, None)
-            props.pop(PROPERTY_TIMER_DELAY_SEC, None)
+            if PROPERTY_TIMER_DELIVER_MS in props or PROPERTY_TIMER_DELAY_SEC in props:
+                props.pop(PROPERTY_TIMER_DELIVER_MS, None)
+                props.pop(PROPERTY_TIMER_DELAY_SEC, None)
             topic = props.get(PROPERTY_REAL_TOPIC)
             qid = props.get(PROPERTY_REAL_QUEUE_ID)
-            try:
-                if topic is None or qid is None:
-                    raise MessageIllegalError("properties", "REAL_TOPIC / REAL_QID missing", None)
-                queue_id = parse_java_int(qid, f"properties[{PROPERTY_REAL_QUEUE_ID}]")
-            except MessageIllegalError as e:
-                self.skipped += 1
-                log.error("delay level %d: record at %d cannot be delivered (%s); skipped", level,
-                          m.commitlog_offset, e)
-                continue
-            if topic == TRANS_HALF_TOPIC:
-                self.skipped += 1
-                log.error("delay level %d: record at %d names the half topic as its real topic; discarded", level,
-                          m.commitlog_offset)
-                continue
-            batch.append(Message(topic, m.body, queue_id, properties=props, flag=m.flag, sys_flag=m.sys_flag,
+            queue_id = queue_ids.get(qid)
+            if queue_id is None or topic is None or topic == TRANS_HALF_TOPIC:
+                try:
+                    if topic is None or qid is None:
+                        raise MessageIllegalError("properties", "REAL_TOPIC / REAL_QID missing", None)
+                    queue_id = queue_ids[qid] = parse_java_int(qid, f"properties[{PROPERTY_REAL_QUEUE_ID}]")
+                except MessageIllegalError as e:
+                    self.skipped += 1
+                    log.error("delay level %d: record at %d cannot be delivered (%s); skipped", level,
+                              m.commitlog_offset, e)
+                    continue
+                if topic == TRANS_HALF_TOPIC:
+                    self.skipped += 1
+                    log.error("delay level %d: record at %d names the half topic as its real topic; discarded",
+                              level, m.commitlog_offset)
+                    continue
+            batch.append(Message(topic, m.body, queue_id, None, None, props, flag=m.flag, sys_flag=m.sys_flag,
                                  born_timestamp=m.born_timestamp, born_host=m.born_host,
                                  reconsume_times=m.reconsume_times))
             exts.append(m)
