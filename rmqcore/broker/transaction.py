@@ -286,7 +286,7 @@ class TransactionalMessageService:
         already (their op offsets go to ``done_ops``); the others go to ``remove`` (half offset → op offset)."""
         status, g = self._pull(OP_TOPIC, op_queue, op_offset, OP_PULL_BATCH)
         if status in ("OFFSET_ILLEGAL", "NO_MATCHED_MSG"):
-            log.warning("op queue %d: offset %d is illegal (%s), moving to %d", op_queue, op_offset, g.status.name,
+            (log.debug if g.status is GetStatus.NO_MATCHED_LOGIC_QUEUE else log.warning)("op queue %d: offset %d is illegal (%s), moving to %d", op_queue, op_offset, g.status.name,
                         g.next_begin_offset)
             self.offsets.commit_offset(SYSTEM_GROUP, OP_TOPIC, op_queue, g.next_begin_offset)
             return status, g, None
