@@ -62,6 +62,10 @@ class StoreConfig:
     # starts it on a master; its progress goes to config/delayOffset.json every flushDelayOffsetInterval ms.
     schedule_message_service_enable: bool = True
     flush_delay_offset_interval: int = 1000 * 10
+    # Exact-time delivery (rmqcore/timer.py): 5.x's timerWheelEnable, timerMaxDelaySec, timerFlushIntervalMs.
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = 3600 * 24 * 3
+    timer_flush_interval_ms: int = 1000
 
     def __post_init__(self):
         self.validate()

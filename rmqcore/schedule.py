@@ -201,6 +201,18 @@ def load_config_file(path: str, decode):
     return None
 
 
+def flush_past(store, end: int) -> bool:
+    """True once the commitlog is on disk below ``end``. Asks MessageStore.wait_flushed again while each call
+    makes progress: with ASYNC_FLUSH one call may stop at a file boundary."""
+    last = -1
+    while not store.wait_flushed(end):
+        where = store.commit_log.flushed_where
+        if where <= last:
+            return False
+        last = where
+    return True
+
+
 # -- the service ------------------------------------------------------------------------------------------------
 
 def _now_ms() -> int:
@@ -450,7 +462,7 @@ class ScheduleMessageService:
             self._last_persist = time.monotonic()
             return
         if end:
-            if not self.store.wait_flushed(end):
+            if not flush_past(self.store, end):
                 log.warning("delayOffset.json not persisted: the commitlog did not flush past %d", end)
                 return
         write_config_file(self.config_path, encode_delay_offsets(table))

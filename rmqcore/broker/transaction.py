@@ -37,7 +37,7 @@ import threading
 import time
 
 from ..errors import MessageIllegalError, RmqStoreError, StoreLayoutError
-from ..schedule import read_fastjson, load_config_file, write_config_file
+from ..schedule import flush_past, load_config_file, read_fastjson, write_config_file
 from ..message import Message
 from ..status import GetStatus, PutStatus
 
@@ -503,7 +503,7 @@ class TransactionalMessageService:
     def _persist_offsets(self):
         if not self._own_offsets:
             return
-        if self._last_put_end and not self.store.wait_flushed(self._last_put_end):
+        if self._last_put_end and not flush_past(self.store, self._last_put_end):
             log.warning("transaction check progress not persisted: the commitlog did not flush")
             return
         self.offsets.persist()
