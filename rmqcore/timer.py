@@ -45,6 +45,9 @@ PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 PROGRESS_FILE = "timerProgress.json"
 SLOT_MS = 10
+# How often an idle wheel looks for new timer messages: a store without any costs 20 wake-ups a second, and a
+# message due sooner than this after its put is at most this late.
+IDLE_POLL_MS = 50
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -321,11 +324,11 @@ class TimerMessageService:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            wait_ms = SLOT_MS
+            wait_ms = IDLE_POLL_MS
             try:
                 self.run_once()
                 if self._slot_heap:
-                    wait_ms = max(1, min(SLOT_MS, (self._slot_heap[0] + 1) * SLOT_MS - 1 - self.clock()))
+                    wait_ms = max(1, min(IDLE_POLL_MS, (self._slot_heap[0] + 1) * SLOT_MS - 1 - self.clock()))
                 if (time.monotonic() - self._last_persist) * 1000 >= self.flush_interval_ms:
                     self.persist()
             except StoreClosedError:

@@ -99,8 +99,8 @@ def test_wheel_delivers_in_time_order_never_early(tmp_path):
             put_timed(store, clock, i, d, qid=i % 2)
         store.wait_dispatched()
         assert svc.run_once() == 0 and svc.pending == 5
-        clock.now = t0 + 100
-        assert svc.run_once() == 0                      # the slot of t0+100 has not ended yet
+        clock.now = (t0 + 100) // 10 * 10 + 8
+        assert svc.run_once() == 0                      # the 10 ms slot of t0+100 has not ended yet
         clock.now = (t0 + 100) // 10 * 10 + 9
         assert svc.run_once() == 2
         clock.now = t0 + 310
