@@ -213,6 +213,37 @@ def flush_past(store, end: int) -> bool:
     return True
 
 
+def put_in_order(store, batch) -> tuple[int, int, int]:
+    """Re-put ``batch`` in order through ``store.put_batch``; when the store refuses a message as illegal (the whole
+    batch is then refused), one by one, logging and skipping the illegal ones. Returns (how many leading messages
+    are done, commitlog end of the last one put, how many were skipped as illegal); it stops at the first put that
+    does not answer PUT_OK, so that one and the rest are retried."""
+    try:
+        results = store.put_batch(batch)
+    except MessageIllegalError:
+        done = end = illegal = 0
+        for msg in batch:
+            try:
+                r = store.put(msg)
+            except MessageIllegalError as e:
+                log.error("re-put to %s/%d refused by the store (%s); skipped", msg.topic, msg.queue_id, e)
+                illegal += 1
+                done += 1
+                continue
+            if r.status is not PutStatus.PUT_OK:
+                break
+            end = r.commitlog_offset + r.wrote_bytes
+            done += 1
+        return done, end, illegal
+    done = 0
+    for r in results:
+        if r.status is not PutStatus.PUT_OK:
+            break
+        done += 1
+    end = results[done - 1].commitlog_offset + results[done - 1].wrote_bytes if done else 0
+    return done, end, 0
+
+
 # -- the service ------------------------------------------------------------------------------------------------
 
 def _now_ms() -> int:
@@ -372,6 +403,7 @@ class ScheduleMessageService:
                                 n_due, 1 << 62, n_due + 1)[0]
         batch, exts = self._time_up(found, level)
         delivered_units = n_due
+        delivered_before = self.delivered
         if batch:
             ok = self._put(batch)
             if ok < len(batch):
@@ -383,7 +415,7 @@ class ScheduleMessageService:
         del units, found, exts
         self.offset_table[level] = offset + delivered_units
         # Everything fetched was due and delivered: there may be more right behind (or in the next file).
-        return len(batch), n_due == fetched and delivered_units == n_due
+        return self.delivered - delivered_before, n_due == fetched and delivered_units == n_due
 
     def _time_up(self, found, level):
         """messageTimeup for each due record → (Messages to put, their source records)."""
@@ -420,34 +452,10 @@ class ScheduleMessageService:
         return batch, exts
 
     def _put(self, batch) -> int:
-        """put_batch, falling back to one by one when a message is illegal (put_batch refuses the whole batch):
-        an illegal message is logged and counted as skipped. Returns how many leading messages are done."""
-        try:
-            results = self.store.put_batch(batch)
-        except MessageIllegalError:
-            done = 0
-            for msg in batch:
-                try:
-                    r = self.store.put(msg)
-                except MessageIllegalError as e:
-                    self.skipped += 1
-                    log.error("delayed message for %s/%d refused by the store (%s); skipped", msg.topic,
-                              msg.queue_id, e)
-                    done += 1
-                    continue
-                if r.status is not PutStatus.PUT_OK:
-                    return done
-                self._delivered_end = max(self._delivered_end, r.commitlog_offset + r.wrote_bytes)
-                done += 1
-            return done
-        done = 0
-        for r in results:
-            if r.status is not PutStatus.PUT_OK:
-                break
-            done += 1
-        if done:
-            last = results[done - 1]
-            self._delivered_end = max(self._delivered_end, last.commitlog_offset + last.wrote_bytes)
+        done, end, illegal = put_in_order(self.store, batch)
+        self.skipped += illegal
+        self.delivered -= illegal          # counted as done (progress moves past them), not as delivered
+        self._delivered_end = max(self._delivered_end, end)
         return done
 
     # -- progress -----------------------------------------------------------------------------------------------

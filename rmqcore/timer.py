@@ -32,7 +32,7 @@ from ._codec import Message, select_messages
 from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
 from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, TRANSACTION_COMMIT_TYPE,
                        TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, flush_past, load_config_file, parse_java_int,
-                       read_fastjson, write_config_file)
+                       put_in_order, read_fastjson, write_config_file)
 from .status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -220,9 +220,16 @@ class TimerMessageService:
             total = 0
             while self._slot_heap and (self._slot_heap[0] + 1) * SLOT_MS - 1 <= now:
                 slot = heapq.heappop(self._slot_heap)
-                entries = np.frombuffer(self._slots.pop(slot), dtype=np.int64).reshape(-1, 4)
+                raw = self._slots.pop(slot)
+                entries = np.frombuffer(raw, dtype=np.int64).reshape(-1, 4)
                 entries = entries[np.lexsort((entries[:, 1], entries[:, 0]))]
-                done = self._deliver(entries)
+                try:
+                    done = self._deliver(entries)
+                except BaseException:
+                    # The put raised (the store closing or not open yet): the slot goes back, nothing is lost.
+                    self._slots[slot] = raw
+                    heapq.heappush(self._slot_heap, slot)
+                    raise
                 total += done
                 if done < len(entries):              # a put failed: keep the rest for the next turn
                     rest = array("q", entries[done:].ravel().tolist())
@@ -241,7 +248,7 @@ class TimerMessageService:
         found = select_messages(units.view(np.uint8), self.store.commit_log.mapped_file_queue.mapped_files,
                                 self.store.config.mapped_file_size_commit_log, len(units), 1 << 62,
                                 len(units) + 1)[0]
-        batch = []
+        batch, sources = [], []
         for m in found:
             props = m.properties
             topic = props.pop(PROPERTY_REAL_TOPIC, None)
@@ -257,6 +264,7 @@ class TimerMessageService:
             batch.append(Message(topic, m.body, queue_id, None, None, props, flag=m.flag, sys_flag=m.sys_flag,
                                  born_timestamp=m.born_timestamp, born_host=m.born_host,
                                  reconsume_times=m.reconsume_times))
+            sources.append(m.commitlog_offset)
         skipped = len(entries) - len(found)
         if skipped:
             self.skipped += skipped
@@ -264,27 +272,14 @@ class TimerMessageService:
         if not batch:
             self.pending -= len(entries)
             return len(entries)
-        try:
-            results = self.store.put_batch(batch)
-        except MessageIllegalError as e:
-            log.error("timer messages refused by the store (%s); skipped", e)
-            self.skipped += len(batch)
-            self.pending -= len(entries)
-            return len(entries)
-        ok = 0
-        for r in results:
-            if r.status is not PutStatus.PUT_OK:
-                break
-            ok += 1
-        if ok:
-            last = results[ok - 1]
-            self._delivered_end = max(self._delivered_end, last.commitlog_offset + last.wrote_bytes)
-        self.delivered += ok
+        ok, end, illegal = put_in_order(self.store, batch)
+        self.skipped += illegal
+        self._delivered_end = max(self._delivered_end, end)
+        self.delivered += ok - illegal
         if ok < len(batch):
-            # entries whose record was not found were at the front or between; keep it simple: those before the
-            # first failed put are done, the rest is retried.
-            failed_phy = found[ok].commitlog_offset if ok < len(found) else None
-            done = int(np.flatnonzero(entries[:, 2] == failed_phy)[0]) if failed_phy is not None else len(entries)
+            # Entries before the first failed put are done (records no longer readable included); the rest is
+            # retried on the next turn.
+            done = int(np.flatnonzero(entries[:, 2] == sources[ok])[0])
         else:
             done = len(entries)
         self.pending -= done

@@ -251,11 +251,14 @@ def test_bad_records_are_skipped_not_stuck(tmp_path):
         store.put(Message(SCHEDULE_TOPIC, b"noqid", 0, properties={"DELAY": "1", "REAL_TOPIC": "A"}))
         store.put(Message(SCHEDULE_TOPIC, b"half", 0, properties={"DELAY": "1", "REAL_TOPIC":
                                                                    "RMQ_SYS_TRANS_HALF_TOPIC", "REAL_QID": "0"}))
+        # A real topic the store refuses: put_batch refuses the whole batch, the service goes one by one.
+        store.put(Message(SCHEDULE_TOPIC, b"illegal", 0, properties={"DELAY": "1", "REAL_TOPIC": "no spaces",
+                                                                      "REAL_QID": "0"}))
         r = put_delayed(store, Message("A", b"good", 0, properties={"DELAY": "1"}))
         store.wait_dispatched()
         clock.now = r.store_timestamp + 1000
         assert svc.deliver_due() == 1
-        assert svc.skipped == 2 and svc.offset_table[1] == 3
+        assert svc.skipped == 3 and svc.delivered == 1 and svc.offset_table[1] == 4
         store.wait_dispatched()
         assert [m["body"] for m in read_queue(store, "A", 0)] == [b"good"]
 
