@@ -243,6 +243,22 @@ def test_op_records_in_5x_batched_form_are_honoured(tmp_path):
         assert tx.offsets.query_offset(SYSTEM_GROUP, OP_TOPIC, 0) == 1
 
 
+def test_twice_ended_halves_and_foreign_op_tags_do_not_stall_the_op_progress(tmp_path):
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        tx = TransactionalMessageService(store, checker=lambda m: True, clock=Clock(10_000))
+        h = [tx.prepare(tx_message(i)) for i in range(3)]
+        tx.end_transaction(h[0].commitlog_offset, "pg", False)
+        tx.end_transaction(h[0].commitlog_offset, "pg", False)            # op 1: the same half again
+        store.put(Message(OP_TOPIC, b"1", 0, properties={"TAGS": "x"}))   # op 2: not a remove tag
+        tx.end_transaction(h[1].commitlog_offset, "pg", False)            # op 3
+        tx.end_transaction(h[2].commitlog_offset, "pg", False)            # op 4
+        store.wait_dispatched()
+        counts = tx.check_once()
+        assert counts["checked"] == 0 and counts["skipped"] == 3
+        assert tx.offsets.query_offset(SYSTEM_GROUP, HALF_TOPIC, 0) == 3
+        assert tx.offsets.query_offset(SYSTEM_GROUP, OP_TOPIC, 0) == 5
+
+
 def test_offsets_go_to_a_given_offset_store(tmp_path):
     class Offsets:                       # the Broker's query_offset / commit_offset contract (issue 14)
         def __init__(self):

@@ -295,8 +295,9 @@ class TransactionalMessageService:
         ops = []
         for op in g.messages:
             ops.append((op.queue_offset, op.born_timestamp))
-            if op.tags != REMOVE_TAG:
+            if op.tags != REMOVE_TAG:       # 5.x: logged and counted done, so the op progress moves on
                 log.error("op record at %d has tag %r, not %r", op.commitlog_offset, op.tags, REMOVE_TAG)
+                done_ops.add(op.queue_offset)
                 continue
             halves = [_java_long(p) for p in bytes(op.body).decode("utf-8", "replace").split(OFFSET_SEPARATOR)
                       if p]
@@ -304,6 +305,10 @@ class TransactionalMessageService:
             for h in halves:
                 if h < mini_offset:
                     continue
+                if h in remove:
+                    # A second op for the same half (it was ended twice): the first op is done with it. Java
+                    # overwrites the entry and its op progress then never passes the first op.
+                    self._mark_removed(remove, op_halves, done_ops, h)
                 remove[h] = op.queue_offset
                 pending += 1
             if pending:
