@@ -242,10 +242,11 @@ class TransactionalMessageService:
         topic = props.pop(PROPERTY_REAL_TOPIC, None)
         qid = props.pop(PROPERTY_REAL_QUEUE_ID, None)
         props.pop(PROPERTY_TRANSACTION_PREPARED, None)
-        if topic is None or _java_int(qid) < 0:
+        queue_id = _java_int(qid)
+        if topic is None or queue_id < 0:
             raise TransactionError(f"half message at {half.commitlog_offset} has no usable REAL_TOPIC / REAL_QID "
                                    f"({topic!r}, {qid!r})")
-        return Message(topic, half.body, _java_int(qid), properties=props, flag=half.flag,
+        return Message(topic, half.body, queue_id, properties=props, flag=half.flag,
                        sys_flag=reset_transaction_value(half.sys_flag, TRANSACTION_COMMIT_TYPE),
                        born_timestamp=half.born_timestamp, born_host=half.born_host,
                        reconsume_times=half.reconsume_times, prepared_transaction_offset=half.commitlog_offset)
