@@ -110,6 +110,9 @@ def test_reads_fastjson_text_as_java_writes_it():
     assert decode_delay_offsets('{\n\t"offsetTable":{\n\t\t1:7,\n\t\t18:2\n\t}\n}', "f") == {1: 7, 18: 2}
     assert decode_delay_offsets('{"offsetTable":{"3":4}}', "f") == {3: 4}
     assert decode_delay_offsets('{"offsetTable":{}}', "f") == {}
+    # 5.x's DelayOffsetSerializeWrapper adds a dataVersion (DataVersion's fields): read past it.
+    assert decode_delay_offsets('{"dataVersion":{"counter":3,"stateVersion":0,"timestamp":1700000000000},'
+                                '"offsetTable":{1:12,2:0}}', "f") == {1: 12, 2: 0}
 
 
 def test_written_text_is_what_fastjson_reads():
