@@ -94,7 +94,8 @@ def rewrite_delay(msg, max_level: int) -> bool:
     if level <= 0:
         return False
     if max_level < 1:
-        raise ValueError(f"max_level must be >= 1 (the store's delay levels), got {max_level}")
+        raise MessageIllegalError(f"properties[{PROPERTY_DELAY}]", "the store has no delay levels "
+                                  "(message_delay_level is empty)", max_level)
     if level > max_level:
         level = max_level
         props[PROPERTY_DELAY] = str(level)
@@ -261,10 +262,13 @@ class ScheduleMessageService:
                  batch_size: int = 8192):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        interval = (flush_delay_offset_interval if flush_delay_offset_interval is not None
+                    else getattr(store.config, "flush_delay_offset_interval", 10000))
+        if interval <= 0:
+            raise ValueError(f"flush_delay_offset_interval must be > 0 ms, got {interval}")
         self.store = store
         self.clock = clock or _now_ms
-        self.flush_delay_offset_interval = (flush_delay_offset_interval if flush_delay_offset_interval is not None
-                                            else getattr(store.config, "flush_delay_offset_interval", 10000))
+        self.flush_delay_offset_interval = interval
         self.batch_size = batch_size
         self.delay_level_ms = list(store.delay_level_ms)      # index 0 unused, as parseDelayLevel's table
         self.max_delay_level = len(self.delay_level_ms) - 1

@@ -134,6 +134,9 @@ class TimerMessageService:
         self.clock = clock or _now_ms
         self.flush_interval_ms = (flush_interval_ms if flush_interval_ms is not None
                                   else getattr(store.config, "timer_flush_interval_ms", 1000))
+        if self.flush_interval_ms <= 0 or load_batch < 1:
+            raise ValueError(f"timer_flush_interval_ms must be > 0 and load_batch >= 1, got "
+                             f"{self.flush_interval_ms} and {load_batch}")
         self.load_batch = load_batch
         self._slots: dict[int, array] = {}     # slot → flat int64 (deliver_ms, queue_offset, phy, size) * n
         self._slot_heap: list[int] = []

@@ -93,6 +93,21 @@ def test_prepared_and_rollback_messages_are_never_delayed(tran, rewritten):
     assert (m.topic == SCHEDULE_TOPIC) is rewritten
 
 
+def test_a_store_without_delay_levels_refuses_delayed_messages():
+    m = Message("Orders", b"x", 1, properties={"DELAY": "1"})
+    with pytest.raises(MessageIllegalError, match="no delay levels"):
+        rewrite_delay(m, 0)
+    assert m.topic == "Orders"
+
+
+def test_service_settings_are_checked(tmp_path):
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        with pytest.raises(ValueError, match="flush_delay_offset_interval"):
+            ScheduleMessageService(store, flush_delay_offset_interval=0)
+        with pytest.raises(ValueError, match="batch_size"):
+            ScheduleMessageService(store, batch_size=0)
+
+
 @pytest.mark.parametrize("bad", ["abc", "1.5", " 1", "1_0", "99999999999", ""])
 def test_bad_delay_is_refused_precisely_and_leaves_the_message(bad):
     m = Message("Orders", b"x", 1, properties={"DELAY": bad})
