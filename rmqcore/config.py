@@ -64,6 +64,14 @@ class StoreConfig:
     # Delay levels of the schedule topic, as RocketMQ's messageDelayLevel.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     extra: dict = field(default_factory=dict)
+    # Delayed delivery (rmqcore/schedule.py): ScheduleMessageService runs with the store, as DefaultMessageStore
+    # starts it on a master; its progress goes to config/delayOffset.json every flushDelayOffsetInterval ms.
+    schedule_message_service_enable: bool = True
+    flush_delay_offset_interval: int = 1000 * 10
+    # Exact-time delivery (rmqcore/timer.py): 5.x's timerWheelEnable, timerMaxDelaySec, timerFlushIntervalMs.
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = 3600 * 24 * 3
+    timer_flush_interval_ms: int = 1000
 
     def __post_init__(self):
         self.validate()

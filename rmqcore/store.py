@@ -209,6 +209,17 @@ class MessageStore:
                  "%d consume-queue units and %d index keys rebuilt", "normal" if r["last_exit_ok"] else "abnormal",
                  self.path, r.get("records", 0), r.get("scan_from", 0), r.get("truncated_bytes", 0),
                  r.get("stop", "end of data"), r["rebuilt_units"], r["rebuilt_keys"])
+        # Delayed and timed delivery (schedule.py, timer.py): their progress is loaded and checked against the
+        # queues before any thread runs, so an unreadable delayOffset.json / timerProgress.json fails the open.
+        self.schedule_service = self.timer_service = None
+        if cfg.schedule_message_service_enable:
+            from .schedule import ScheduleMessageService
+            self.schedule_service = ScheduleMessageService(self)
+            self.schedule_service.load()
+        if cfg.timer_wheel_enable:
+            from .timer import TimerMessageService
+            self.timer_service = TimerMessageService(self)
+            self.timer_service.load()
         self.reput.start()
         self.group_commit = (GroupCommitService(self.commit_log, self._note_physic_timestamp)
                              if cfg.sync_flush else None)
@@ -232,6 +243,9 @@ class MessageStore:
         ]
         for s in self._services:
             s.start()
+        for delivery in (self.schedule_service, self.timer_service):    # started last, stopped first: they put
+            if delivery is not None:
+                delivery.start()
 
     def _commit_commit_log(self, thorough: bool) -> None:
         mfq = self.commit_log.mapped_file_queue
@@ -270,6 +284,9 @@ class MessageStore:
         """Stop the services, dispatch what is left, flush everything, delete the abort file, release the lock."""
         if self._closed:
             return
+        for delivery in (getattr(self, "schedule_service", None), getattr(self, "timer_service", None)):
+            if delivery is not None:       # persists its progress: needs the store still open
+                delivery.shutdown()
         self._closed = True
         was_running, self._running = self._running, False     # puts and gets are refused from here on
         with self._arrived:
