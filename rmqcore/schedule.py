@@ -86,6 +86,8 @@ def rewrite_delay(msg, max_level: int) -> bool:
     """
     if msg.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
         return False
+    if msg.topic == SCHEDULE_TOPIC:
+        return False        # rewritten already (Java would rewrite again and lose the real topic)
     props = msg.properties
     raw = props.get(PROPERTY_DELAY) if props else None
     if raw is None:

@@ -151,6 +151,8 @@ class MessageStore:
                                                            cfg.mapped_file_size_commit_log)
             self.transient_store_pool.init()
         self.commit_log = CommitLog(self._path("commitlog"), cfg, pool=self.transient_store_pool)
+        # CommitLog.putMessage's rewrites: a DELAY level to the schedule topic, a delivery time to the timer topic.
+        self.commit_log.encoder.reroute = self._reroute
         self.commit_log.load()
         self._load_consume_queues()
         self.index_service = IndexService(self._path("index"), cfg.max_hash_slot_num, cfg.max_index_num,
@@ -348,6 +350,14 @@ class MessageStore:
 
     def _count_units(self) -> int:
         return sum(cq.max_offset_in_queue - cq.min_offset_in_queue for cq in self._all_consume_queues())
+
+    def _reroute(self, msg) -> None:
+        # Called by the encoder only for messages that carry a delay or timer property.
+        if self.config.timer_wheel_enable:
+            from .timer import rewrite_timer
+            rewrite_timer(msg, current_millis(), self.config.timer_max_delay_sec)
+        from .schedule import rewrite_delay
+        rewrite_delay(msg, len(self.delay_level_ms) - 1)
 
     def put(self, msg):
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once an msync covers it, or

@@ -290,7 +290,23 @@ def test_two_brokers_cannot_share_a_directory(open_broker, tmp_path, small_confi
 
 # -- retry and DLQ ----------------------------------------------------------------------------------------------
 
+def deliver_scheduled(b):
+    """Retry messages go through the delay levels (SCHEDULE_TOPIC_XXXX, 10 s for the first): deliver all of them
+    now, as the schedule service will once their time comes."""
+    svc = b.store.schedule_service
+    b.store.wait_dispatched()
+    real = svc.clock
+    svc.clock = lambda: real() + 10 ** 9
+    try:
+        svc.deliver_due()
+    finally:
+        svc.clock = real
+    b.store.wait_dispatched()
+
+
 def pull_one(b, group, topic, queue_id=0, offset=None):
+    if topic.startswith("%RETRY%"):
+        deliver_scheduled(b)
     b.store.wait_dispatched()
     if offset is None:
         offset = max(b.query_offset(group, topic, queue_id), 0)
@@ -309,6 +325,8 @@ def test_send_back_goes_to_retry_topic_with_rocketmq_properties(open_broker):
     m = pull_one(b, "billing", "orders")
     r = b.send_back(m, "billing")
     assert r.status is PutStatus.PUT_OK
+    b.store.wait_dispatched()
+    assert b.store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1          # delay level 3 = 3 + reconsume times 0
     tc = b.topics()["%RETRY%billing"]
     assert (tc.read_queue_nums, tc.write_queue_nums, tc.perm) == (1, 1, 6)
     retry = pull_one(b, "billing", "%RETRY%billing")
@@ -317,14 +335,15 @@ def test_send_back_goes_to_retry_topic_with_rocketmq_properties(open_broker):
     p = retry.properties
     assert p["RETRY_TOPIC"] == "orders"
     assert p["ORIGIN_MESSAGE_ID"] == original.msg_id
-    assert p["DELAY"] == "3"                         # 3 + reconsume times 0
     assert p["WAIT"] == "false"
     assert retry.born_timestamp == m.born_timestamp and retry.uniq_key == m.uniq_key
     assert retry.flag == 7 and retry.born_host == "10.1.2.3:45678" and retry.sys_flag == m.sys_flag
     # The second failure: reconsume times 2, level 4, the first attempt's id kept, RETRY_TOPIC still the original.
     b.send_back(retry, "billing")
+    b.store.wait_dispatched()
+    assert b.store.max_offset("SCHEDULE_TOPIC_XXXX", 3) == 1          # level 4
     again = pull_one(b, "billing", "%RETRY%billing")
-    assert again.reconsume_times == 2 and again.properties["DELAY"] == "4"
+    assert again.reconsume_times == 2
     assert again.properties["ORIGIN_MESSAGE_ID"] == original.msg_id and again.properties["RETRY_TOPIC"] == "orders"
 
 
@@ -332,7 +351,9 @@ def test_send_back_with_explicit_delay_level(open_broker):
     b = open_broker()
     fill(b, "orders", 1)
     b.send_back(pull_one(b, "g", "orders"), "g", delay_level=7)
-    assert pull_one(b, "g", "%RETRY%g").properties["DELAY"] == "7"
+    b.store.wait_dispatched()
+    assert b.store.max_offset("SCHEDULE_TOPIC_XXXX", 6) == 1          # level 7
+    assert pull_one(b, "g", "%RETRY%g").reconsume_times == 1
 
 
 def test_retries_end_in_the_dlq_after_retry_max_times(open_broker):
@@ -417,3 +438,27 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert "2 of 2 failing messages in %DLQ%flaky-audit" in out
     assert '"DemoOrders@billing":{0:' in out
     assert sorted(os.listdir(tmp_path / "demo" / "config"))[:1] == ["consumerOffset.json"]
+
+
+def test_transactions_through_the_broker(tmp_path):
+    # Broker.send with TRAN_MSG "true" stores a half message (invisible in the real topic); end_transaction commits
+    # one and rolls the other back; the check service asks the checker about a half left open.
+    from rmqcore import Message
+    from rmqcore.broker import Broker
+    asked = []
+
+    def checker(m):
+        asked.append(m.properties.get("ID"))
+        return True
+
+    with Broker.open(str(tmp_path / "b"), transaction_checker=checker) as broker:
+        tx = {"TRAN_MSG": "true", "PGROUP": "pg"}
+        r1 = broker.send(Message("Orders", b"one", 0, properties=dict(tx, ID="1")))
+        r2 = broker.send(Message("Orders", b"two", 0, properties=dict(tx, ID="2")))
+        broker.store.wait_dispatched()
+        assert broker.store.max_offset("Orders", 0) == 0            # halves are not consumable
+        assert broker.end_transaction(r1.commitlog_offset, "pg", True).ok
+        assert broker.end_transaction(r2.commitlog_offset, "pg", False) is None
+        broker.store.wait_dispatched()
+        g = broker.pull("cg", "Orders", 0, 0)
+        assert [bytes(m.body) for m in g.messages] == [b"one"]

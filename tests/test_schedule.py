@@ -46,9 +46,12 @@ class FakeClock:
 
 
 def put_delayed(store, msg):
-    assert rewrite_delay(msg, len(store.delay_level_ms) - 1)
+    # The store's put rewrites a DELAY message into the schedule topic itself (CommitLog.putMessage's branch).
+    real_topic, real_qid = msg.topic, msg.queue_id
     r = store.put(msg)
     assert r.status is PutStatus.PUT_OK
+    assert msg.topic == "SCHEDULE_TOPIC_XXXX" and msg.properties["REAL_TOPIC"] == real_topic
+    assert msg.properties["REAL_QID"] == str(real_qid)
     return r
 
 

@@ -50,9 +50,10 @@ class Broker:
         self.config = config or BrokerConfig()
         self.config.validate()
         self.store_config = store_config or StoreConfig()
-        # The transactional message check-back hook; the transaction service (rmqcore/broker/transaction.py) is
-        # wired into _put_transaction_message and reads it from here.
+        # The transactional message check-back: fn(message_ext) -> True commit, False rollback, None unknown (what
+        # a broker asks the producer); the check service runs when one is given.
         self.transaction_checker = transaction_checker
+        self.transactions = None
         self.store = None
         self.topic_config_manager: TopicConfigManager | None = None
         self.subscription_group_manager: SubscriptionGroupManager | None = None
@@ -83,6 +84,16 @@ class Broker:
             for manager in (self.topic_config_manager, self.subscription_group_manager,
                             self.consumer_offset_manager):
                 manager.load()
+            from .transaction import TransactionalMessageService
+            cfg = self.config
+            # Check progress as RocketMQ keeps it: CID_RMQ_SYS_TRANS offsets in consumerOffset.json.
+            self.transactions = TransactionalMessageService(
+                self.store, checker=self.transaction_checker, transaction_timeout=cfg.transaction_timeout,
+                transaction_check_max=cfg.transaction_check_max,
+                transaction_check_interval=cfg.transaction_check_interval,
+                offset_store=self.consumer_offset_manager)
+            if self.transaction_checker is not None:
+                self.transactions.start()
             self._services = [PeriodicService("ConsumerOffsetPersist", self._persist_timed,
                                               self.config.flush_consumer_offset_interval,
                                               self.config.flush_consumer_offset_interval)]
@@ -111,6 +122,8 @@ class Broker:
                 return
             self._closed = True
         try:
+            if self.transactions is not None:
+                self.transactions.shutdown()
             for s in self._services:
                 # The service's final run persists the offsets; the rest follows.
                 s.shutdown()
@@ -249,13 +262,20 @@ class Broker:
         return tc
 
     def _put_transaction_message(self, msg):
-        """A message carrying TRAN_MSG: refused when ``reject_transaction_message`` is on, as RocketMQ does.
-        This is where the transaction service turns prepared messages into half messages; until it is wired in,
-        they go to the store as they are (which keeps prepared records out of the consume queues)."""
-        if self.config.reject_transaction_message and msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        """A message carrying TRAN_MSG: refused when ``reject_transaction_message`` is on, as RocketMQ does;
+        a prepared one ("true") is stored as a half message (TransactionalMessageBridge), the rest as they are."""
+        if msg.properties.get(PROPERTY_TRANSACTION_PREPARED) != "true":
+            return self._store_put(msg)
+        if self.config.reject_transaction_message:
             raise NoPermissionError(f"the broker[{self.config.broker_name}] sending transaction message is "
                                     "forbidden")
-        return self._store_put(msg)
+        return self.transactions.prepare(msg)
+
+    def end_transaction(self, commit_log_offset: int, producer_group: str, commit: bool):
+        """EndTransactionProcessor: commit (the real message is stored, visible to consumers) or roll back the
+        half message stored at ``commit_log_offset`` (its send's PutResult.commitlog_offset); both write the op
+        record. Returns the commit's PutResult, None for a rollback."""
+        return self.transactions.end_transaction(commit_log_offset, producer_group, commit)
 
     # -- pull -------------------------------------------------------------------------------------------------
 

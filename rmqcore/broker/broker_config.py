@@ -33,6 +33,11 @@ class BrokerConfig:
     trace_topic_enable: bool = False
     flush_consumer_offset_interval: int = 1000 * 5
     reject_transaction_message: bool = False
+    # Transactions (TransactionalMessageCheckService): a half message older than transaction_timeout ms is
+    # checked back every transaction_check_interval ms, at most transaction_check_max times.
+    transaction_timeout: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60 * 1000
     # Not a BrokerConfig field: what a Java producer sends as defaultTopicQueueNums in its send header
     # (DefaultMQProducer.defaultTopicQueueNums, 4); an auto-created topic gets min(this, TBW102's write queues).
     client_default_topic_queue_nums: int = 4
