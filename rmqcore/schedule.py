@@ -25,7 +25,6 @@ Differences from the Java service, on purpose:
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -34,7 +33,9 @@ import time
 
 import numpy as np
 
+from . import fastjson
 from ._codec import Message, select_messages
+from .config_manager import string2file
 from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
 from .status import PutStatus
 
@@ -110,20 +111,22 @@ def rewrite_delay(msg, max_level: int) -> bool:
 
 # -- delayOffset.json -------------------------------------------------------------------------------------------
 
-_UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?[0-9]+)(\s*:)')
-
-
 def read_fastjson(text: str, path: str):
-    """Parse the JSON fastjson writes: integer map keys may be unquoted (``{1:0,2:35}``), which Python's json
-    refuses. Quotes them first (only outside strings: the config files here hold no string values with braces)."""
+    """Parse the text fastjson writes (bare integer map keys: ``{1:0,2:35}``, which Python's json refuses);
+    StoreLayoutError naming the file when it is not."""
     try:
-        return json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
-    except ValueError as e:
+        return fastjson.loads(text)
+    except fastjson.FastjsonDecodeError as e:
         raise StoreLayoutError(f"{path}: not the JSON fastjson writes: {e}") from None
 
 
 def decode_delay_offsets(text: str, path: str) -> dict[int, int]:
     """DelayOffsetSerializeWrapper → {level: offset}; every key an int level, every value an offset >= 0."""
+    return _decode_delay_document(text, path)[0]
+
+
+def _decode_delay_document(text: str, path: str):
+    # (offset table, the rest of the document: 5.x's dataVersion, kept as it was when the table is written back)
     data = read_fastjson(text, path)
     if not isinstance(data, dict):
         raise StoreLayoutError(f"{path}: top level must be an object, got {type(data).__name__}")
@@ -141,38 +144,20 @@ def decode_delay_offsets(text: str, path: str) -> dict[int, int]:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < (1 << 63):
             raise StoreLayoutError(f"{path}: offsetTable[{level}] = {v!r} is not a queue offset (0 .. 2^63-1)")
         out[level] = v
-    return out
+    return out, {k: v for k, v in data.items() if k != "offsetTable"}
 
 
-def encode_delay_offsets(table: dict[int, int]) -> str:
-    """fastjson's pretty form of DelayOffsetSerializeWrapper (ConfigManager.persist encodes pretty): integer keys
-    unquoted, as fastjson writes and reads them."""
-    if not table:
-        return '{\n\t"offsetTable":{}\n}'
-    body = ",\n".join(f"\t\t{int(k)}:{int(v)}" for k, v in sorted(table.items()))
-    return '{\n\t"offsetTable":{\n' + body + '\n\t}\n}'
+def encode_delay_offsets(table: dict[int, int], rest: dict | None = None) -> str:
+    """fastjson's pretty form of DelayOffsetSerializeWrapper (ConfigManager.persist encodes pretty), as the Java
+    broker writes it (rmqcore.fastjson): bare integer keys, fields sorted; ``rest`` holds other fields read with
+    the table (5.x's dataVersion)."""
+    return fastjson.dumps(dict(rest or {}, offsetTable={int(k): int(v) for k, v in table.items()}), pretty=True)
 
 
 def write_config_file(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` so that a crash leaves the old or the new file, never none: a fsync'ed ``.tmp``,
-    the previous version kept as ``.bak`` (Java's names), atomic renames, the directory fsync'ed."""
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if os.path.exists(path):
-        os.replace(path, path + ".bak")
-    os.replace(tmp, path)
-    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    """MixAll.string2File, crash-safe (rmqcore.config_manager): the old or the new file at every instant, the
+    previous version kept as ``.bak``."""
+    string2file(text, path)
 
 
 def load_config_file(path: str, decode):
@@ -297,8 +282,9 @@ class ScheduleMessageService:
     def load(self) -> None:
         """Read delayOffset.json (or its .bak), then correctDelayOffset: an offset below its queue's min or above
         its max is moved into range (logged)."""
-        table = load_config_file(self.config_path, decode_delay_offsets)
-        self.offset_table = dict(table or {})
+        loaded = load_config_file(self.config_path, _decode_delay_document)
+        table, self._document_rest = loaded if loaded is not None else ({}, {})
+        self.offset_table = dict(table)
         for level in range(1, self.max_delay_level + 1):
             cq = self.store.find_consume_queue(SCHEDULE_TOPIC, delay_level_to_queue_id(level), create=False)
             current = self.offset_table.get(level)
@@ -479,7 +465,7 @@ class ScheduleMessageService:
             if not flush_past(self.store, end):
                 log.warning("delayOffset.json not persisted: the commitlog did not flush past %d", end)
                 return
-        write_config_file(self.config_path, encode_delay_offsets(table))
+        write_config_file(self.config_path, encode_delay_offsets(table, getattr(self, "_document_rest", None)))
         self.persists += 1
         self._last_persist = time.monotonic()
 

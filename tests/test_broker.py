@@ -12,7 +12,7 @@ from rmqcore import GetStatus, Message, PutStatus
 from rmqcore.broker import (Broker, BrokerConfig, IllegalNameError, MessageNotFoundError, NoPermissionError,
                             OffsetIllegalError, QueueIdIllegalError, SubscriptionGroupConfig,
                             SubscriptionGroupNotExistError, TopicConfig, TopicNotExistError)
-from rmqcore.broker import fastjson
+from rmqcore import fastjson
 
 
 @pytest.fixture

@@ -35,8 +35,8 @@ import pytest
 from rmqcore import Message, MessageStore
 from rmqcore.broker import (Broker, BrokerConfig, ConfigFileError, ConsumerOffsetManager, SubscriptionGroupManager,
                             TopicConfigManager)
-from rmqcore.broker import fastjson
-from rmqcore.broker.config_manager import string2file
+from rmqcore import fastjson
+from rmqcore.config_manager import string2file
 
 GOLDEN = Path(__file__).with_name("golden") / "broker"
 FILES = ("topics.json", "subscriptionGroup.json", "consumerOffset.json", "delayOffset.json", "consumerFilter.json")
@@ -388,7 +388,7 @@ def test_empty_file_without_bak_is_an_error_not_an_empty_table(tmp_path):
 
 
 def test_oversized_file_is_refused(tmp_path, monkeypatch):
-    from rmqcore.broker import config_manager
+    from rmqcore import config_manager
     monkeypatch.setattr(config_manager, "MAX_CONFIG_FILE_SIZE", 64)
     os.makedirs(tmp_path / "config")
     (tmp_path / "config" / "consumerOffset.json").write_text('{"offsetTable":{' + '"t@g":{0:1},' * 20 + '"x@y":{}}}')

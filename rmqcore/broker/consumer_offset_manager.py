@@ -12,9 +12,9 @@ import os
 import threading
 
 from .._codec import java_hash_code
-from . import fastjson
-from .config_manager import ConfigManager, string2file
-from .fastjson import JAVA_INT, JAVA_LONG, FieldError, check_int, check_map, map_key_int
+from .. import fastjson
+from ..config_manager import ConfigManager, string2file
+from ..fastjson import JAVA_INT, JAVA_LONG, FieldError, check_int, check_map, map_key_int
 
 TOPIC_GROUP_SEPARATOR = "@"
 _INT_MAX = JAVA_INT[1]

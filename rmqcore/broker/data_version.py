@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .fastjson import JAVA_LONG, Bean
+from ..fastjson import JAVA_LONG, Bean
 
 
 def _now_ms() -> int:

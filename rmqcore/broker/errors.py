@@ -2,24 +2,13 @@
 so a network front can map them one to one."""
 from __future__ import annotations
 
-from ..errors import RmqStoreError
+from ..errors import ConfigFileError, RmqStoreError  # noqa: F401  (ConfigFileError: re-exported)
 
 
 class BrokerError(RmqStoreError):
     """Base of every refusal of the broker layer."""
 
     code = "SYSTEM_ERROR"
-
-
-class ConfigFileError(BrokerError):
-    """A config file that cannot be read: ``path`` names the file, ``field`` the dotted path of the bad value (None
-    when the file as a whole is unreadable)."""
-
-    def __init__(self, path: str, field: str | None, message: str):
-        where = f"{path}: {field}" if field else path
-        super().__init__(f"{where}: {message}")
-        self.path = path
-        self.field = field
 
 
 class TopicNotExistError(BrokerError):

@@ -1,7 +1,7 @@
 """SubscriptionGroupConfig: one consumer group's switches and retry policy, as subscriptionGroup.json stores it."""
 from __future__ import annotations
 
-from .fastjson import Bean
+from ..fastjson import Bean
 from .mix_all import MASTER_ID
 
 DEFAULT_RETRY_MAX_TIMES = 16

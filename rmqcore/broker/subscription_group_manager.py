@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from . import fastjson
-from .config_manager import ConfigManager
+from .. import fastjson
+from ..config_manager import ConfigManager
 from .data_version import DataVersion
-from .fastjson import FieldError, check_map
+from ..fastjson import FieldError, check_map
 from .mix_all import (CID_ONSAPI_OWNER_GROUP, CID_ONSAPI_PERMISSION_GROUP, CID_ONSAPI_PULL_GROUP,
                       FILTERSRV_CONSUMER_GROUP, ONS_HTTP_PROXY_GROUP, SELF_TEST_CONSUMER_GROUP,
                       TOOLS_CONSUMER_GROUP, is_sys_consumer_group)

@@ -1,7 +1,7 @@
 """TopicConfig: one topic's queues, permissions and flags, as topics.json stores it."""
 from __future__ import annotations
 
-from .fastjson import Bean
+from ..fastjson import Bean
 from .topic_validator import PERM_READ, PERM_WRITE, perm_to_string
 
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")

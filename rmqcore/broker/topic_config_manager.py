@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from . import fastjson
-from .config_manager import ConfigManager
+from .. import fastjson
+from ..config_manager import ConfigManager
 from .data_version import DataVersion
-from .fastjson import FieldError, check_map
+from ..fastjson import FieldError, check_map
 from .mix_all import REPLY_TOPIC_POSTFIX
 from .topic_config import TopicConfig
 from .topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE,
