@@ -55,15 +55,41 @@ cdef class DispatchBatch:
     cdef readonly list topics
 
 
+cdef class ScanBuffers:
+    """The arrays one scan fills, kept by the dispatcher from pass to pass: a pass allocated ~5 MB of fresh
+    arrays, and re-faulting fresh pages cost more than the scan. A batch's arrays are views into these: valid
+    until the next scan with the same buffers."""
+    cdef readonly int max_records, max_keys
+    cdef readonly object phys, size, tags, ts, qo, qid, sf, tpos, topic, kh, kp, kt, kr
+
+    def __init__(self, int max_records, int max_keys):
+        self.max_records = max_records
+        self.max_keys = max_keys
+        self.phys = np.empty(max_records, np.int64)
+        self.size = np.empty(max_records, np.int32)
+        self.tags = np.empty(max_records, np.int64)
+        self.ts = np.empty(max_records, np.int64)
+        self.qo = np.empty(max_records, np.int64)
+        self.qid = np.empty(max_records, np.int32)
+        self.sf = np.empty(max_records, np.int32)
+        self.tpos = np.empty(max_records, np.int64)     # record start where the topic differs from the one before
+        self.topic = np.empty(max_records, np.int32)    # per record: index into the topic changes, then its id
+        self.kh = np.empty(max_keys, np.int32)
+        self.kp = np.empty(max_keys, np.int64)
+        self.kt = np.empty(max_keys, np.int64)
+        self.kr = np.empty(max_keys, np.int32)
+
+
 def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t end=-1, int max_records=8192,
                       int max_keys=32768, bint check_crc=False, dict topic_ids=None, list topics=None,
-                      delay_level_ms=None):
+                      delay_level_ms=None, ScanBuffers buffers=None):
     """Scan ``data`` (a mapped file's readable bytes; byte 0 is global ``base_offset``) from ``start``.
 
     Stops at ``max_records``, when the key arrays are full, at end of data, at a blank record or at the first bad
     record (``code`` says which; ``end_offset`` is where the next scan starts). ``topic_ids``/``topics`` intern
     topic names across scans; ``delay_level_ms`` (level → ms, index 0 unused) turns the tagsCode of
-    SCHEDULE_TOPIC_XXXX messages with a DELAY property into their delivery time, as RocketMQ does.
+    SCHEDULE_TOPIC_XXXX messages with a DELAY property into their delivery time, as RocketMQ does. ``buffers``
+    (sized at least max_records / max_keys) are filled instead of new arrays.
     """
     cdef const unsigned char[::1] buf = data
     cdef Py_ssize_t length = buf.shape[0]
@@ -92,19 +118,11 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
     if topics is None:
         topics = []
 
-    phys_a = np.empty(max_records, np.int64)
-    size_a = np.empty(max_records, np.int32)
-    tags_a = np.empty(max_records, np.int64)
-    ts_a = np.empty(max_records, np.int64)
-    qo_a = np.empty(max_records, np.int64)
-    qid_a = np.empty(max_records, np.int32)
-    sf_a = np.empty(max_records, np.int32)
-    tpos_a = np.empty(max_records, np.int64)     # record start where the topic differs from the record before
-    kh_a = np.empty(max_keys, np.int32)
-    kp_a = np.empty(max_keys, np.int64)
-    kt_a = np.empty(max_keys, np.int64)
-    kr_a = np.empty(max_keys, np.int32)
-    topic_a = np.empty(max_records, np.int32)     # per record: index into the topic changes, then interned id
+    if buffers is None or buffers.max_records < max_records or buffers.max_keys < max_keys:
+        buffers = ScanBuffers(max_records, max_keys)
+    phys_a, size_a, tags_a, ts_a, qo_a = buffers.phys, buffers.size, buffers.tags, buffers.ts, buffers.qo
+    qid_a, sf_a, tpos_a, topic_a = buffers.qid, buffers.sf, buffers.tpos, buffers.topic
+    kh_a, kp_a, kt_a, kr_a = buffers.kh, buffers.kp, buffers.kt, buffers.kr
     cdef int64_t[::1] phys = phys_a, tags = tags_a, ts = ts_a, qo = qo_a, tpos = tpos_a, kp = kp_a, kt = kt_a
     cdef int32_t[::1] size = size_a, qid = qid_a, sf = sf_a, kh = kh_a, kr = kr_a, tix = topic_a
 

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 
-from ._dispatch import scan_for_dispatch
+from ._dispatch import ScanBuffers, scan_for_dispatch
 from ._codec import RESULT_BLANK, RESULT_END, record_error
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ class ReputMessageService(threading.Thread):
         self.dispatched = 0
         self.last_error: str | None = None
         self.lag_ms = 0
+        self._buffers = ScanBuffers(max_records, 4 * max_records)     # one set, reused by every pass
 
     # -- the loop -----------------------------------------------------------------------------------------------
 
@@ -96,7 +97,7 @@ class ReputMessageService(threading.Thread):
             try:
                 batch = scan_for_dispatch(view, mf.file_from_offset, self.reput_from_offset - mf.file_from_offset,
                                           -1, self.max_records, 4 * self.max_records, False, self._topic_ids,
-                                          self._topics, self.store.delay_level_ms)
+                                          self._topics, self.store.delay_level_ms, self._buffers)
             finally:
                 view.release()
             if batch.n:
