@@ -90,6 +90,7 @@ class MessageStore:
         self._running = False
         self._closed = False
         self._cq_lock = threading.RLock()
+        self._commit_lock = threading.Lock()
         self._consume_queues: dict[str, dict[int, ConsumeQueue]] = {}
         self._arrived = threading.Condition()
         self._services: list = []
@@ -252,8 +253,9 @@ class MessageStore:
     def _commit_commit_log(self, thorough: bool) -> None:
         mfq = self.commit_log.mapped_file_queue
         least = 0 if thorough else self.config.commit_commit_log_least_pages
-        while not mfq.commit(least):   # a full file commits whole, then the next one gets its turn
-            pass
+        with self._commit_lock:            # CommitRealTimeService, or a caller that needs its puts readable now
+            while not mfq.commit(least):   # a full file commits whole, then the next one gets its turn
+                pass
 
     def _flush_commit_log(self, thorough: bool) -> None:
         self.commit_log.flush(0 if thorough else self.config.flush_commit_log_least_pages)
@@ -650,9 +652,15 @@ class MessageStore:
     # -- information --------------------------------------------------------------------------------------------
 
     def wait_dispatched(self, timeout: float = 10.0) -> bool:
-        """Block until the dispatcher has caught up with everything put so far (tests, demos)."""
+        """Block until every put so far can be read (by queue and by key): True, or False after ``timeout`` s.
+        With the write-buffer pool the appended bytes are committed to the files first (readers see committed
+        bytes only, as in RocketMQ)."""
+        self._check_running()
         deadline = time.monotonic() + timeout
-        while self.reput.behind() > 0:
+        target = self.commit_log.mapped_file_queue.get_max_wrote_position()
+        if self.transient_store_pool is not None:
+            self._commit_commit_log(True)
+        while self.reput.reput_from_offset < target:
             if time.monotonic() > deadline:
                 return False
             self.reput.wakeup()

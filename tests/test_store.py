@@ -356,3 +356,16 @@ def test_lock_refuses_another_process(tmp_path):
         assert out.stdout.startswith("locked"), out.stderr
         assert s.put(Message("T", b"y")).queue_offset == 1      # the holder is undisturbed
     assert not os.path.exists(os.path.join(path, "abort"))
+
+
+def test_wait_dispatched_means_readable_with_write_buffers(tmp_path):
+    # With the write-buffer pool a put sits in the buffer until committed; wait_dispatched must not return before
+    # every put so far can be read (the commit service alone runs every 10 s here).
+    config = cfg(transient_store_pool_enable=True, transient_store_pool_size=2, commit_interval_commit_log=10_000,
+                 commit_commit_log_thorough_interval=10_000)
+    with MessageStore.open(str(tmp_path / "s"), config) as s:
+        for round_ in range(3):
+            results = [s.put(Message("T", b"r%d-%d" % (round_, i), 0, keys=[f"k{round_}-{i}"])) for i in range(50)]
+            assert s.wait_dispatched(5)
+            assert s.max_offset("T", 0) == results[-1].queue_offset + 1
+            assert bytes(s.query_message("T", f"k{round_}-49")[0].body) == b"r%d-49" % round_
