@@ -1840,3 +1840,76 @@ def pickup_store_timestamp(list files, int64_t file_size, int64_t offset, int32_
     if not files:
         return -1
     return _store_time_at(files, (<MappedFile>files[0]).file_from_offset, file_size, offset, size)
+
+
+cdef bint _has_key(const unsigned char *props, int32_t props_len, const char *key, Py_ssize_t key_n) noexcept:
+    # The record's UNIQ_KEY is ``key``, or ``key`` is one of its space-separated KEYS (MessageExt.getKeys).
+    cdef int32_t vpos = 0, vlen = 0, i, start
+    if find_property(props, props_len, "UNIQ_KEY", 8, &vpos, &vlen) and vlen == key_n \
+            and memcmp(props + vpos, key, <size_t>key_n) == 0:
+        return True
+    if not find_property(props, props_len, "KEYS", 4, &vpos, &vlen):
+        return False
+    start = 0
+    for i in range(vlen + 1):
+        if i == vlen or props[vpos + i] == 32:
+            if i - start == key_n and memcmp(props + vpos + start, key, <size_t>key_n) == 0:
+                return True
+            start = i + 1
+    return False
+
+
+def query_records(list files, int64_t file_size, list offsets, str topic not None, str key not None, int max_num,
+                  set seen=None):
+    """The messages an index query found: for each commitlog offset (newest first), the record there when it is a
+    whole record of ``topic`` with ``key`` among its KEYS or as its UNIQ_KEY (hash collisions and entries of
+    records since removed are dropped), each offset once (``seen`` collects them across calls), at most
+    ``max_num``. Returns (messages, store time of the first offset's record or -1). Zero-copy MessageExts over
+    the mapped files, no properties parsed into Python objects."""
+    cdef Py_ssize_t tn, kn, nfiles = len(files), i, findex
+    cdef const char *tu = PyUnicode_AsUTF8AndSize(topic, &tn)
+    cdef const char *ku = PyUnicode_AsUTF8AndSize(key, &kn)
+    cdef int64_t offset, first_from, pos, first_ts = -1, readable
+    cdef MappedFile mf
+    cdef RecordView rv
+    cdef const unsigned char *p
+    cdef list out = []
+    cdef bint ok
+    if seen is None:
+        seen = set()
+    if nfiles == 0:
+        return out, first_ts
+    first_from = (<MappedFile>files[0]).file_from_offset
+    for i in range(len(offsets)):
+        if len(out) >= max_num:
+            break
+        offset = offsets[i]
+        if offset < first_from:
+            continue
+        findex = (offset - first_from) // file_size
+        if findex >= nfiles:
+            continue
+        mf = <MappedFile>files[findex]
+        if not mf.hold():               # closed or being deleted: the record is gone
+            continue
+        try:
+            readable = mf.read_position_c()
+            pos = offset - mf.file_from_offset
+            if pos < 0 or pos >= readable:
+                continue
+            p = mf.base + pos
+            if parse_record(p, readable - pos, &rv, False) != RECORD_OK:
+                continue
+            if i == 0:
+                first_ts = rv.store_timestamp
+            if offset in seen:
+                continue
+            if rv.topic_len != tn or memcmp(p + rv.topic_pos, tu, <size_t>tn) != 0:
+                continue
+            if not _has_key(p + rv.props_pos, rv.props_len, ku, kn):
+                continue
+            seen.add(offset)
+            out.append(_make_ext(mf, pos, p, &rv))      # the MessageExt holds the file through its buffer
+        finally:
+            mf.release()
+    return out, first_ts

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ._index_file import IndexFile, index_key_hash
+from ._index_file import IndexFile, index_key_hash, query_files
 from .errors import StoreLayoutError
 
 log = logging.getLogger(__name__)
@@ -343,25 +343,13 @@ class IndexService:
         """IndexService.queryOffset: (phy_offsets, index_last_update_timestamp, index_last_update_phy_offset).
         Newest file first; maxNum is capped at maxMsgsNumBatch; stops at a file that began before ``begin`` or when
         maxNum offsets are found."""
-        phy_offsets: list[int] = []
-        last_ts = 0
-        last_phy = 0
         max_num = min(max_num, self.max_msgs_num_batch)
-        key_hash = index_key_hash(build_key(topic, key))
         with self.lock:
             files = self.index_file_list
-            for i in range(len(files), 0, -1):
-                f = files[i - 1]
-                if i == len(files):
-                    last_ts = f.end_timestamp
-                    last_phy = f.end_phy_offset
-                if f.is_time_matched(begin, end):
-                    phy_offsets.extend(f.select_phy_offsets_by_hash(key_hash, max_num - len(phy_offsets), begin, end))
-                if f.begin_timestamp < begin:
-                    break
-                if len(phy_offsets) >= max_num:
-                    break
-        return phy_offsets, last_ts, last_phy
+            if not files:
+                return [], 0, 0
+            return (query_files(files, topic, key, max_num, begin, end), files[-1].end_timestamp,
+                    files[-1].end_phy_offset)
 
     # -- clean -------------------------------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code,
-                     pickup_store_timestamp, select_messages)
+                     pickup_store_timestamp, query_records, select_messages)
 from ._dispatch import queue_runs
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
@@ -626,26 +626,22 @@ class MessageStore:
             end = current_millis() + 1000
         if max_num <= 0:
             return []
-        out = []
-        seen = set()
+        out: list = []
+        seen: set = set()
+        files = self.commit_log.mapped_file_queue._files      # read only: a list taken whole under the GIL
+        file_size = self.config.mapped_file_size_commit_log
         last_query_time = end
+        # DefaultMessageStore.queryMessage: up to three rounds, each ending the window at the store time of the
+        # newest hit of the round before (older hits past maxMsgsNumBatch are reached that way).
         for _ in range(3):
             offsets, _, _ = self.index_service.query_offset(topic, key, max_num, begin, last_query_time)
             if not offsets:
                 break
-            for i, off in enumerate(offsets):
-                m = self.commit_log.look_message(off)
-                if m is None:
-                    continue
-                if i == 0:
-                    last_query_time = m.store_timestamp
-                if off in seen or m.topic != topic or (key not in m.keys and m.uniq_key != key):
-                    continue
-                seen.add(off)
-                out.append(m)
-                if len(out) >= max_num:
-                    return out
-            if out or last_query_time < begin:
+            found, first_ts = query_records(files, file_size, offsets, topic, key, max_num - len(out), seen)
+            out += found
+            if first_ts >= 0:
+                last_query_time = first_ts
+            if out or len(out) >= max_num or last_query_time < begin:
                 break
         return out
 

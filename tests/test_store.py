@@ -369,3 +369,25 @@ def test_wait_dispatched_means_readable_with_write_buffers(tmp_path):
             assert s.wait_dispatched(5)
             assert s.max_offset("T", 0) == results[-1].queue_offset + 1
             assert bytes(s.query_message("T", f"k{round_}-49")[0].body) == b"r%d-49" % round_
+
+
+def test_query_message_matches_the_key_itself(tmp_path):
+    # "T#Aa" and "T#BB" have the same Java hash: the index finds both, the query returns only the asked key's
+    # message; a key that is a prefix of another ("k1" / "k12") or the same key under another topic does not match.
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as s:
+        a = s.put(Message("T", b"aa", 0, keys=["Aa", "k12"]))
+        b = s.put(Message("T", b"bb", 0, keys=["x", "BB"]))
+        s.put(Message("U", b"other topic", 0, keys=["Aa"]))
+        u = s.put(Message("T", b"by uniq", 1))
+        s.wait_dispatched()
+        assert [bytes(m.body) for m in s.query_message("T", "Aa")] == [b"aa"]
+        assert [bytes(m.body) for m in s.query_message("T", "BB")] == [b"bb"]
+        assert s.query_message("T", "k1") == [] and s.query_message("T", "k12")[0].commitlog_offset == a.commitlog_offset
+        assert [bytes(m.body) for m in s.query_message("T", u.uniq_key)] == [b"by uniq"]
+        assert [m.commitlog_offset for m in s.query_message("T", b.uniq_key)] == [b.commitlog_offset]
+        assert len(s.query_message("U", "Aa")) == 1
+        for i in range(40):
+            s.put(Message("T", b"%d" % i, 2, keys=["many"]))
+        s.wait_dispatched()
+        got = s.query_message("T", "many", max_num=10)
+        assert [bytes(m.body) for m in got] == [b"%d" % i for i in range(39, 29, -1)]     # newest first
