@@ -377,6 +377,8 @@ class MessageStore:
             self._check_running()
         result = self._writer.put(msg)
         self._put_count += 1
+        if self.reput.sleeping:
+            self.reput.wakeup()
         if self._sync_flush and result.status is PutStatus.PUT_OK:
             end = result.commitlog_offset + result.wrote_bytes
             if msg.properties.get("WAIT") != "false":
@@ -391,6 +393,8 @@ class MessageStore:
             self._check_running()
         results = self._writer.put_batch(messages)
         self._put_count += len(results)
+        if self.reput.sleeping:
+            self.reput.wakeup()
         if self._sync_flush and results and results[-1].status is PutStatus.PUT_OK:
             if all(m.properties.get("WAIT") == "false" for m in messages):
                 self.group_commit.core.request(results[-1].commitlog_offset + results[-1].wrote_bytes)
@@ -413,6 +417,8 @@ class MessageStore:
         result = self.commit_log.put_arrow(data, self.put_batch)
         n = result.num_rows
         self._put_count += n
+        if self.reput.sleeping:
+            self.reput.wakeup()
         if self._sync_flush and n:
             import pyarrow.compute as pc
             ends = pc.add(result.column("commitlog_offset"), result.column("wrote_bytes").cast("int64"))
