@@ -1535,6 +1535,9 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
     cdef MessageExt m
     cdef const unsigned char *p
     cdef bint filtering = tag_codes is not None
+    cdef object topic_obj = None
+    cdef const unsigned char *prev_topic = NULL
+    cdef int32_t prev_topic_len = -1
     if nfiles == 0 or nunits == 0:
         return out, 0, status, 0, 0
     first_from = (<MappedFile>files[0]).file_from_offset
@@ -1585,7 +1588,17 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
                 status = SELECT_MESSAGE_WAS_REMOVING
             i += 1
             continue
-        m = _make_ext(views[findex], <Py_ssize_t>pos, p, &rv)
+        # One str for a run of records of the same topic (a queue's records all have one): no decode per message.
+        if topic_obj is None or rv.topic_len != prev_topic_len or memcmp(p + rv.topic_pos, prev_topic,
+                                                                          <size_t>rv.topic_len) != 0:
+            topic_obj = PyUnicode_DecodeUTF8(<const char *>p + rv.topic_pos, rv.topic_len, "replace")
+            prev_topic = p + rv.topic_pos
+            prev_topic_len = rv.topic_len
+        m = MessageExt.__new__(MessageExt)
+        m._src = views[findex]
+        m._pos = <Py_ssize_t>pos
+        m.rv = rv
+        m.topic = topic_obj
         if exact_tags is not None and m.tags not in exact_tags:
             i += 1
             continue

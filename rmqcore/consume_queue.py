@@ -177,6 +177,20 @@ class ConsumeQueue:
             return None
         return np.frombuffer(view, dtype=CQ_DTYPE)
 
+    def get_unit_bytes(self, start_index: int):
+        """get_units as raw bytes (a zero-copy memoryview of whole units), for the Cython pull loop; None likewise."""
+        offset = start_index * CQ_STORE_UNIT_SIZE
+        if offset < self.min_logic_offset:
+            return None
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        readable = mf.read_position - pos
+        if readable <= 0:
+            return None
+        return mf.select(pos, readable - readable % CQ_STORE_UNIT_SIZE)
+
     def get_unit(self, index: int):
         units = self.get_units(index, 1)
         if units is None or len(units) == 0:

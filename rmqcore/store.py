@@ -578,14 +578,14 @@ class MessageStore:
         if offset > max_offset:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, min_offset if min_offset == 0 else max_offset,
                              min_offset, max_offset)
-        units = cq.get_units(offset)
+        units = cq.get_unit_bytes(offset)
         if units is None:
             nxt = (offset * 20 // cq.mapped_file_size + 1) * cq.mapped_file_size // 20
             return GetResult(GetStatus.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
         cfg = self.config
         codes, exact = tag_filter if tag_filter is not None else (None, None)
         messages, consumed, code, total, _max_phy = select_messages(
-            units.view(np.uint8), self.commit_log.mapped_file_queue.mapped_files,
+            units, self.commit_log.mapped_file_queue._files,      # the list is read only, taken whole
             cfg.mapped_file_size_commit_log, max_count, cfg.max_transfer_bytes_on_message_in_memory,
             cfg.max_transfer_count_on_message_in_memory, codes, exact)
         del units
