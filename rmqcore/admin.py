@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._codec import MessageExt, decode_message, decode_offset_msg_id, record_error
+from ._codec import (RESULT_END, MessageExt, decode_message, decode_offset_msg_id, record_error,
+                     scan_records)
 from ._segment import SEGMENT_END, verify_segment
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
@@ -28,6 +29,8 @@ from .index_service import IndexService
 # Big-endian magic codes at record offset 4: v1 (4.x), v2 (5.x, 2-byte topic length). Used to find the next record
 # after a damaged one.
 _MAGICS = ((-626843481) & 0xFFFFFFFF).to_bytes(4, "big"), ((-626843477) & 0xFFFFFFFF).to_bytes(4, "big")
+
+_BLANK = ((-875286124) & 0xFFFFFFFF).to_bytes(4, "big")
 
 Progress = Callable[[int], None]
 
@@ -101,9 +104,8 @@ class StoreReader:
         self.checkpoint: StoreCheckpoint | None = None
         try:
             if os.path.isdir(self._p("commitlog")):
-                self.commit_log.load()
-            # The data end, found as recovery finds it (structure only; a read-only queue truncates nothing).
-            self.commit_log.recover(check_crc=False)
+                self.commit_log.load()      # every file mapped whole: a walk can pass a damaged record
+            self._data_end = self._find_data_end()
             self._load_consume_queues()
             if os.path.isdir(self._p("index")):
                 self.index_service = IndexService(self._p("index"), self.config.max_hash_slot_num,
@@ -161,8 +163,20 @@ class StoreReader:
 
     @property
     def max_offset(self) -> int:
-        """The end of data (what recovery would keep)."""
-        return self.commit_log.max_offset
+        """The end of data: where a structure-only walk of the newest file holding data stops (what normal
+        recovery keeps when the tail is sound)."""
+        return self._data_end
+
+    def _find_data_end(self) -> int:
+        for mf in reversed(self.commit_log.mapped_file_queue.mapped_files):
+            view = mf.view()
+            try:
+                pos, _count, code = scan_records(view, 0, -1, False)
+            finally:
+                view.release()
+            if pos or code != RESULT_END:
+                return mf.file_from_offset + pos
+        return self.commit_log.min_offset
 
     def dispatched_offset(self) -> int:
         """The end of the last record any consume queue points at: how far dispatch got (-1: none)."""
@@ -186,8 +200,9 @@ class StoreReader:
             last = self.checkpoint.physic_msg_timestamp
         for mf in reversed(files):     # the newest record: walk the last file holding data
             ts = None
-            for m in self.commit_log.iterate(mf.file_from_offset):
-                ts = m.store_timestamp
+            for m in self.walk(mf.file_from_offset, check_crc=False):
+                if isinstance(m, MessageExt):
+                    ts = m.store_timestamp
             if ts is not None:
                 last = ts
                 break
@@ -263,8 +278,15 @@ class StoreReader:
                 continue
             start = cq.get_offset_in_queue_by_time(begin, files, self.config.mapped_file_size_commit_log,
                                                    self.commit_log.min_offset)
-            # The lookup answers the nearest offset; step back over equal times it may have skipped.
-            qo = max(cq.min_offset_in_queue, start - 1)
+            # The lookup answers an offset near ``begin``; step back to the first message stored at or after it
+            # (many messages share a millisecond).
+            qo = max(cq.min_offset_in_queue, min(start, cq.max_offset_in_queue - 1))
+            while qo > cq.min_offset_in_queue:
+                unit = cq.get_unit(qo - 1)
+                prev = self.look_message(unit[0]) if unit is not None else None
+                if prev is None or prev.store_timestamp < begin:
+                    break
+                qo -= 1
             taken = 0
             while qo < cq.max_offset_in_queue and taken < max_num:
                 unit = cq.get_unit(qo)
@@ -341,14 +363,14 @@ class StoreReader:
             try:
                 pos = max(0, offset - mf.file_from_offset)
                 while pos + 4 <= mf.file_size:
+                    head = bytes(view[pos:pos + 8])
+                    if len(head) == 8 and head[4:] == _BLANK:
+                        break                        # end-of-file blank: the next file goes on
+                    if head[:4] == b"\0\0\0\0" and not np.frombuffer(view, dtype=np.uint8)[pos:].any():
+                        break                        # end of data: zeros to the end of the file
                     try:
                         m = decode_message(view, pos, check_crc, mf.file_from_offset)
                     except CorruptRecordError as e:
-                        if e.field == "magicCode" and "blank" in str(e):
-                            break                    # end-of-file blank: the next file goes on
-                        if e.field == "totalSize" and "end of data" in str(e):
-                            if not np.frombuffer(view, dtype=np.uint8)[pos:].any():
-                                break                # zeros to the end of the file: nothing more here
                         yield BadRecord(mf.file_from_offset + pos, e.field, str(e), mf.file_name)
                         nxt = self._resync(view, pos + 1, mf.file_from_offset, check_crc)
                         if nxt < 0:
@@ -397,13 +419,21 @@ class StoreReader:
         """Every commitlog file walked in C (structure and CRCs: the walk goes on after a CRC failure, stops at a
         structural one), with RocketMQ's end-of-file rules checked."""
         files = self.commit_log.mapped_file_queue.mapped_files
-        out = []
-        for i, mf in enumerate(files):
+        results = []
+        for mf in files:
             view = mf.view()
             try:
-                r = verify_segment(view, mf.file_from_offset, -1, check_crc)
+                results.append(verify_segment(view, mf.file_from_offset, -1, check_crc))
             finally:
                 view.release()
+            if progress is not None:
+                progress(mf.file_size)
+        # The files after the last one holding data are preallocated (empty) ones: the end-of-file rule applies
+        # to the files before it.
+        last_with_data = max((i for i, r in enumerate(results) if r["bytes"] or r["code"] != SEGMENT_END),
+                             default=-1)
+        out = []
+        for i, (mf, r) in enumerate(zip(files, results)):
             rep = SegmentReport(mf.file_name, mf.file_from_offset, r["records"], r["bytes"], r["first_timestamp"],
                                 r["last_timestamp"])
             for off, code in r["bad"]:
@@ -416,13 +446,11 @@ class StoreReader:
             if r["stray"] >= 0:
                 rep.bad.append(BadRecord(r["stray"], "totalSize", "non-zero bytes after the end of data: records "
                                          "the walk cannot reach", mf.file_name))
-            if r["code"] == SEGMENT_END and i < len(files) - 1:
+            if r["code"] == SEGMENT_END and i < last_with_data:
                 rep.bad.append(BadRecord(mf.file_from_offset + r["bytes"], "totalSize",
                                          "data ends before the file does, without the end-of-file blank record",
                                          mf.file_name))
             out.append(rep)
-            if progress is not None:
-                progress(mf.file_size)
         return out
 
     def verify_parts(self) -> dict:

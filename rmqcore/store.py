@@ -89,6 +89,7 @@ class MessageStore:
         self.create = create
         # {field: (configured, on disk)} for every file size the existing store fixes differently (see open).
         self.geometry_adopted: dict[str, tuple[int, int]] = {}
+        self.transient_store_pool: TransientStorePool | None = None   # set by _load_and_recover when enabled
         self.delay_level_ms = parse_delay_levels(self.config.message_delay_level)
         self._lock_fd: int | None = None
         self._running = False
