@@ -3,6 +3,8 @@
 Import direction is one way: store → services → commit_log / consume_queue / index_service → mapped_file_queue →
 _mapped_file / _codec / _crc.
 """
+from typing import TYPE_CHECKING
+
 from ._codec import Message, MessageExt, PutResult
 from .config import StoreConfig
 from .errors import (CorruptRecordError, MessageIllegalError, RmqStoreError, StoreClosedError, StoreLayoutError,
@@ -19,13 +21,20 @@ __all__ = [
     "StoreLockedError",
 ]
 
+if TYPE_CHECKING:
+    # What type checkers and IDEs see: the real classes. At run time the two are imported on first use (below),
+    # because the store pulls in numpy and asyncio, which would double ``import rmqcore``'s time for the codec.
+    from .commit_log import CommitLog as CommitLog
+    from .store import MessageStore as MessageStore
+else:
+    def __getattr__(name: str) -> type:
+        if name == "MessageStore":
+            from .store import MessageStore
+            return MessageStore
+        if name == "CommitLog":
+            from .commit_log import CommitLog
+            return CommitLog
+        raise AttributeError(f"module 'rmqcore' has no attribute {name!r}")
 
-def __getattr__(name):
-    # The store facade pulls in every service; load it on first use so the codec alone stays light to import.
-    if name == "MessageStore":
-        from .store import MessageStore
-        return MessageStore
-    if name == "CommitLog":
-        from .commit_log import CommitLog
-        return CommitLog
-    raise AttributeError(f"module 'rmqcore' has no attribute {name!r}")
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | {"MessageStore", "CommitLog"})

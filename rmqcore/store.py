@@ -16,6 +16,7 @@ import re
 import threading
 import time
 from concurrent.futures import Future
+from typing import Any
 
 import numpy as np
 
@@ -170,6 +171,7 @@ class MessageStore:
         self._lock_fd = fd
 
     def start(self) -> None:
+        """Take the lock, load and recover, start the services (``open`` calls it; idempotent)."""
         if self._running:
             return
         self._take_lock()
@@ -483,6 +485,7 @@ class MessageStore:
     # -- dispatch (called by the ReputMessageService) -----------------------------------------------------------
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+        """The ConsumeQueue of (topic, queue_id), made on first use unless ``create`` is False (then None)."""
         queues = self._consume_queues.get(topic)
         if queues is not None:
             cq = queues.get(queue_id)
@@ -587,10 +590,12 @@ class MessageStore:
         return GetResult(status, offset + consumed, min_offset, max_offset, messages, total)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's max logical offset: one past its last message (0 for an unknown queue)."""
         cq = self.find_consume_queue(topic, queue_id, create=False)
         return cq.max_offset_in_queue if cq is not None else 0
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first logical offset still readable (-1 for an unknown queue)."""
         cq = self.find_consume_queue(topic, queue_id, create=False)
         return cq.min_offset_in_queue if cq is not None else -1
 
@@ -660,10 +665,13 @@ class MessageStore:
         return True
 
     def topics(self) -> dict[str, list[int]]:
+        """Every topic with a consume queue, with its queue ids."""
         with self._cq_lock:
             return {t: sorted(q) for t, q in self._consume_queues.items()}
 
-    def runtime_info(self) -> dict:
+    def runtime_info(self) -> dict[str, Any]:
+        """Figures of the open store: offsets, files, dispatch and flush state, what recovery found (``recovery``)
+        and the file sizes taken from the store instead of the config (``geometry_adopted``)."""
         cl = self.commit_log
         mfq = cl.mapped_file_queue
         return {
