@@ -18,8 +18,20 @@ __all__ = [
     "MessageStore", "CommitLog", "Message", "MessageExt", "PutResult", "GetResult", "PutStatus", "GetStatus",
     "StoreConfig",
     "RmqStoreError", "MessageIllegalError", "CorruptRecordError", "StoreLayoutError", "StoreClosedError",
-    "StoreLockedError",
+    "StoreLockedError", "get_include",
 ]
+
+
+
+def get_include() -> str:
+    """The directory of the C headers rmqcore's .pxd files extern: add it to ``include_dirs`` to cimport
+    rmqcore's modules from your own Cython code (an installed package ships them in rmqcore/include/, a
+    source checkout keeps them in include/)."""
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    shipped = os.path.join(here, "include")
+    return shipped if os.path.isdir(shipped) else os.path.join(os.path.dirname(here), "include")
+
 
 if TYPE_CHECKING:
     # What type checkers and IDEs see: the real classes. At run time the two are imported on first use (below),
