@@ -40,3 +40,17 @@ cdef extern from "rmq_atomic.h" nogil:
 cdef extern from "rmq_bytes.h" nogil:
     int32_t rmq_find_byte(const unsigned char *p, int32_t start, int32_t end, unsigned char c) noexcept
     void rmq_copy_size_last(unsigned char *dst, const unsigned char *src, size_t n) noexcept
+
+
+cdef extern from "rmq_runway.h" nogil:
+    ctypedef struct rmq_event:
+        int poked
+        int stopped
+    int rmq_runway_extend(int fd, unsigned char *base, int64_t size, int64_t start, int64_t end,
+                          int populate) noexcept
+    int rmq_runway_discard(int fd, int64_t size, int64_t start) noexcept
+    int rmq_event_init(rmq_event *e) noexcept
+    void rmq_event_destroy(rmq_event *e) noexcept
+    void rmq_event_poke(rmq_event *e) noexcept
+    void rmq_event_stop(rmq_event *e) noexcept
+    int rmq_event_wait(rmq_event *e, int64_t timeout_ns) noexcept     # 1 poked, 0 timed out, -1 stopped

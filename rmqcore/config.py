@@ -77,11 +77,20 @@ class StoreConfig:
     acknowledged before that copy, so a SIGKILL can lose acknowledged messages not yet committed."""
     transient_store_pool_size: int = 5
     """transientStorePoolSize: write buffers in the pool, each one commitlog file in size."""
-    # Pre-fault new files. RocketMQ defaults warmMapedFileEnable to false because its warm-up writes a zero per
-    # page from Java; ours is one madvise(MADV_POPULATE_WRITE) on the allocate thread, and limits.md shows that
-    # page faults, not copying, bound the append rate, so it is on by default here.
-    warm_mapped_file_enable: bool = True
-    """warmMapedFileEnable: pre-fault each new commitlog file on the allocating thread."""
+    # Pre-fault and allocate a whole new file at once (RocketMQ's warmMapedFileEnable, off by default as there;
+    # under SYNC_FLUSH it also writes the file's zeros to disk, as RocketMQ's warm-up does).
+    warm_mapped_file_enable: bool = False
+    """warmMapedFileEnable: allocate and pre-fault each new file whole when it is made."""
+    # The write runway (rmqcore's own; RocketMQ has none): files are sparse, and only this many bytes ahead of the
+    # write position are allocated on disk and pre-faulted, kept ahead of the writer by the allocate thread, so a
+    # full disk is still an error (never SIGBUS) and appends stay free of page faults, while a store costs what it
+    # holds. 0 allocates each new file whole when it is made. Bytes.
+    mapped_file_runway_commit_log: int = 32 * 1024 * 1024
+    """rmqcore only: bytes of a commitlog file allocated and pre-faulted ahead of the write position."""
+    mapped_file_runway_consume_queue: int = 1024 * 1024
+    """rmqcore only: bytes of a consume-queue file allocated ahead of its write position."""
+    index_file_runway: int = 4 * 1024 * 1024
+    """rmqcore only: bytes of an index file allocated ahead of its use."""
     # Reads
     max_transfer_bytes_on_message_in_memory: int = 1024 * 256
     """maxTransferBytesOnMessageInMemory: bytes of records one get_messages returns at most."""

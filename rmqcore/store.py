@@ -207,7 +207,7 @@ class MessageStore:
         self.commit_log.load()
         self._load_consume_queues()
         self.index_service = IndexService(self._path("index"), cfg.max_hash_slot_num, cfg.max_index_num,
-                                          checkpoint=self.checkpoint)
+                                          checkpoint=self.checkpoint, runway=cfg.index_file_runway)
         self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
         self.recovery = recovery.recover(self, last_exit_ok)
         self._reput_from = self.recovery["reput_from"]
@@ -223,7 +223,8 @@ class MessageStore:
             for qid in sorted(os.listdir(tdir)):
                 if not qid.isdigit():
                     raise StoreLayoutError(f"{os.path.join(tdir, qid)}: queue directories are named by queue id")
-                cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue)
+                cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue,
+                                  runway=self.config.mapped_file_runway_consume_queue)
                 cq.load()
                 self._consume_queues.setdefault(topic, {})[int(qid)] = cq
 
@@ -498,7 +499,8 @@ class MessageStore:
             cq = queues.get(queue_id)
             if cq is None:
                 cq = ConsumeQueue(topic, queue_id, self._path("consumequeue"),
-                                  self.config.mapped_file_size_consume_queue)
+                                  self.config.mapped_file_size_consume_queue,
+                                  runway=self.config.mapped_file_runway_consume_queue)
                 queues[queue_id] = cq
             return cq
 
