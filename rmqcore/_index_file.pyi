@@ -25,7 +25,11 @@ class IndexFile:
     hash_slot_num: int
     index_num: int
     def __init__(self, path: str | os.PathLike[str], hash_slot_num: int = ..., index_num: int = ...,
-                 end_phy_offset: int = 0, end_timestamp: int = 0, *, read_only: bool = False) -> None: ...
+                 end_phy_offset: int = 0, end_timestamp: int = 0, *, read_only: bool = False,
+                 runway: int = 0) -> None: ...
+    @property
+    def alloc_error(self) -> int:
+        """errno of the last failed runway extension (puts stop: ENOSPC), 0 otherwise."""
     @property
     def begin_timestamp(self) -> int: ...
     @property

@@ -5,6 +5,13 @@ from typing import Any
 
 OS_PAGE_SIZE: int
 
+class Runway:
+    """The event between the writer and the allocate thread (AllocateMappedFileService)."""
+    def wait(self, timeout: float) -> int:
+        """1 poked, 0 timed out, -1 stopped."""
+    def poke(self) -> None: ...
+    def stop(self) -> None: ...
+
 def offset_to_file_name(offset: int) -> str:
     """A mapped file's name: its first global offset, zero-padded to 20 digits."""
 def lock_memory(buffer: Buffer) -> bool:
@@ -16,7 +23,14 @@ class MappedFile:
     file_size: int
     file_from_offset: int
     read_only: bool
-    def __init__(self, file_name: str, file_size: int, *, read_only: bool = False, pool: Any = None) -> None: ...
+    def __init__(self, file_name: str, file_size: int, *, read_only: bool = False, pool: Any = None,
+                 runway: int = 0, populate: bool = True) -> None: ...
+    @property
+    def allocated_position(self) -> int:
+        """Bytes from the start known to be allocated on disk (the runway's end)."""
+    def prepare_runway(self) -> bool:
+        """The allocate thread's step; True once the runway reaches the end of the file."""
+    def set_allocator(self, runway: Runway | None) -> None: ...
     @property
     def wrote_position(self) -> int: ...
     @property

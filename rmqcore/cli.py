@@ -371,6 +371,8 @@ def verify_cmd(args: argparse.Namespace) -> int:
                 sys.stderr.write("verify consume queues and index ...\r")
                 sys.stderr.flush()
             parts = r.verify_parts()
+            if not (args.json or args.quiet) and sys.stderr.isatty():
+                sys.stderr.write(" " * 40 + "\r")
             report.update(cq_units=parts["cq_units"], cq_errors=parts["cq_errors"], keys=parts["keys"],
                           index_missing=[list(x) for x in parts["index_missing"]])
             # verify_parts walks the commitlog too; its findings there are the segment walk's (which also knows
