@@ -19,11 +19,16 @@ def index_key_hash(key: str) -> int:
 
 class IndexFile:
     """One index file, mapped; ``select_phy_offsets`` walks a slot's chain."""
-    file_name: str
-    file_size: int
-    read_only: bool
-    hash_slot_num: int
-    index_num: int
+    @property
+    def file_name(self) -> str: ...
+    @property
+    def file_size(self) -> int: ...
+    @property
+    def read_only(self) -> bool: ...
+    @property
+    def hash_slot_num(self) -> int: ...
+    @property
+    def index_num(self) -> int: ...
     def __init__(self, path: str | os.PathLike[str], hash_slot_num: int = ..., index_num: int = ...,
                  end_phy_offset: int = 0, end_timestamp: int = 0, *, read_only: bool = False,
                  runway: int = 0) -> None: ...

@@ -19,10 +19,14 @@ def lock_memory(buffer: Buffer) -> bool:
 
 class MappedFile:
     """fd + mmap of one file; appends and flushes release the GIL; views are zero-copy and keep it mapped."""
-    file_name: str
-    file_size: int
-    file_from_offset: int
-    read_only: bool
+    @property
+    def file_name(self) -> str: ...
+    @property
+    def file_size(self) -> int: ...
+    @property
+    def file_from_offset(self) -> int: ...
+    @property
+    def read_only(self) -> bool: ...
     def __init__(self, file_name: str, file_size: int, *, read_only: bool = False, pool: Any = None,
                  runway: int = 0, populate: bool = True) -> None: ...
     @property

@@ -648,7 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--file-size", type=int, default=64 * 1024 * 1024,
                    help="commitlog file size in bytes (default 64 MiB)")
     d.add_argument("--path", help="store directory (default: a temporary one, deleted afterwards)")
-    d.add_argument("--keep", action="store_true", help="keep the temporary store and print nothing about it")
+    d.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed first)")
     d.set_defaults(func=demo)
     dsub = d.add_subparsers(dest="demo_cmd", metavar="{broker}")
     db = dsub.add_parser("broker", help="run the broker demo (rmqcore.broker) on a store",
