@@ -198,11 +198,12 @@ class StoreReader:
                 break
         if self.checkpoint is not None and self.checkpoint.physic_msg_timestamp:
             last = self.checkpoint.physic_msg_timestamp
-        for mf in reversed(files):     # the newest record: walk the last file holding data
-            ts = None
-            for m in self.walk(mf.file_from_offset, check_crc=False):
-                if isinstance(m, MessageExt):
-                    ts = m.store_timestamp
+        for mf in reversed(files):     # the newest record: walk the last file holding data (in C)
+            view = mf.view()
+            try:
+                ts = verify_segment(view, mf.file_from_offset, -1, False, 1)["last_timestamp"]
+            finally:
+                view.release()
             if ts is not None:
                 last = ts
                 break

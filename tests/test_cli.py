@@ -75,6 +75,9 @@ def test_inspect_reads_geometry_from_the_files_and_lists_every_queue(store, caps
     assert info["state"] == "closed cleanly"
     assert info["commitlog"]["max_offset"] == results[-1].commitlog_offset + results[-1].wrote_bytes
     assert info["dispatch"]["behind_bytes"] == 0
+    from rmqcore.cli import _fmt_ts
+    assert info["commitlog"]["first_store_time"] == _fmt_ts(results[0].store_timestamp)
+    assert info["commitlog"]["last_store_time"] == _fmt_ts(results[-1].store_timestamp)
     counts = {(q["topic"], q["queue_id"]): q["messages"] for q in info["queues"]}
     expected = {}
     for i in range(N):
