@@ -12,7 +12,11 @@ import pytest
 from rmqcore import Message, MessageStore, StoreConfig
 from rmqcore.cli import main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import rmqcore
+
+# The directory holding the rmqcore that is imported here (a source tree or site-packages): the subprocesses
+# import the same one.
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
 TOPICS = ("orders", "payments")
 N = 120          # messages per store: over several 64 KiB commitlog files and 50-unit consume-queue files
 
@@ -322,7 +326,7 @@ def test_demo_broker_without_the_broker_module(capsys, monkeypatch):
 
 
 def _python_m(*argv, check=True):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "rmqcore", *map(str, argv)], capture_output=True, text=True,
                           env=env, timeout=120, check=check)
 

@@ -90,3 +90,27 @@ def test_sdist_holds_what_its_tests_need(tmp_path):
     needed |= {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "rmqcore", "*.pxd"))}
     assert sorted(needed - sources) == []
     assert not [s for s in sources if s.endswith((".so", ".c")) and s.startswith("rmqcore/")]
+
+
+def test_a_second_build_reuses_the_modules_compiled_in_place(tmp_path):
+    """README's second command (pip install -e '.[test,spark]') must not compile again: setup.py's build_ext takes
+    the modules the first install left in the source tree when they are newer than everything they come from."""
+    if not IN_SOURCE_TREE:
+        pytest.skip("needs the source tree")
+    pytest.importorskip("Cython")
+    import sysconfig
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    inputs = glob.glob(os.path.join(ROOT, "include", "*.h")) + glob.glob(os.path.join(ROOT, "rmqcore", "*.pxd"))
+    inputs.append(os.path.join(ROOT, "setup.py"))
+    for m in ("_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment"):
+        so = os.path.join(ROOT, "rmqcore", m + suffix)
+        newest = max(os.path.getmtime(p) for p in inputs + [os.path.join(ROOT, "rmqcore", m + ".pyx")])
+        if not os.path.exists(so) or os.path.getmtime(so) <= newest:
+            pytest.skip(f"{m}{suffix} is older than its sources here: rebuild it first")
+    r = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
+                        "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("reusing rmqcore/") == 7, r.stdout
+    assert "gcc" not in r.stdout and "cc " not in r.stdout
+    assert len(glob.glob(str(tmp_path / "lib" / "rmqcore" / f"*{suffix}"))) == 7
