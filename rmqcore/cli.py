@@ -307,6 +307,8 @@ def inspect_cmd(args: argparse.Namespace) -> int:
             "geometry": {"mapped_file_size_commit_log": cfg.mapped_file_size_commit_log,
                          "mapped_file_size_consume_queue": cfg.mapped_file_size_consume_queue,
                          "max_hash_slot_num": cfg.max_hash_slot_num, "max_index_num": cfg.max_index_num},
+            "geometry_source": ("read from the files" if r.geometry.mapped_file_size_commit_log is not None
+                                else "defaults: the store has no commitlog file yet"),
             "directories": dirs,
             "commitlog": {"files": len(r.commit_log.mapped_file_queue), "min_offset": r.min_offset,
                           "max_offset": r.max_offset, "first_store_time": _fmt_ts(first_ts),
@@ -327,14 +329,15 @@ def inspect_cmd(args: argparse.Namespace) -> int:
     g = info["geometry"]
     print(f"geometry   commitlog files {_fmt_bytes(g['mapped_file_size_commit_log'])}, consume-queue files "
           f"{g['mapped_file_size_consume_queue'] // 20:,} units, index {g['max_hash_slot_num']:,} slots x "
-          f"{g['max_index_num']:,} items (read from the files)", file=out)
+          f"{g['max_index_num']:,} items ({info['geometry_source']})", file=out)
     for d, s in dirs.items():
         print(f"{d + '/':<11}{' ' if len(d) >= 10 else ''}{s['files']:,} file(s), {_fmt_bytes(s['bytes'])}", file=out)
     c = info["commitlog"]
     print(f"commitlog  offsets [{c['min_offset']:,}, {c['max_offset']:,}) in {c['files']} file(s); stored "
           f"{c['first_store_time']} .. {c['last_store_time']}", file=out)
     d = info["dispatch"]
-    print(f"dispatch   consume queues reach {d['dispatched_offset']:,}; {d['behind_bytes']:,} bytes not dispatched"
+    reach = f"consume queues reach {d['dispatched_offset']:,}" if d["dispatched_offset"] >= 0 else "no consume queue"
+    print(f"dispatch   {reach}; {d['behind_bytes']:,} bytes not dispatched"
           + (" (built at the next open)" if d["behind_bytes"] else ""), file=out)
     if info["checkpoint"]:
         cp = info["checkpoint"]
