@@ -190,8 +190,9 @@ def demo(args: argparse.Namespace) -> int:
                 store.put(Message(topics[0], body, 0))
             t_put1 = time.perf_counter() - t0
             print(f"  put          {_fmt_rate(single, t_put1):>13}  ({single:,} messages, one call each, to "
-                  f"{topics[0]}/0; put_batch runs first, on files not yet faulted in, and both share this "
-                  "machine's cores: compare rates from a quiet run)")
+                  f"{topics[0]}/0)")
+            print("               (one run each: put_batch goes first and pays for allocating the new files, and "
+                  "both share the machine with whatever else runs; `python -m bench` compares them properly)")
 
             t0 = time.perf_counter()
             ok = store.wait_dispatched(60)
