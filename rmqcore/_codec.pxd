@@ -133,4 +133,8 @@ cdef class PutResult:
 cdef class AppendMessageCallback:
     cdef dict _table            # topic → {queue_id → next queue offset}: no tuple per put
     cdef bytes store_host_bytes
+    cdef int write_blank(self, MappedFile mf) except -1
+    cdef PutResult assign(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp,
+                          int64_t wrote)
+    cdef unassign(self, EncodeBuffer eb, Py_ssize_t i)
     cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp)

@@ -1032,13 +1032,27 @@ cdef class AppendMessageCallback:
             inner.setdefault(t, {})[q] = o
         self._table = inner
 
-    cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp):
-        # Returns None when the file cannot take the record: a blank record then fills the rest of the file
-        # (END_OF_FILE) and the caller retries on the next file.
-        cdef EncodedRecord *rec = &eb.rec[i]
-        cdef int32_t n = rec.length
+    cdef int write_blank(self, MappedFile mf) except -1:
+        # The record does not fit: a blank record fills the rest of the file (END_OF_FILE), the caller goes on in
+        # the next file.
         cdef int64_t wrote = rmq_atomic_load_i64(&mf._wrote)
         cdef int64_t max_blank = mf.file_size - wrote
+        cdef unsigned char blank[8]
+        cdef int err
+        if max_blank >= END_FILE_MIN_BLANK_LENGTH:
+            rmq_store_be32(blank, <uint32_t>max_blank)
+            rmq_store_be32(blank + 4, <uint32_t>BLANK_MAGIC_CODE)
+            err = mf.write_c(wrote, blank, 8, True)
+            if err != 0:
+                raise OSError(err, f"end-of-file blank: {os.strerror(err)}", mf.file_name)
+        mf.advance(max_blank, 0)
+        return 0
+
+    cdef PutResult assign(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp,
+                          int64_t wrote):
+        # Record i goes to ``wrote`` in ``mf``: take its queue offset from the table and set the per-put fields in
+        # the encoded bytes (queue offset, physical offset, store time); the caller writes it. Returns its result.
+        cdef EncodedRecord *rec = &eb.rec[i]
         cdef int64_t queue_offset
         cdef unsigned char *src
         cdef PyObject *cur
@@ -1046,17 +1060,6 @@ cdef class AppendMessageCallback:
         cdef object topic = eb.topics[i]
         cdef object queues
         cdef bint consumable = rec.tran_type != TRANSACTION_PREPARED_TYPE and rec.tran_type != TRANSACTION_ROLLBACK_TYPE
-        cdef unsigned char blank[8]
-        cdef int err
-        if n + END_FILE_MIN_BLANK_LENGTH > max_blank:
-            if max_blank >= END_FILE_MIN_BLANK_LENGTH:
-                rmq_store_be32(blank, <uint32_t>max_blank)
-                rmq_store_be32(blank + 4, <uint32_t>BLANK_MAGIC_CODE)
-                err = mf.write_c(wrote, blank, 8, True)
-                if err != 0:
-                    raise OSError(err, f"end-of-file blank: {os.strerror(err)}", mf.file_name)
-            mf.advance(max_blank, 0)
-            return None
         cur = PyDict_GetItem(self._table, topic)
         if cur == NULL:
             queues = {}
@@ -1066,25 +1069,46 @@ cdef class AppendMessageCallback:
         qid = rec.queue_id
         cur = PyDict_GetItem(queues, qid)
         queue_offset = 0 if cur == NULL else <int64_t>(<object>cur)
-        # The per-put fields are set in the encoded record, then the whole record goes to the file in one write.
         src = eb.data + rec.pos
         rmq_store_be64(src + QUEUE_OFFSET_POSITION, <uint64_t>(queue_offset if consumable else 0))
         rmq_store_be64(src + PHY_POS_POSITION, <uint64_t>(mf.file_from_offset + wrote))
         rmq_store_be64(src + rec.store_ts_pos, <uint64_t>store_timestamp)
-        err = mf.write_c(wrote, src, n, True)
-        if err != 0:
-            raise OSError(err, f"append: {os.strerror(err)}", mf.file_name)
-        mf.advance(n, store_timestamp)
         if consumable:
             PyDict_SetItem(queues, qid, queue_offset + 1)
         r = PutResult.__new__(PutResult)
         r.status = PUT_OK
         r.commitlog_offset = mf.file_from_offset + wrote
         r.queue_offset = queue_offset if consumable else 0
-        r.wrote_bytes = n
+        r.wrote_bytes = rec.length
         r.store_timestamp = store_timestamp
         r.uniq_key = eb.uniq_keys[i]
         r._store_host = self.store_host_bytes
+        return r
+
+    cdef unassign(self, EncodeBuffer eb, Py_ssize_t i):
+        # Give back the queue offset assign() took for record i (its write failed); newest first.
+        cdef EncodedRecord *rec = &eb.rec[i]
+        if rec.tran_type != TRANSACTION_PREPARED_TYPE and rec.tran_type != TRANSACTION_ROLLBACK_TYPE:
+            queues = self._table[eb.topics[i]]
+            queues[rec.queue_id] = queues[rec.queue_id] - 1
+
+    cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp):
+        # Returns None when the file cannot take the record: a blank record then fills the rest of the file
+        # (END_OF_FILE) and the caller retries on the next file.
+        cdef EncodedRecord *rec = &eb.rec[i]
+        cdef int32_t n = rec.length
+        cdef int64_t wrote = rmq_atomic_load_i64(&mf._wrote)
+        cdef PutResult r
+        cdef int err
+        if n + END_FILE_MIN_BLANK_LENGTH > mf.file_size - wrote:
+            self.write_blank(mf)
+            return None
+        r = self.assign(mf, eb, i, store_timestamp, wrote)
+        err = mf.write_c(wrote, eb.data + rec.pos, n, True)
+        if err != 0:
+            self.unassign(eb, i)
+            raise OSError(err, f"append: {os.strerror(err)}", mf.file_name)
+        mf.advance(n, store_timestamp)
         return r
 
     def append(self, MappedFile mf not None, EncodeBuffer eb not None, Py_ssize_t i=0, int64_t store_timestamp=0):
@@ -1330,10 +1354,11 @@ cdef class CommitLogWriter:
     cpdef list put_batch(self, messages):
         cdef EncodeBuffer b = self._take()
         cdef MappedFile mf
-        cdef PutResult r
-        cdef int64_t ts
-        cdef Py_ssize_t i = 0
+        cdef int64_t ts, wrote, pos, total
+        cdef Py_ssize_t i = 0, j, k
         cdef list out = []
+        cdef const unsigned char *src
+        cdef int err
         for m in messages:
             self.encoder.encode_into(<Message?>m, b)
         self._check(b)
@@ -1346,12 +1371,31 @@ cdef class CommitLogWriter:
                         out.append(self._failed())
                         i += 1
                     break
-                while i < b.count:
-                    r = self.callback.do_append(mf, b, i, ts)
-                    if r is None:
-                        break
-                    out.append(r)
-                    i += 1
+                # The records that fit this file take their offsets with the GIL; then they are copied as one
+                # range (they lie back to back in the buffer) with the GIL released, so the dispatcher and other
+                # producers run meanwhile, and published with one advance. The first size goes last, so a copy
+                # cut by a kill reads as the end of data.
+                wrote = rmq_atomic_load_i64(&mf._wrote)
+                pos = wrote
+                j = i
+                while j < b.count and pos + b.rec[j].length + END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+                    out.append(self.callback.assign(mf, b, j, ts, pos))
+                    pos += b.rec[j].length
+                    j += 1
+                if j > i:
+                    total = pos - wrote
+                    src = b.data + b.rec[i].pos
+                    with nogil:
+                        err = mf.write_c(wrote, src, total, True)
+                    if err != 0:
+                        for k in range(j - 1, i - 1, -1):
+                            self.callback.unassign(b, k)
+                        del out[len(out) - (j - i):]
+                        raise OSError(err, f"append: {os.strerror(err)}", mf.file_name)
+                    mf.advance(total, ts)
+                    i = j
+                if i < b.count:
+                    self.callback.write_blank(mf)
         self._give(b)
         return out
 

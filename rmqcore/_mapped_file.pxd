@@ -2,7 +2,7 @@
 # wrote (appended), committed (copied from a TransientStorePool buffer into the file) and flushed (on disk).
 from libc.stdint cimport int64_t
 
-from rmqcore._c cimport rmq_event
+from rmqcore._c cimport pthread_mutex_t, rmq_event
 
 
 cdef class Runway:
@@ -31,6 +31,11 @@ cdef class MappedFile:
     cdef int64_t _allocated
     cdef int64_t _runway
     cdef bint _populate
+    # SYNC_FLUSH commitlog files: appends go through pwrite (a sync then never takes a write-protect fault per
+    # page, as mapped writes do) into runway blocks written with zeros ahead of time; _extend_mu keeps the zeroing
+    # of a stretch from racing with data written there.
+    cdef bint _sync_writes
+    cdef pthread_mutex_t _extend_mu
     cdef rmq_event *_poke
     cdef object _poke_owner             # keeps the object owning *_poke alive
     cdef bint _closed

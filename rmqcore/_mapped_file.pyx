@@ -16,9 +16,11 @@ from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, mun
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close, ftruncate
 
-from rmqcore._c cimport (rmq_atomic_cas_i64, rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_copy_size_last,
+from rmqcore._c cimport (pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock,
+                         rmq_atomic_cas_i64, rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_copy_size_last,
                          rmq_event, rmq_event_destroy, rmq_event_init, rmq_event_poke, rmq_event_stop,
-                         rmq_event_wait, rmq_runway_discard, rmq_runway_extend)
+                         rmq_event_wait, rmq_pwrite_size_last, rmq_runway_discard, rmq_runway_extend,
+                         rmq_runway_write_zeros)
 
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 
@@ -53,18 +55,21 @@ cdef class MappedFile:
 
     ``runway`` > 0: a new file is sparse and only ``runway`` bytes ahead of the write position are allocated
     (and pre-faulted when ``populate``); appends extend the runway as they reach its end (rmq_runway.h). ``runway``
-    0 allocates a new file whole at once (posix_fallocate), as before.
+    0 allocates a new file whole at once (posix_fallocate), as before. ``sync_writes`` (SYNC_FLUSH commitlogs):
+    appends use pwrite and the runway is written with zeros and synced ahead of the writer, so that each group
+    commit sync writes data only.
     """
 
     def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
-                  bint populate=True):
+                  bint populate=True, bint sync_writes=False):
         self.fd = -1
         self.base = NULL
         self.write_buffer = NULL
         self._poke = NULL
+        pthread_mutex_init(&self._extend_mu, NULL)
 
     def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
-                 bint populate=True):
+                 bint populate=True, bint sync_writes=False):
         cdef struct_stat st
         cdef int flags
         cdef int err
@@ -88,7 +93,8 @@ cdef class MappedFile:
             self._close_fd()
             _raise_os(err, "fstat", file_name)
         self._runway = runway if runway > 0 and not read_only else 0
-        self._populate = populate
+        self._sync_writes = sync_writes and not read_only and pool is None
+        self._populate = populate and not self._sync_writes
         if st.st_size == 0 and not read_only:
             # Allocate blocks now: a sparse file would turn a full disk into SIGBUS on the put path; this way it
             # is an error here, when the file is made (CREATE_MAPPED_FILE_FAILED). With a runway only its first
@@ -145,6 +151,7 @@ cdef class MappedFile:
         if self.fd >= 0:
             c_close(self.fd)
             self.fd = -1
+        pthread_mutex_destroy(&self._extend_mu)
 
     # -- reference counting (RocketMQ's ReferenceResource) ------------------------------------------------------
 
@@ -223,7 +230,9 @@ cdef class MappedFile:
         # Written bytes are allocated; whatever lies past them (a file of another writer, a runway cut short by a
         # crash) is allocated again from there before anything is written to it.
         if self._runway or self._allocated > position:
-            rmq_atomic_store_i64(&self._allocated, position & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1))
+            # (sync_writes zero the runway: they must start exactly past the data, not at its page)
+            rmq_atomic_store_i64(&self._allocated,
+                                 position if self._sync_writes else position & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1))
         rmq_atomic_store_i64(&self._wrote, position)
         rmq_atomic_store_i64(&self._committed, position)
         rmq_atomic_store_i64(&self._flushed, position)
@@ -256,6 +265,19 @@ cdef class MappedFile:
         end = need + (self._runway if self._runway > 0 else 4 * 1024 * 1024)
         if end > self.file_size:
             end = self.file_size
+        if self._sync_writes:
+            # Zeros must never land on data: one extender at a time, and only past what is allocated by then.
+            pthread_mutex_lock(&self._extend_mu)
+            have = rmq_atomic_load_i64(&self._allocated)
+            err = 0
+            if have < need or need <= 0:
+                err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, 0)
+                if err == 0:
+                    err = rmq_runway_write_zeros(self.fd, self.file_size, have, end)
+                if err == 0:
+                    rmq_atomic_store_i64(&self._allocated, end)
+            pthread_mutex_unlock(&self._extend_mu)
+            return err
         err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, self._populate)
         if err != 0:
             return err
@@ -307,6 +329,8 @@ cdef class MappedFile:
                 return err
         if self.write_buffer != NULL:
             memcpy(self.write_buffer + pos, src, <size_t>n)
+        elif self._sync_writes:
+            return rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last)
         elif size_last:
             rmq_copy_size_last(self.base + pos, src, <size_t>n)
         else:

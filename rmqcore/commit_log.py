@@ -34,7 +34,8 @@ class CommitLog:
         self.mapped_file_queue = MappedFileQueue(
             store_path, self.config.mapped_file_size_commit_log, allocate=not read_only,
             warm=self.config.warm_mapped_file_enable, warm_flush=self.config.sync_flush, pool=pool,
-            read_only=read_only, runway=self.config.mapped_file_runway_commit_log)
+            read_only=read_only, runway=self.config.mapped_file_runway_commit_log,
+            sync_writes=self.config.sync_flush and self.config.mapped_file_runway_commit_log > 0)
         self.put_lock = threading.Lock()
         self._closed = False
         file_size = self.config.mapped_file_size_commit_log

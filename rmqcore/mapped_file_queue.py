@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 class MappedFileQueue:
     def __init__(self, store_path: str, mapped_file_size: int, *, allocate: bool = False, warm: bool = False,
-                 warm_flush: bool = False, pool=None, read_only: bool = False, runway: int = 0):
+                 warm_flush: bool = False, pool=None, read_only: bool = False, runway: int = 0,
+                 sync_writes: bool = False):
         if mapped_file_size <= 0:
             raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
         self.store_path = store_path
@@ -36,6 +37,7 @@ class MappedFileQueue:
         self._warm_flush = warm_flush
         self._pool = pool
         self._runway_size = runway
+        self._sync_writes = sync_writes
         # The next file, made ahead by the allocate thread; _create_lock orders its making against the writer's
         # taking it (lock order: _lock, then _create_lock; the allocate thread takes only _create_lock).
         self._pending: dict[int, MappedFile] = {}
@@ -85,7 +87,8 @@ class MappedFileQueue:
                 if size != self.mapped_file_size:
                     raise StoreLayoutError(f"{path}: size {size} differs from the configured mapped file size "
                                            f"{self.mapped_file_size}")
-                mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only, runway=self._runway_size)
+                mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only, runway=self._runway_size,
+                                sync_writes=self._sync_writes)
                 mf.set_positions(self.mapped_file_size)
                 files.append(mf)
                 expected = start + self.mapped_file_size
@@ -135,7 +138,8 @@ class MappedFileQueue:
 
     def _new_file(self, offset: int) -> MappedFile:
         os.makedirs(self.store_path, exist_ok=True)
-        mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size)
+        mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size,
+                        sync_writes=self._sync_writes)
         if self._warm:
             mf.warm_up(self._warm_flush)      # RocketMQ's warmMappedFile: the whole file, off by default
         return mf
@@ -178,8 +182,10 @@ class MappedFileQueue:
             try:
                 if mf.prepare_runway():
                     nxt = mf.file_from_offset + self.mapped_file_size
+                    files = self._files          # no _lock under _create_lock (the writer takes them the other way)
                     with self._create_lock:
-                        if nxt not in self._pending and self.last() is mf and not os.path.exists(self._path(nxt)):
+                        if (nxt not in self._pending and files and files[-1] is mf
+                                and not os.path.exists(self._path(nxt))):
                             self._pending[nxt] = self._new_file(nxt)
                 self.allocate_error = None
             except OSError as e:       # the writer then allocates itself, and reports a full disk as it happens
