@@ -82,10 +82,13 @@ def run_mypy(files: dict, tmp_path) -> tuple[dict[str, list[str]], str]:
             os.environ["MYPYPATH"] = env_path
     assert "error: Cannot find implementation or library stub" not in out, out
     result = {name: [] for name in files}
+    by_path = {os.path.realpath(p): name for name, p in paths.items()}
     for line in out.splitlines():
-        for name, p in paths.items():
-            if line.startswith(p + ":") and ": error:" in line:
-                result[name].append(line)
+        # mypy names a file relative to the working directory when it is below it
+        name = by_path.get(os.path.realpath(line.split(":", 1)[0]))
+        if name is not None and ": error:" in line:
+            result[name].append(line)
+    assert sum(map(len, result.values())) == out.count(": error:"), out     # every error was attributed
     return result, out
 
 
