@@ -659,7 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run rmqcore.broker.demo.run(path, messages): the broker services around "
                                      "the store.")
     db.add_argument("--path", help="store directory (default: a temporary one, deleted afterwards)")
-    db.add_argument("--messages", type=int, default=1000, help="messages to send (default 1000)")
+    db.add_argument("--messages", type=int, default=10_000, help="messages to send (default 10,000)")
     db.add_argument("--keep", action="store_true", help="keep the temporary store")
     db.set_defaults(func=demo_broker)
 

@@ -121,6 +121,19 @@ class StoreConfig:
     """messageDelayLevel: the delays of levels 1, 2, ... of the schedule topic (units s, m, h, d)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Settings rmqcore does not interpret, kept with the config (e.g. other MessageStoreConfig fields)."""
+    # Delayed delivery (rmqcore/schedule.py): ScheduleMessageService runs with the store, as DefaultMessageStore
+    # starts it on a master; its progress goes to config/delayOffset.json every flushDelayOffsetInterval ms.
+    schedule_message_service_enable: bool = True
+    """Run ScheduleMessageService (delivery of delay-level messages) with the store, as a RocketMQ master does."""
+    flush_delay_offset_interval: int = 1000 * 10
+    """flushDelayOffsetInterval: ms between writes of config/delayOffset.json."""
+    # Exact-time delivery (rmqcore/timer.py): 5.x's timerWheelEnable, timerMaxDelaySec, timerFlushIntervalMs.
+    timer_wheel_enable: bool = True
+    """timerWheelEnable (5.x): deliver messages at an exact time through the timer wheel."""
+    timer_max_delay_sec: int = 3600 * 24 * 3
+    """timerMaxDelaySec (5.x): the longest delay a timer message may ask for, in seconds (3 days)."""
+    timer_flush_interval_ms: int = 1000
+    """timerFlushIntervalMs (5.x): ms between flushes of the timer files."""
 
     def __post_init__(self):
         self.validate()

@@ -45,3 +45,16 @@ class StoreClosedError(RmqStoreError):
 
 class StoreLockedError(RmqStoreError):
     """Another process or another MessageStore in this process holds the store's lock file."""
+
+
+class ConfigFileError(RmqStoreError):
+    """A config file under ``config/`` that cannot be read: ``path`` names the file, ``field`` the dotted path of
+    the bad value (None when the file as a whole is unreadable)."""
+
+    code = "SYSTEM_ERROR"
+
+    def __init__(self, path: str, field: str | None, message: str):
+        where = f"{path}: {field}" if field else path
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.field = field

@@ -317,12 +317,16 @@ def test_demo_counts_what_it_pulls(tmp_path, capsys):
 
 
 def test_demo_broker_without_the_broker_module(capsys, monkeypatch):
-    import importlib.util
-    if importlib.util.find_spec("rmqcore.broker") is not None and \
-            importlib.util.find_spec("rmqcore.broker.demo") is not None:
-        pytest.skip("rmqcore.broker.demo exists in this tree")
+    monkeypatch.setitem(sys.modules, "rmqcore.broker.demo", None)      # as in a build without rmqcore.broker
     code, out, err = run(capsys, "demo", "broker")
     assert code == 2 and "broker demo is not available" in err and err.count("\n") == 1
+
+
+def test_demo_broker_runs_the_broker_demo(tmp_path, capsys):
+    pytest.importorskip("rmqcore.broker.demo")
+    code, out, err = run(capsys, "demo", "broker", "--messages", 300, "--path", tmp_path / "b")
+    assert code == 0, out + err
+    assert "rmqcore demo broker: 300 messages" in out
 
 
 def _python_m(*argv, check=True):

@@ -82,7 +82,8 @@ def test_sdist_holds_what_its_tests_need(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     sources = set(open(tmp_path / "rmqcore.egg-info" / "SOURCES.txt", encoding="utf-8").read().split())
-    needed = {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests", "*.py"))}
+    needed = {os.path.relpath(os.path.join(d, f), ROOT) for d, _, files in os.walk(os.path.join(ROOT, "tests"))
+              if "__pycache__" not in d for f in files if not f.endswith((".pyc", ".pyo"))}
     needed |= {"tests/stubtest_allowlist.txt", "LICENSE", "README.md", "wheels.yml", ".github/workflows/wheels.yml",
                "pyspark_rmqcore.py"}
     needed |= {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "include", "*.h"))}
