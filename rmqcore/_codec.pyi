@@ -175,11 +175,20 @@ class MessageEncoder:
     def store_host_bytes(self) -> bytes: ...
     @property
     def uniq_keys(self) -> UniqKeyGenerator: ...
+    reroute: Callable[[Message], object] | None
+    """Called before a message with a delay or timer property is encoded (the schedule/timer topics)."""
     def __init__(self, store_host: str = "127.0.0.1:10911", max_message_size: int = 4194304,
                  check_topic_chars: bool = True) -> None: ...
     def encode_into(self, msg: Message, out: EncodeBuffer) -> int: ...
     def encode(self, msg: Message) -> bytes: ...
     def encode_batch(self, messages: Iterable[Message], out: EncodeBuffer | None = None) -> EncodeBuffer: ...
+    def encode_arrow(self, out: EncodeBuffer, nrows: int, topic_off: Buffer, topic_data: Buffer, queue_id: Buffer,
+                     body_off: Buffer, body_data: Buffer, tags_valid: Buffer, tags_off: Buffer, tags_data: Buffer,
+                     keys_valid: Buffer, keys_list: Buffer, key_valid: Buffer, key_off: Buffer, key_data: Buffer,
+                     props_valid: Buffer, props_list: Buffer, pname_off: Buffer, pname_data: Buffer,
+                     pvalue_valid: Buffer, pvalue_off: Buffer, pvalue_data: Buffer, born_ms: Buffer, flag: Buffer,
+                     uniq_out: Buffer, uniq_off: Buffer) -> Any:
+        """Encode ``nrows`` Arrow rows from the columns' raw buffers (no Python object per row)."""
 
 class PutResult:
     """RocketMQ's PutMessageResult + AppendMessageResult: status, where the record went, when."""
@@ -244,6 +253,9 @@ class CommitLogWriter:
     def reset(self) -> None: ...
     def put(self, msg: Message) -> PutResult: ...
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]: ...
+    def put_arrow_rows(self, b: EncodeBuffer, result: Buffer) -> Any:
+        """Append records encoded by MessageEncoder.encode_arrow; per row (store time, commitlog offset, queue
+        offset, size) into ``result``."""
 
 def offset_in_queue_by_time(units: Buffer, low: int, files: list[MappedFile], file_size: int, timestamp: int,
                             min_physic_offset: int) -> int:

@@ -11,6 +11,9 @@ BATCH_FULL: int
 SEGMENT_BLANK: int
 SEGMENT_END: int
 MAX_BATCH_BYTES: int
+SYNC_FOUND: int
+SYNC_NONE: int
+SYNC_MORE: int
 
 def utf8_repair(data: Buffer) -> bytes:
     """``bytes(data).decode("utf-8", "replace").encode()`` by the decoder's own routine (for tests)."""
@@ -19,7 +22,8 @@ def format_host(data: Buffer) -> str:
 def decode_segment(data: Buffer, start: int = 0, end: int = -1, base_offset: int = 0, columns: int = ...,
                    max_rows: int = 8192, max_bytes: int = ..., check_crc: bool = True,
                    topics: Collection[bytes] | None = None, queue_ids: Collection[int] | None = None,
-                   min_timestamp: int = ..., max_timestamp: int = ..., positions: Any = None) -> dict[str, Any]:
+                   min_timestamp: int = ..., max_timestamp: int = ..., positions: Any = None,
+                   stop: int = -1) -> dict[str, Any]:
     """Decode one bounded batch of rows: ``{"n", "next", "code", "scanned", "arrays"}``."""
 def first_store_timestamp(data: Buffer, start: int = 0) -> int | None:
     """storeTimestamp (ms) of the record at ``start``, or None when no valid record starts there."""
@@ -27,3 +31,8 @@ def verify_segment(data: Buffer, base_offset: int = 0, end: int = -1, check_crc:
                    max_bad: int = 1000) -> dict[str, Any]:
     """Walk every record checking structure and CRCs: ``{"records", "bytes", "code", "bad", "bad_total",
     "stray", "first_timestamp", "last_timestamp"}``."""
+def sync_record(data: Buffer, start: int, stop: int, base_offset: int, file_end: int = -1,
+                more_after: bool = False) -> tuple[int, int]:
+    """The first record start in [start, stop): ``(position, SYNC_FOUND | SYNC_NONE | SYNC_MORE)``."""
+def data_end(data: Buffer, start: int = 0) -> int:
+    """Where the record chain from ``start`` ends (after the last complete record)."""
