@@ -1044,14 +1044,17 @@ cdef class MessageEncoder:
                      const uint8_t[::1] pvalue_valid, const int64_t[::1] pvalue_off,
                      const unsigned char[::1] pvalue_data,
                      const int64_t[::1] born_ms, const int32_t[::1] flag,
-                     unsigned char[::1] uniq_out, int64_t[::1] uniq_off):
+                     unsigned char[::1] uniq_out, int64_t[::1] uniq_off, Py_ssize_t first_row=0,
+                     bint check_only=False):
         """Encode ``nrows`` Arrow rows into ``out`` without a Python object per row: what ``encode_into`` does for a
         Message (same checks, same record bytes, properties in the same order: the row's map, then TAGS, then KEYS
         joined by a space, then a generated UNIQ_KEY unless the map has one), from the columns' raw buffers.
         Offsets arrays have nrows + 1 entries into their data; ``*_valid`` are byte masks or None (no nulls);
         ``tags``/``keys``/``props``/``born_ms``/``flag`` may be None (absent). ``out.topics`` gets one str per row
         (the same object for equal neighbours) for the put's topic-queue table. The generated or given
-        UNIQ_KEY of row i goes to uniq_out[uniq_off[i]:uniq_off[i + 1]] (uniq_out: 64 bytes per row)."""
+        UNIQ_KEY of row i goes to uniq_out[uniq_off[i]:uniq_off[i + 1]] (uniq_out: 64 bytes per row).
+        ``check_only``: every check, nothing written (the first pass of a put that must refuse a bad row before
+        anything is stored); returns (row of the longest record, its length) then, else nrows."""
         cdef Py_ssize_t r, t_n, b_n, tg_n, k, kn, vn, j, jj, nkeys, props_n, klen, vlen
         cdef const unsigned char *t_p
         cdef const unsigned char *prev_t = NULL
@@ -1074,21 +1077,25 @@ cdef class MessageEncoder:
         cdef object topic_obj = None
         cdef dict topic_cache = {}
         cdef Py_ssize_t base_uniq = 0
-        uniq_off[0] = 0
+        cdef Py_ssize_t longest_row = 0
+        cdef int32_t longest = 0
+        cdef Py_ssize_t generated_n = len(self.uniq_keys._prefix) + 12
+        if not check_only:
+            uniq_off[0] = 0
         for r in range(nrows):
             t_p = &topic_data[0] + topic_off[r] if topic_data.shape[0] else NULL
             t_n = <Py_ssize_t>(topic_off[r + 1] - topic_off[r])
             if t_n != prev_n or (t_n and memcmp(t_p, prev_t, <size_t>t_n) != 0):
                 if t_n == 0:
-                    raise MessageIllegalError(f"topic[{r}]", "must not be empty", 1)
+                    raise MessageIllegalError(f"topic[{r + first_row}]", "must not be empty", 1)
                 if t_n > TOPIC_MAX_LENGTH:
-                    raise MessageIllegalError(f"topic[{r}]", f"{t_n} UTF-8 bytes, longer than {TOPIC_MAX_LENGTH}",
+                    raise MessageIllegalError(f"topic[{r + first_row}]", f"{t_n} UTF-8 bytes, longer than {TOPIC_MAX_LENGTH}",
                                               TOPIC_MAX_LENGTH)
                 if self.check_topic_chars:
                     for j in range(t_n):
                         if t_p[j] >= 128 or not _valid_topic_char[t_p[j]]:
                             raise MessageIllegalError(
-                                f"topic[{r}]", f"{(<const char *>t_p)[:t_n]!r} has an illegal character at byte "
+                                f"topic[{r + first_row}]", f"{(<const char *>t_p)[:t_n]!r} has an illegal character at byte "
                                 f"{j}; allowed: ^[%|a-zA-Z0-9_-]+$", "^[%|a-zA-Z0-9_-]+$")
                 key = (<const char *>t_p)[:t_n]
                 topic_obj = topic_cache.get(key)
@@ -1098,7 +1105,7 @@ cdef class MessageEncoder:
                 prev_n = t_n
             qid = queue_id[r]
             if qid < 0:
-                raise MessageIllegalError(f"queue_id[{r}]", f"{qid} is negative", 0)
+                raise MessageIllegalError(f"queue_id[{r + first_row}]", f"{qid} is negative", 0)
             b_p = &body_data[0] + body_off[r] if body_data.shape[0] else NULL
             b_n = <Py_ssize_t>(body_off[r + 1] - body_off[r])
 
@@ -1120,10 +1127,10 @@ cdef class MessageEncoder:
                 kp = &pname_data[0] + pname_off[j] if klen else NULL
                 vp = &pvalue_data[0] + pvalue_off[j] if vlen else NULL
                 if klen == 0:
-                    raise MessageIllegalError(f"properties[{r}]", "a property name is empty", None)
+                    raise MessageIllegalError(f"properties[{r + first_row}]", "a property name is empty", None)
                 if _check_utf8_separators(<const char *>kp, klen) or (
                         vlen and _check_utf8_separators(<const char *>vp, vlen)):
-                    raise MessageIllegalError(f"properties[{r}]", "contains \\x01 or \\x02, RocketMQ's separators",
+                    raise MessageIllegalError(f"properties[{r + first_row}]", "contains \\x01 or \\x02, RocketMQ's separators",
                                               None)
                 if _name_is(kp, klen, "TAGS", 4):
                     map_tags = True
@@ -1136,7 +1143,7 @@ cdef class MessageEncoder:
                 tg_n = <Py_ssize_t>(tags_off[r + 1] - tags_off[r])
                 tg_p = &tags_data[0] + tags_off[r] if tg_n else NULL
                 if tg_n and _check_utf8_separators(<const char *>tg_p, tg_n):
-                    raise MessageIllegalError(f"tags[{r}]", "contains \\x01 or \\x02, RocketMQ's separators", None)
+                    raise MessageIllegalError(f"tags[{r + first_row}]", "contains \\x01 or \\x02, RocketMQ's separators", None)
                 props_n += 4 + tg_n + 2
             keys_n = 0
             if has_keys:
@@ -1148,24 +1155,29 @@ cdef class MessageEncoder:
                         continue
                     kn = <Py_ssize_t>(key_off[j + 1] - key_off[j])
                     if kn and _check_utf8_separators(<const char *>&key_data[0] + key_off[j], kn):
-                        raise MessageIllegalError(f"keys[{r}]", "contains \\x01 or \\x02, RocketMQ's separators",
+                        raise MessageIllegalError(f"keys[{r + first_row}]", "contains \\x01 or \\x02, RocketMQ's separators",
                                                   None)
                     keys_n += <int32_t>kn + (1 if nkeys else 0)
                     nkeys += 1
                 props_n += 4 + keys_n + 2
             if not map_uniq:
-                uniq_n = self.uniq_keys.next_key_into(uniq_buf)
+                uniq_n = generated_n if check_only else self.uniq_keys.next_key_into(uniq_buf)
                 props_n += 8 + uniq_n + 2
             if props_n > PROPERTIES_MAX_LENGTH:
-                raise MessageIllegalError(f"properties[{r}]", f"{props_n} bytes, more than {PROPERTIES_MAX_LENGTH}",
+                raise MessageIllegalError(f"properties[{r + first_row}]", f"{props_n} bytes, more than {PROPERTIES_MAX_LENGTH}",
                                           PROPERTIES_MAX_LENGTH, PutStatus.PROPERTIES_SIZE_EXCEEDED)
             sys_flag = FLAG_STOREHOSTADDRESS_V6 | FLAG_BORNHOST_V6 if store_n == 20 else 0
             total = cal_msg_length_c(1, sys_flag, <int32_t>b_n, <int32_t>t_n, <int32_t>props_n)
             if b_n > self.max_message_size or total > self.max_message_size:
-                raise MessageIllegalError(f"body[{r}]", f"record of {b_n if b_n > self.max_message_size else total} "
+                raise MessageIllegalError(f"body[{r + first_row}]", f"record of {b_n if b_n > self.max_message_size else total} "
                                           f"bytes exceeds max_message_size {self.max_message_size}",
                                           self.max_message_size)
             born_ts = born_ms[r] if born_ms is not None and born_ms[r] != 0 else now
+            if check_only:
+                if total > longest:
+                    longest = total
+                    longest_row = r
+                continue
 
             out.reserve(total)
             p = out.data + out.size
@@ -1254,6 +1266,8 @@ cdef class MessageEncoder:
             out.topics.append(topic_obj)
             out.size += total
             out.count += 1
+        if check_only:
+            return first_row + longest_row, longest
         return nrows
 
     def encode(self, Message msg):
@@ -1627,12 +1641,13 @@ cdef class CommitLogWriter:
         if len(self._free) < 16 and b.capacity <= 8 * 1024 * 1024:
             self._free.append(b)
 
-    cdef int _check(self, EncodeBuffer b) except -1:
+    cdef int _check(self, EncodeBuffer b, bint rows=False, Py_ssize_t first_row=0) except -1:
         cdef Py_ssize_t i
         for i in range(b.count):
             if b.rec[i].length > self.max_record:
                 raise MessageIllegalError(
-                    "body", f"record of {b.rec[i].length} bytes does not fit a commitlog file of "
+                    f"body[{first_row + i}]" if rows else "body",
+                    f"record of {b.rec[i].length} bytes does not fit a commitlog file of "
                     f"{self.file_size} bytes with its end-of-file blank", self.max_record)
         return 0
 
@@ -1675,18 +1690,25 @@ cdef class CommitLogWriter:
         cdef list out = []
         for m in messages:
             self.encoder.encode_into(<Message?>m, b)
-        self._check(b)
+        self._check(b, True)
         self._append_all(b, out, None)
         self._give(b)
         return out
 
-    def put_arrow_rows(self, EncodeBuffer b not None, int64_t[:, ::1] result not None):
+    def check_record_length(self, int64_t length, Py_ssize_t row):
+        """MessageIllegalError (field ``body[row]``) when a record of ``length`` bytes cannot fit a file."""
+        if length > self.max_record:
+            raise MessageIllegalError(
+                f"body[{row}]", f"record of {length} bytes does not fit a commitlog file of {self.file_size} bytes "
+                "with its end-of-file blank", self.max_record)
+
+    def put_arrow_rows(self, EncodeBuffer b not None, int64_t[:, ::1] result not None, Py_ssize_t first_row=0):
         """Append the records Arrow rows were encoded into (MessageEncoder.encode_arrow): row i's store time,
         commitlog offset, queue offset and size go to result[i, 0..3] (commitlog offset -1: no file could be made,
         CREATE_MAPPED_FILE_FAILED). No Python object per row."""
         if result.shape[0] < b.count or result.shape[1] < 4:
             raise ValueError(f"result must be at least ({b.count}, 4)")
-        self._check(b)
+        self._check(b, True, first_row)
         self._append_all(b, None, result)
 
     cdef _append_all(self, EncodeBuffer b, list out, int64_t[:, ::1] raw):

@@ -71,7 +71,7 @@ def _first_null(arr) -> int:
     return int(np.flatnonzero(~arr.is_valid().to_numpy(zero_copy_only=False))[0])
 
 
-def _columns(batch):
+def _columns(batch, first_row: int = 0):
     """The encoder's arguments for one RecordBatch (after the checks that need no row loop)."""
     pa, pc = _pa()
     names = batch.schema.names
@@ -84,15 +84,15 @@ def _columns(batch):
     col = {n: batch.column(n) for n in names}
     topic = _cast(col["topic"], "topic", pa.large_string())
     if topic.null_count:
-        raise MessageIllegalError(f"topic[{_first_null(topic)}]", "must not be null", None)
+        raise MessageIllegalError(f"topic[{first_row + _first_null(topic)}]", "must not be null", None)
     queue_id = col["queue_id"]
     if queue_id.null_count:
-        raise MessageIllegalError(f"queue_id[{_first_null(queue_id)}]", "must not be null", None)
+        raise MessageIllegalError(f"queue_id[{first_row + _first_null(queue_id)}]", "must not be null", None)
     if pa.types.is_integer(queue_id.type) and len(queue_id):
         lo, hi = pc.min_max(queue_id).values()
         if lo.as_py() < -(1 << 31) or hi.as_py() >= (1 << 31):
             bad = int(np.flatnonzero((queue_id.to_numpy() < -(1 << 31)) | (queue_id.to_numpy() >= (1 << 31)))[0])
-            raise MessageIllegalError(f"queue_id[{bad}]", "outside the Java int range", (1 << 31) - 1)
+            raise MessageIllegalError(f"queue_id[{first_row + bad}]", "outside the Java int range", (1 << 31) - 1)
     queue_id = np.ascontiguousarray(_cast(queue_id, "queue_id", pa.int32()).to_numpy(), dtype=np.int32)
     body = _cast(col["body"], "body", pa.large_binary())
     if body.null_count:
@@ -150,10 +150,11 @@ def reroutes(props) -> bool:
     return bool(pc.any(pc.is_in(props.keys, pa.array(REROUTING_PROPERTIES, pa.large_string()))).as_py() or False)
 
 
-def encode_batch(encoder, batch, eb=None):
+def encode_batch(encoder, batch, eb=None, first_row: int = 0, check_only: bool = False):
     """Encode one RecordBatch into ``eb`` (cleared first; a new one when None): (EncodeBuffer, uniq key bytes,
-    their offsets), or None when a row needs the Message path (see REROUTING_PROPERTIES)."""
-    args, props = _columns(batch)
+    their offsets), or None when a row needs the Message path (see REROUTING_PROPERTIES). ``check_only``: run
+    every check without writing; returns (row of the longest record, its length)."""
+    args, props = _columns(batch, first_row)
     if reroutes(props):
         return None
     (t_off, t_data), queue_id, (b_off, b_data), (tg_v, tg_off, tg_data), keys, prop, born, flag = args
@@ -162,11 +163,11 @@ def encode_batch(encoder, batch, eb=None):
         eb = EncodeBuffer()
     else:
         eb.clear()
-    uniq = np.empty(max(1, n * 64), np.uint8)
-    uniq_off = np.empty(n + 1, np.int64)
-    encoder.encode_arrow(eb, n, t_off, t_data, queue_id, b_off, b_data, tg_v, tg_off, tg_data, *keys, *prop,
-                         born, flag, uniq, uniq_off)
-    return eb, uniq, uniq_off
+    uniq = np.empty(max(1, n * 64), np.uint8) if not check_only else None
+    uniq_off = np.empty(n + 1, np.int64) if not check_only else None
+    done = encoder.encode_arrow(eb, n, t_off, t_data, queue_id, b_off, b_data, tg_v, tg_off, tg_data, *keys,
+                                *prop, born, flag, uniq, uniq_off, first_row, check_only)
+    return done if check_only else (eb, uniq, uniq_off)
 
 
 def result_batch(raw: np.ndarray, uniq: np.ndarray, uniq_off: np.ndarray, ok_status=PutStatus.PUT_OK):

@@ -155,22 +155,34 @@ class CommitLog:
         from . import columnar
         if self._closed or self.read_only:
             self._check_open()
+        batches = columnar._batches(data)
+        # First pass: every check on every row, nothing written, so a bad row fails the call before any is stored
+        # (put_batch's promise); it costs a fraction of the encoding, which the second pass does slice by slice.
+        rows_before = 0
+        for batch in batches:
+            checked = columnar.encode_batch(self.encoder, batch, None, rows_before, check_only=True)
+            if checked is not None:
+                self.writer.check_record_length(checked[1], checked[0])
+            rows_before += batch.num_rows
         out = []
         eb = None
-        for batch in columnar._batches(data):
+        rows_before = 0
+        for batch in batches:
             # Slices of ARROW_ROWS rows through one reused buffer: its pages stay warm (a whole batch in one buffer
             # page-faulted a fresh allocation per call, slower than the encoding itself).
             for start in range(0, batch.num_rows, columnar.ARROW_ROWS):
                 part = batch.slice(start, columnar.ARROW_ROWS)
-                encoded = columnar.encode_batch(self.encoder, part, eb)
+                first_row = rows_before + start
+                encoded = columnar.encode_batch(self.encoder, part, eb, first_row)
                 if encoded is None:
                     put = put_messages or self.put_messages
                     out.append(columnar.results_from_put_results(put(columnar.messages(part))))
                     continue
                 eb, uniq, uniq_off = encoded
                 raw = np.empty((part.num_rows, 4), np.int64)
-                self.writer.put_arrow_rows(eb, raw)
+                self.writer.put_arrow_rows(eb, raw, first_row)
                 out.append(columnar.result_batch(raw, uniq, uniq_off))
+            rows_before += batch.num_rows
         return columnar.concat(out)
 
     @property
