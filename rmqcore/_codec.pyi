@@ -187,7 +187,7 @@ class MessageEncoder:
                      keys_valid: Buffer, keys_list: Buffer, key_valid: Buffer, key_off: Buffer, key_data: Buffer,
                      props_valid: Buffer, props_list: Buffer, pname_off: Buffer, pname_data: Buffer,
                      pvalue_valid: Buffer, pvalue_off: Buffer, pvalue_data: Buffer, born_ms: Buffer, flag: Buffer,
-                     uniq_out: Buffer, uniq_off: Buffer) -> Any:
+                     uniq_out: Buffer, uniq_off: Buffer, first_row: int = 0, check_only: bool = False) -> Any:
         """Encode ``nrows`` Arrow rows from the columns' raw buffers (no Python object per row)."""
 
 class PutResult:
@@ -253,7 +253,9 @@ class CommitLogWriter:
     def reset(self) -> None: ...
     def put(self, msg: Message) -> PutResult: ...
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]: ...
-    def put_arrow_rows(self, b: EncodeBuffer, result: Buffer) -> Any:
+    def check_record_length(self, length: int, row: int) -> None:
+        """MessageIllegalError (field ``body[row]``) when a record of ``length`` bytes cannot fit a file."""
+    def put_arrow_rows(self, b: EncodeBuffer, result: Buffer, first_row: int = 0) -> Any:
         """Append records encoded by MessageEncoder.encode_arrow; per row (store time, commitlog offset, queue
         offset, size) into ``result``."""
 
