@@ -1,34 +1,174 @@
-"""Command line: ``rmqcore demo`` (or ``python -m rmqcore demo``) and ``rmqcore dump``.
+"""rmqcore: the admin command line for RocketMQ store directories (also python -m rmqcore).
 
-demo: create a temporary store, put messages across topics and queues, read them back by commitlog offset, by
-queue and by key, and print throughput and the files it made.
+Commands: demo, inspect, verify, get, query, dump, repair, stats, export. Every command but demo and repair only
+reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
+
+Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found);
+2 a usage error or a path/argument the command cannot work with (message on stderr, one line).
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import datetime
+import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TextIO
 
+EXIT_OK, EXIT_PROBLEM, EXIT_ERROR = 0, 1, 2
+
+
+class CliError(Exception):
+    """An error the user can fix: printed as one line, exit status 2."""
+
+
+# -- output helpers --------------------------------------------------------------------------------------------------
 
 def _fmt_rate(n: int, seconds: float) -> str:
-    return f"{n / seconds:,.0f}/s" if seconds > 0 else "n/a"
+    return f"{n / seconds:,.0f}/s" if seconds > 0 and n else "n/a"
 
 
-def demo(args) -> int:
+def _fmt_ts(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str], out: TextIO) -> None:
+    """Left-aligned text columns, numbers right-aligned."""
+    cells = [[str(h) for h in header]] + [[f"{c:,}" if isinstance(c, int) and not isinstance(c, bool) else str(c)
+                                           for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    numeric = [all(isinstance(r[i], int) for r in rows) if rows else False for i in range(len(header))]
+    for n, r in enumerate(cells):
+        line = "  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        print("  " + line.rstrip(), file=out)
+        if n == 0:
+            print("  " + "  ".join("-" * w for w in widths), file=out)
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, drawn only on a terminal (never into pipes, logs or --json output)."""
+
+    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.total = max(total, 1)
+        self.label = label
+        self.done = 0
+        self.enabled = enabled and self.stream.isatty()
+        self.t0 = time.monotonic()
+        self._last = 0.0
+        self.update(0)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if n and now - self._last < 0.1 and self.done < self.total:
+            return
+        self._last = now
+        frac = min(1.0, self.done / self.total)
+        width = 30
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        rate = self.done / (now - self.t0) / 1e6 if now > self.t0 else 0.0
+        self.stream.write(f"\r{self.label} [{bar}] {frac:6.1%} {_fmt_bytes(self.done)} {rate:,.0f} MB/s ")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.flush()
+
+
+def _emit_json(obj: Any, out: TextIO) -> None:
+    json.dump(obj, out, indent=2, default=str)
+    out.write("\n")
+
+
+def message_dict(m: Any, body: str = "base64") -> dict:
+    """A MessageExt as JSON-able fields (body base64, or UTF-8 text with ``body="text"``, bad bytes replaced)."""
+    d = m.as_dict()
+    raw = d.pop("body")
+    d["body"] = (base64.b64encode(raw).decode("ascii") if body == "base64"
+                 else raw.decode("utf-8", "replace"))
+    d.update(topic=m.topic, tags=m.tags, keys=list(m.keys), msg_id=m.msg_id, uniq_key=m.uniq_key)
+    return d
+
+
+def _message_line(m: Any) -> str:
+    body = bytes(m.body[:40])
+    more = "..." if m.body.nbytes > 40 else ""
+    return (f"{m.commitlog_offset:>14}  {m.topic}/{m.queue_id}@{m.queue_offset}  {m.store_size} B  "
+            f"{_fmt_ts(m.store_timestamp)}  tags={m.tags or '-'}  keys={' '.join(m.keys) or '-'}  "
+            f"id={m.msg_id}  body={body!r}{more}")
+
+
+def _reader(args: argparse.Namespace):
+    from .admin import StoreReader
+    return StoreReader(args.store)
+
+
+def _print_messages(msgs: list, args: argparse.Namespace, out: TextIO) -> int:
+    if args.json:
+        _emit_json([message_dict(m, args.body) for m in msgs], out)
+    else:
+        for m in msgs:
+            print(_message_line(m), file=out)
+        if not msgs:
+            print("no message found", file=sys.stderr)
+    return EXIT_OK if msgs else EXIT_PROBLEM
+
+
+def _parse_time(value: str | None, name: str) -> int | None:
+    """Milliseconds since the epoch, or an ISO 8601 time (UTC when no zone is given)."""
+    if value is None:
+        return None
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        dt = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"{name}: {value!r} is neither milliseconds nor an ISO 8601 time") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=datetime.timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+# -- demo ------------------------------------------------------------------------------------------------------------
+
+def demo(args: argparse.Namespace) -> int:
     from . import Message, MessageStore, StoreConfig
     from .status import GetStatus
 
+    if args.messages < 0:
+        raise CliError(f"--messages must be >= 0, got {args.messages}")
+    for name in ("topics", "queues", "body_size"):
+        if getattr(args, name) < (0 if name == "body_size" else 1):
+            raise CliError(f"--{name.replace('_', '-')} must be >= {0 if name == 'body_size' else 1}, "
+                           f"got {getattr(args, name)}")
     root = args.path or tempfile.mkdtemp(prefix="rmqcore-demo-")
     cfg = StoreConfig(mapped_file_size_commit_log=args.file_size, mapped_file_size_consume_queue=300000 * 20,
                       max_hash_slot_num=500_000, max_index_num=2_000_000)
     topics = [f"DemoTopic{i}" for i in range(args.topics)]
     body = os.urandom(args.body_size)
     n = args.messages
+    single = min(n, 50_000)
     print(f"rmqcore demo: {n:,} messages of {args.body_size} B over {len(topics)} topics x {args.queues} queues "
-          f"into {root}")
+          f"with put_batch, then {single:,} more with put, into {root}")
     try:
         with MessageStore.open(root, cfg) as store:
             msgs = [Message(topics[i % len(topics)], body, (i // len(topics)) % args.queues, tags=f"Tag{i % 5}",
@@ -39,29 +179,34 @@ def demo(args) -> int:
             for i in range(0, n, step):
                 results.extend(store.put_batch(msgs[i:i + step]))
             t_put = time.perf_counter() - t0
-            assert all(r.ok for r in results), "a put failed"
+            if not all(r.ok for r in results):
+                raise CliError("a put failed: " + next(str(r.status) for r in results if not r.ok))
             mb = sum(r.wrote_bytes for r in results) / 1e6
-            print(f"  put_batch   {_fmt_rate(n, t_put):>14}  {mb / t_put:8.1f} MB/s  ({mb:.1f} MB of records)")
+            print(f"  put_batch    {_fmt_rate(n, t_put):>13}  {mb / t_put if t_put and n else 0:8.1f} MB/s  "
+                  f"({n:,} messages, {mb:.1f} MB of records, batches of {step})")
 
             t0 = time.perf_counter()
-            for r in results[:min(n, 50_000)]:
+            for _ in range(single):
                 store.put(Message(topics[0], body, 0))
-            k = min(n, 50_000)
             t_put1 = time.perf_counter() - t0
-            print(f"  put         {_fmt_rate(k, t_put1):>14}  (one call per message)")
+            print(f"  put          {_fmt_rate(single, t_put1):>13}  ({single:,} messages, one call each, to "
+                  f"{topics[0]}/0)")
+            print("               (one run each: put_batch goes first and pays for allocating the new files, and "
+                  "both share the machine with whatever else runs; `python -m bench` compares them properly)")
 
             t0 = time.perf_counter()
             ok = store.wait_dispatched(60)
-            print(f"  dispatch    caught up in {time.perf_counter() - t0:.3f} s after the last put "
+            print(f"  dispatch     caught up in {time.perf_counter() - t0:.3f} s after the last put "
                   f"({'ok' if ok else 'TIMEOUT'})")
 
             t0 = time.perf_counter()
             for r, m in zip(results, msgs):
                 got = store.look_message(r.commitlog_offset)
                 if got is None or got.queue_offset != r.queue_offset or got.topic != m.topic:
-                    raise SystemExit(f"read back mismatch at {r.commitlog_offset}")
+                    raise CliError(f"read back mismatch at commitlog offset {r.commitlog_offset}")
             t_read = time.perf_counter() - t0
-            print(f"  look_message {_fmt_rate(n, t_read):>13}  (every message read back by commitlog offset)")
+            print(f"  look_message {_fmt_rate(n, t_read):>13}  ({n:,} put_batch messages read back by commitlog "
+                  "offset)")
 
             t0 = time.perf_counter()
             got_total = 0
@@ -75,18 +220,24 @@ def demo(args) -> int:
                         got_total += len(g.messages)
                         off = g.next_begin_offset
             t_get = time.perf_counter() - t0
-            print(f"  get_messages {_fmt_rate(got_total, t_get):>13}  ({got_total:,} messages pulled by queue)")
+            print(f"  get_messages {_fmt_rate(got_total, t_get):>13}  ({got_total:,} messages pulled by queue: "
+                  f"{n:,} + {single:,})")
+            if got_total != n + single:
+                raise CliError(f"pulled {got_total:,} messages, expected {n + single:,}")
 
             t0 = time.perf_counter()
-            probes = min(n, 2000)
+            stride = max(1, n // 2000)
+            probe_ids = range(0, n, stride)
             found = 0
-            for i in range(0, n, max(1, n // probes)):
+            for i in probe_ids:
                 hits = store.query_message(topics[i % len(topics)], f"order-{i}", 4)
                 found += any(h.keys == [f"order-{i}"] for h in hits)
             t_q = time.perf_counter() - t0
-            print(f"  query_message {t_q / probes * 1e6:10.1f} us/key  ({found}/{probes} keys found)")
+            probes = len(probe_ids)
+            per_key = f"{t_q / probes * 1e6:10.1f} us/key" if probes else "       n/a"
+            print(f"  query_message {per_key}  ({found:,}/{probes:,} keys found)")
             if found != probes:
-                raise SystemExit("some keys were not found by the index")
+                raise CliError("some keys were not found by the index")
             info = store.runtime_info()
         print("  files:")
         for dirpath, _, files in sorted(os.walk(root)):
@@ -99,45 +250,530 @@ def demo(args) -> int:
     finally:
         if not args.keep and not args.path:
             shutil.rmtree(root, ignore_errors=True)
-    return 0
+    return EXIT_OK
 
 
-def dump(args) -> int:
-    from .commit_log import CommitLog
-    from .config import StoreConfig
-    cfg = StoreConfig(mapped_file_size_commit_log=args.file_size)
-    cl = CommitLog(os.path.join(args.path, "commitlog"), cfg, read_only=True)
-    cl.load()
-    cl.recover(check_crc=True)
-    for i, m in enumerate(cl.iterate(args.offset, check_crc=True)):
-        if i >= args.count:
-            break
-        print(f"{m.commitlog_offset:>14} {m.topic}/{m.queue_id}@{m.queue_offset} size={m.store_size} "
-              f"tags={m.tags!r} keys={m.keys} uniq={m.uniq_key} body={bytes(m.body[:32])!r}")
-    cl.close()
-    return 0
+def demo_broker(args: argparse.Namespace) -> int:
+    try:
+        from rmqcore.broker.demo import run
+    except ImportError as e:
+        raise CliError(f"the broker demo is not available in this build (rmqcore.broker.demo: {e})") from None
+    path = args.path or tempfile.mkdtemp(prefix="rmqcore-broker-demo-")
+    try:
+        return run(path, args.messages)
+    finally:
+        if not args.keep and not args.path:
+            shutil.rmtree(path, ignore_errors=True)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="rmqcore", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("demo", help="put and read back messages on a temporary store, print throughput")
-    d.add_argument("--messages", type=int, default=200_000)
-    d.add_argument("--body-size", type=int, default=1024)
-    d.add_argument("--topics", type=int, default=4)
-    d.add_argument("--queues", type=int, default=4)
-    d.add_argument("--file-size", type=int, default=64 * 1024 * 1024, help="commitlog file size (bytes)")
+# -- inspect ---------------------------------------------------------------------------------------------------------
+
+def _dir_summary(path: str) -> tuple[int, int]:
+    files = size = 0
+    for dirpath, _, names in os.walk(path):
+        for n in names:
+            files += 1
+            size += os.path.getsize(os.path.join(dirpath, n))
+    return files, size
+
+
+def inspect_cmd(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    with _reader(args) as r:
+        cfg = r.config
+        first_ts, last_ts = r.first_and_last_timestamp()
+        queues = []
+        for (topic, qid), cq in sorted(r.consume_queues.items()):
+            queues.append({"topic": topic, "queue_id": qid, "min_offset": cq.min_offset_in_queue,
+                           "max_offset": cq.max_offset_in_queue,
+                           "messages": cq.max_offset_in_queue - cq.min_offset_in_queue})
+        index_files = []
+        if r.index_service is not None:
+            for f in r.index_service.index_file_list:
+                index_files.append({"file": os.path.basename(f.file_name) if hasattr(f, "file_name") else "",
+                                    "keys": max(0, f.index_count - 1), "begin_timestamp": f.begin_timestamp,
+                                    "end_timestamp": f.end_timestamp})
+        dirs = {}
+        for d in ("commitlog", "consumequeue", "index", "config"):
+            p = os.path.join(r.path, d)
+            if os.path.isdir(p):
+                dirs[d] = dict(zip(("files", "bytes"), _dir_summary(p)))
+        config_files = sorted(os.listdir(os.path.join(r.path, "config"))) if "config" in dirs else []
+        dispatched = r.dispatched_offset()
+        info = {
+            "store": r.path,
+            "state": ("open (lock held by a running process)" if r.locked else
+                      "crashed or killed (abort file present): the next open recovers abnormally" if r.aborted
+                      else "closed cleanly"),
+            "geometry": {"mapped_file_size_commit_log": cfg.mapped_file_size_commit_log,
+                         "mapped_file_size_consume_queue": cfg.mapped_file_size_consume_queue,
+                         "max_hash_slot_num": cfg.max_hash_slot_num, "max_index_num": cfg.max_index_num},
+            "geometry_source": ("read from the files" if r.geometry.mapped_file_size_commit_log is not None
+                                else "defaults: the store has no commitlog file yet"),
+            "directories": dirs,
+            "commitlog": {"files": len(r.commit_log.mapped_file_queue), "min_offset": r.min_offset,
+                          "max_offset": r.max_offset, "first_store_time": _fmt_ts(first_ts),
+                          "last_store_time": _fmt_ts(last_ts)},
+            "dispatch": {"dispatched_offset": dispatched,
+                         "behind_bytes": max(0, r.max_offset - max(dispatched, r.min_offset))},
+            "checkpoint": ({k: (_fmt_ts(v) if k.endswith("timestamp") else v)
+                            for k, v in r.checkpoint.as_dict().items()} if r.checkpoint else None),
+            "queues": queues,
+            "index_files": index_files,
+            "config_files": config_files,
+        }
+    if args.json:
+        _emit_json(info, out)
+        return EXIT_OK
+    print(f"store      {info['store']}", file=out)
+    print(f"state      {info['state']}", file=out)
+    g = info["geometry"]
+    print(f"geometry   commitlog files {_fmt_bytes(g['mapped_file_size_commit_log'])}, consume-queue files "
+          f"{g['mapped_file_size_consume_queue'] // 20:,} units, index {g['max_hash_slot_num']:,} slots x "
+          f"{g['max_index_num']:,} items ({info['geometry_source']})", file=out)
+    for d, s in dirs.items():
+        print(f"{d + '/':<11}{' ' if len(d) >= 10 else ''}{s['files']:,} file(s), {_fmt_bytes(s['bytes'])}", file=out)
+    c = info["commitlog"]
+    print(f"commitlog  offsets [{c['min_offset']:,}, {c['max_offset']:,}) in {c['files']} file(s); stored "
+          f"{c['first_store_time']} .. {c['last_store_time']}", file=out)
+    d = info["dispatch"]
+    reach = f"consume queues reach {d['dispatched_offset']:,}" if d["dispatched_offset"] >= 0 else "no consume queue"
+    print(f"dispatch   {reach}; {d['behind_bytes']:,} bytes not dispatched"
+          + (" (built at the next open)" if d["behind_bytes"] else ""), file=out)
+    if info["checkpoint"]:
+        cp = info["checkpoint"]
+        print(f"checkpoint physic {cp['physic_msg_timestamp']}, logics {cp['logics_msg_timestamp']}, index "
+              f"{cp['index_msg_timestamp']}", file=out)
+    print(f"index      {len(index_files)} file(s), {sum(f['keys'] for f in index_files):,} keys", file=out)
+    print(f"config/    {', '.join(config_files) or '-'}", file=out)
+    if queues:
+        print(f"queues     {len(queues)} in {len({q['topic'] for q in queues})} topic(s):", file=out)
+        table([(q["topic"], q["queue_id"], q["min_offset"], q["max_offset"], q["messages"]) for q in queues],
+              ("topic", "queue", "min offset", "max offset", "messages"), out)
+    else:
+        print("queues     none", file=out)
+    return EXIT_OK
+
+
+# -- verify ----------------------------------------------------------------------------------------------------------
+
+def verify_cmd(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    with _reader(args) as r:
+        total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
+        bar = ProgressBar(total, "verify commitlog", not (args.json or args.quiet))
+        try:
+            segments = r.verify_segments(check_crc=not args.no_crc, progress=bar.update)
+        finally:
+            bar.close()
+        bad = [b.as_dict() for s in segments for b in s.bad]
+        report: dict[str, Any] = {"store": r.path, "commitlog_files": len(segments),
+                                  "records": sum(s.records for s in segments),
+                                  "bytes": sum(s.bytes for s in segments), "commitlog_errors": bad}
+        if not args.commitlog_only:
+            if not (args.json or args.quiet) and sys.stderr.isatty():
+                sys.stderr.write("verify consume queues and index ...\r")
+                sys.stderr.flush()
+            parts = r.verify_parts()
+            if not (args.json or args.quiet) and sys.stderr.isatty():
+                sys.stderr.write(" " * 40 + "\r")
+            report.update(cq_units=parts["cq_units"], cq_errors=parts["cq_errors"], keys=parts["keys"],
+                          index_missing=[list(x) for x in parts["index_missing"]])
+            # verify_parts walks the commitlog too; its findings there are the segment walk's (which also knows
+            # that preallocated empty files after the data need no end-of-file blank), so they are not repeated.
+        report["ok"] = not (report["commitlog_errors"] or report.get("cq_errors") or report.get("index_missing"))
+    if args.json:
+        _emit_json(report, out)
+    else:
+        print(f"{'OK' if report['ok'] else 'FAILED'}: {report['store']}", file=out)
+        print(f"  commitlog  {report['records']:,} records, {_fmt_bytes(report['bytes'])} in "
+              f"{report['commitlog_files']} file(s), {len(report['commitlog_errors'])} bad", file=out)
+        for b in report["commitlog_errors"][:args.limit]:
+            print(f"    {b['message']}", file=out)
+        if "cq_units" in report:
+            print(f"  consume queues {report['cq_units']:,} units, {len(report['cq_errors'])} wrong", file=out)
+            for e in report["cq_errors"][:args.limit]:
+                print(f"    {e}", file=out)
+            print(f"  index      {report['keys']:,} keys, {len(report['index_missing'])} not findable", file=out)
+            for t, k, off in report["index_missing"][:args.limit]:
+                print(f"    {t}#{k} (record at {off})", file=out)
+    return EXIT_OK if report["ok"] else EXIT_PROBLEM
+
+
+# -- get / query -----------------------------------------------------------------------------------------------------
+
+def get_cmd(args: argparse.Namespace) -> int:
+    if args.count <= 0:
+        raise CliError(f"--count must be > 0, got {args.count}")
+    with _reader(args) as r:
+        if args.msg_id is not None:
+            msgs = r.by_msg_id(args.msg_id)
+        elif args.commitlog_offset is not None:
+            try:
+                r.locate(args.commitlog_offset)
+            except ValueError as e:
+                raise CliError(str(e)) from None
+            m = r.look_message(args.commitlog_offset)
+            msgs = [m] if m is not None else []
+        else:
+            if args.topic is None or args.offset is None:
+                raise CliError("give --topic, --queue and --offset, or --commitlog-offset, or --msg-id")
+            try:
+                msgs = r.get(args.topic, args.queue, args.offset, args.count)
+            except (KeyError, IndexError) as e:
+                raise CliError(e.args[0]) from None
+        return _print_messages(msgs, args, sys.stdout)
+
+
+def query_cmd(args: argparse.Namespace) -> int:
+    if args.max <= 0:
+        raise CliError(f"--max must be > 0, got {args.max}")
+    begin = _parse_time(args.begin, "--begin")
+    end = _parse_time(args.end, "--end")
+    with _reader(args) as r:
+        if args.topic not in r.topics():
+            raise CliError(f"no topic {args.topic!r} in {r.path} (topics: {', '.join(sorted(r.topics())) or 'none'})")
+        if args.key is not None:
+            msgs = r.query_key(args.topic, args.key, args.max, begin or 0, end if end is not None else (1 << 63) - 1)
+        elif begin is not None or end is not None:
+            msgs = r.query_time(args.topic, begin or 0, end if end is not None else (1 << 63) - 1, args.queue,
+                                args.max)
+        else:
+            raise CliError("give --key, or a time window with --begin/--end")
+        return _print_messages(msgs, args, sys.stdout)
+
+
+# -- dump ------------------------------------------------------------------------------------------------------------
+
+def dump_cmd(args: argparse.Namespace) -> int:
+    from .admin import BadRecord
+    if args.count < 0:
+        raise CliError(f"--count must be >= 0, got {args.count}")
+    out = sys.stdout
+    bad = 0
+    with _reader(args) as r:
+        offset = r.min_offset if args.offset is None else args.offset
+        if r.max_offset == r.min_offset and args.offset is None:
+            print("the commitlog holds no record", file=sys.stderr)
+            return EXIT_OK
+        try:
+            r.locate(offset)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        shown = 0
+        for item in r.walk(offset, check_crc=not args.no_crc):
+            if isinstance(item, BadRecord):
+                bad += 1
+                if args.json:
+                    print(json.dumps({"bad_record": item.as_dict()}), file=out)
+                else:
+                    print(f"{item.offset:>14}  BAD RECORD: {item.message} (skipped to the next valid record)",
+                          file=out)
+                continue
+            if shown >= args.count:
+                break
+            shown += 1
+            if args.json:
+                print(json.dumps(message_dict(item, args.body), default=str), file=out)
+            else:
+                print(_message_line(item), file=out)
+    if bad:
+        print(f"{bad} bad record(s) skipped", file=sys.stderr)
+    return EXIT_PROBLEM if bad else EXIT_OK
+
+
+# -- repair ----------------------------------------------------------------------------------------------------------
+
+def repair_cmd(args: argparse.Namespace) -> int:
+    from .admin import check_store_path
+    from .store import MessageStore
+    path = check_store_path(args.store)
+    crashed = os.path.exists(os.path.join(path, "abort"))
+    with MessageStore.open(path, create=False) as store:
+        info = store.runtime_info()
+    rec = info["recovery"]
+    report = {"store": path, "crashed": crashed, "records_scanned": rec.get("records", 0),
+              "scan_from": rec.get("scan_from", 0), "truncated_bytes": rec.get("truncated_bytes", 0),
+              "stop": rec.get("stop", "end of data"), "rebuilt_units": rec.get("rebuilt_units", 0),
+              "rebuilt_keys": rec.get("rebuilt_keys", 0), "commitlog_max_offset": info["commitlog_max_offset"],
+              "geometry_adopted": info.get("geometry_adopted", {}), "seconds": rec.get("seconds")}
+    if args.json:
+        _emit_json(report, sys.stdout)
+    else:
+        print(f"{'recovered after a crash' if crashed else 'was closed cleanly; checked'}: {path}")
+        print(f"  scanned {report['records_scanned']:,} records from offset {report['scan_from']:,}; data ends at "
+              f"{report['commitlog_max_offset']:,}")
+        print(f"  cut {report['truncated_bytes']:,} bytes after the last good record ({report['stop']})")
+        print(f"  rebuilt {report['rebuilt_units']:,} consume-queue units and {report['rebuilt_keys']:,} index keys")
+    return EXIT_OK
+
+
+# -- stats / export --------------------------------------------------------------------------------------------------
+
+def stats_cmd(args: argparse.Namespace) -> int:
+    per: dict[tuple[str, int], dict] = {}
+    with _reader(args) as r:
+        total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
+        bar = ProgressBar(total, "stats", not args.json)
+        try:
+            for m in r.iterate(progress=bar.update):
+                s = per.get((m.topic, m.queue_id))
+                ts, qo = m.store_timestamp, m.queue_offset
+                if s is None:
+                    per[(m.topic, m.queue_id)] = {"messages": 1, "bytes": m.store_size, "first": ts, "last": ts,
+                                                  "min_qo": qo, "max_qo": qo}
+                    continue
+                s["messages"] += 1
+                s["bytes"] += m.store_size
+                s["first"] = min(s["first"], ts)
+                s["last"] = max(s["last"], ts)
+                s["min_qo"] = min(s["min_qo"], qo)
+                s["max_qo"] = max(s["max_qo"], qo)
+        finally:
+            bar.close()
+    rows = [{"topic": t, "queue_id": q, "messages": s["messages"], "bytes": s["bytes"],
+             "first_store_time": _fmt_ts(s["first"]), "last_store_time": _fmt_ts(s["last"]),
+             "min_queue_offset": s["min_qo"], "max_queue_offset": s["max_qo"]} for (t, q), s in sorted(per.items())]
+    if args.json:
+        _emit_json(rows, sys.stdout)
+    else:
+        table([(x["topic"], x["queue_id"], x["messages"], x["bytes"], x["first_store_time"], x["last_store_time"])
+               for x in rows], ("topic", "queue", "messages", "bytes", "first stored", "last stored"), sys.stdout)
+        print(f"  {sum(x['messages'] for x in rows):,} messages, {_fmt_bytes(sum(x['bytes'] for x in rows))} in "
+              f"{len(rows)} queue(s)")
+    return EXIT_OK
+
+
+_EXPORT_FIELDS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_size", "body_crc", "flag",
+                  "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+                  "prepared_transaction_offset", "tags", "keys", "msg_id", "uniq_key", "properties", "body")
+
+
+def _selected(r, args: argparse.Namespace, progress: Callable[[int], None]) -> Iterable:
+    begin = _parse_time(args.begin, "--begin")
+    end = _parse_time(args.end, "--end")
+    topics = set(args.topic) if args.topic else None
+    for m in r.iterate(progress=progress):
+        if topics is not None and m.topic not in topics:
+            continue
+        if (begin is not None and m.store_timestamp < begin) or (end is not None and m.store_timestamp > end):
+            continue
+        yield m
+
+
+def export_cmd(args: argparse.Namespace) -> int:
+    fmt = args.format or ("parquet" if args.out.endswith(".parquet") else "jsonl")
+    if fmt == "parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise CliError("Parquet export needs pyarrow (pip install pyarrow, or rmqcore[spark]); "
+                           "JSON lines (--format jsonl) need nothing") from None
+        if args.out == "-":
+            raise CliError("Parquet cannot be written to stdout: give a file name")
+    if args.out != "-" and os.path.exists(args.out) and not args.force:
+        raise CliError(f"{args.out} exists (use --force to overwrite)")
+    count = 0
+    with _reader(args) as r:
+        total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
+        bar = ProgressBar(total, "export", args.out != "-")
+        try:
+            if fmt == "jsonl":
+                f = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
+                try:
+                    for m in _selected(r, args, bar.update):
+                        d = message_dict(m, args.body)
+                        f.write(json.dumps({k: d[k] for k in _EXPORT_FIELDS}, default=str) + "\n")
+                        count += 1
+                finally:
+                    if f is not sys.stdout:
+                        f.close()
+            else:
+                schema = pa.schema([
+                    ("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
+                    ("commitlog_offset", pa.int64()), ("store_size", pa.int32()), ("body_crc", pa.int32()),
+                    ("flag", pa.int32()), ("sys_flag", pa.int32()), ("born_timestamp", pa.int64()),
+                    ("born_host", pa.string()), ("store_timestamp", pa.int64()), ("store_host", pa.string()),
+                    ("reconsume_times", pa.int32()), ("prepared_transaction_offset", pa.int64()),
+                    ("tags", pa.string()), ("keys", pa.list_(pa.string())), ("msg_id", pa.string()),
+                    ("uniq_key", pa.string()), ("properties", pa.map_(pa.string(), pa.string())),
+                    ("body", pa.binary())])
+                with pq.ParquetWriter(args.out, schema) as w:
+                    rows: list[dict] = []
+                    for m in _selected(r, args, bar.update):
+                        d = m.as_dict()
+                        d.update(tags=m.tags, keys=list(m.keys), msg_id=m.msg_id, uniq_key=m.uniq_key,
+                                 born_host=str(d["born_host"]), store_host=str(d["store_host"]),
+                                 properties=list(d["properties"].items()))
+                        rows.append({k: d[k] for k in _EXPORT_FIELDS})
+                        count += 1
+                        if len(rows) >= 8192:
+                            w.write_table(pa.Table.from_pylist(rows, schema))
+                            rows = []
+                    if rows:
+                        w.write_table(pa.Table.from_pylist(rows, schema))
+        finally:
+            bar.close()
+    print(f"exported {count:,} messages to {'stdout' if args.out == '-' else args.out} ({fmt})", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- parser ----------------------------------------------------------------------------------------------------------
+
+def _store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store", help="store directory (the one holding commitlog/, consumequeue/, index/)")
+
+
+def _json_arg(p: argparse.ArgumentParser, what: str = "the result") -> None:
+    p.add_argument("--json", action="store_true", help=f"print {what} as JSON (for scripts)")
+
+
+def _body_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--body", choices=("base64", "text"), default="base64",
+                   help="how --json shows message bodies: base64 (exact) or UTF-8 text (default: base64)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    doc = (__doc__ or "").strip().splitlines()
+    p = argparse.ArgumentParser(prog="rmqcore", description=doc[0],
+                                epilog="\n".join(doc[1:]).strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    from . import __version__
+    p.add_argument("--version", action="version", version=f"rmqcore {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("demo", help="put and read back messages on a temporary store, print throughput",
+                       description="Create a store (temporary unless --path), put messages with put_batch and put, "
+                                   "read every one back by commitlog offset, by queue and by key, print rates.")
+    d.add_argument("--messages", type=int, default=200_000, help="messages to put with put_batch (default 200,000)")
+    d.add_argument("--body-size", type=int, default=1024, help="body bytes per message (default 1024)")
+    d.add_argument("--topics", type=int, default=4, help="number of topics (default 4)")
+    d.add_argument("--queues", type=int, default=4, help="queues per topic (default 4)")
+    d.add_argument("--file-size", type=int, default=64 * 1024 * 1024,
+                   help="commitlog file size in bytes (default 64 MiB)")
     d.add_argument("--path", help="store directory (default: a temporary one, deleted afterwards)")
-    d.add_argument("--keep", action="store_true", help="keep the temporary store")
+    d.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed first)")
     d.set_defaults(func=demo)
-    du = sub.add_parser("dump", help="print the messages of a store's commitlog")
-    du.add_argument("path")
-    du.add_argument("--offset", type=int, default=0)
-    du.add_argument("--count", type=int, default=20)
-    du.add_argument("--file-size", type=int, default=1024 * 1024 * 1024)
-    du.set_defaults(func=dump)
-    args = p.parse_args(argv)
-    return args.func(args)
+    dsub = d.add_subparsers(dest="demo_cmd", metavar="{broker}")
+    db = dsub.add_parser("broker", help="run the broker demo (rmqcore.broker) on a store",
+                         description="Run rmqcore.broker.demo.run(path, messages): the broker services around "
+                                     "the store.")
+    db.add_argument("--path", help="store directory (default: a temporary one, deleted afterwards)")
+    db.add_argument("--messages", type=int, default=10_000, help="messages to send (default 10,000)")
+    db.add_argument("--keep", action="store_true", help="keep the temporary store")
+    db.set_defaults(func=demo_broker)
+
+    i = sub.add_parser("inspect", help="the store at a glance: files, geometry, queues, time range, state",
+                       description="Files, geometry (read from the files), commitlog offsets and time range, "
+                                   "dispatch and checkpoint state, config files, every topic x queue.")
+    _store_arg(i)
+    _json_arg(i)
+    i.set_defaults(func=inspect_cmd)
+
+    v = sub.add_parser("verify", help="check every record, consume-queue unit and index key; exit 1 if any is bad",
+                       description="Walk every commitlog record (structure and CRC) with a progress bar, then check "
+                                   "every consume-queue unit against its record and every key against the index. "
+                                   "Exit status 0 when all is sound, 1 when anything is wrong.")
+    _store_arg(v)
+    _json_arg(v, "the whole report")
+    v.add_argument("--no-crc", action="store_true", help="check structure only, not body CRCs")
+    v.add_argument("--commitlog-only", action="store_true", help="skip the consume-queue and index checks")
+    v.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    v.add_argument("--limit", type=int, default=20, help="errors listed per part (default 20)")
+    v.set_defaults(func=verify_cmd)
+
+    g = sub.add_parser("get", help="messages by topic/queue/offset, by commitlog offset or by message id",
+                       description="Print messages by (--topic, --queue, --offset [--count]), by --commitlog-offset "
+                                   "or by --msg-id (an offset msg id, else a UNIQ_KEY). Exit 1 when none is found.")
+    _store_arg(g)
+    g.add_argument("--topic", help="topic of the queue to read")
+    g.add_argument("--queue", type=int, default=0, help="queue id (default 0)")
+    g.add_argument("--offset", type=int, help="logical offset in the queue")
+    g.add_argument("--count", type=int, default=1, help="messages to read from --offset (default 1)")
+    g.add_argument("--commitlog-offset", type=int, help="a record's global commitlog offset")
+    g.add_argument("--msg-id", help="offset msg id (32/56 hex chars) or UNIQ_KEY")
+    _json_arg(g, "the messages")
+    _body_arg(g)
+    g.set_defaults(func=get_cmd)
+
+    q = sub.add_parser("query", help="messages of a topic by key (index) or by store time",
+                       description="By --key (through the index files; matches KEYS and UNIQ_KEY exactly) or by a "
+                                   "store-time window --begin/--end (ms or ISO 8601, UTC by default). "
+                                   "Exit 1 when none is found.")
+    _store_arg(q)
+    q.add_argument("--topic", required=True, help="topic to search")
+    q.add_argument("--key", help="message key or UNIQ_KEY")
+    q.add_argument("--begin", help="stored at or after (ms since epoch or ISO 8601)")
+    q.add_argument("--end", help="stored at or before (ms since epoch or ISO 8601)")
+    q.add_argument("--queue", type=int, help="only this queue (time queries)")
+    q.add_argument("--max", type=int, default=32, help="at most this many messages (default 32)")
+    _json_arg(q, "the messages")
+    _body_arg(q)
+    q.set_defaults(func=query_cmd)
+
+    du = sub.add_parser("dump", help="print a store's commitlog records in order, reporting bad ones",
+                        description="Print records from --offset (default: the first). File sizes come from the "
+                                    "files. A damaged record is reported and skipped: the dump resumes at the next "
+                                    "valid record. Exit 1 when any record was bad.")
+    _store_arg(du)
+    du.add_argument("--offset", type=int, help="commitlog offset of the first record (must be a record start)")
+    du.add_argument("--count", type=int, default=20, help="records to print (default 20)")
+    du.add_argument("--no-crc", action="store_true", help="do not check body CRCs")
+    du.add_argument("--json", action="store_true", help="one JSON object per line")
+    _body_arg(du)
+    du.set_defaults(func=dump_cmd)
+
+    rp = sub.add_parser("repair", help="recover a crashed store offline and report what was cut and rebuilt",
+                        description="Open the store (taking its lock: it must not be open elsewhere), run "
+                                    "RocketMQ's recovery (cut everything after the last good record, rebuild "
+                                    "consume-queue units and index keys), close it cleanly, report.")
+    _store_arg(rp)
+    _json_arg(rp, "the report")
+    rp.set_defaults(func=repair_cmd)
+
+    st = sub.add_parser("stats", help="per topic/queue: messages, bytes, time range (scans the commitlog)",
+                        description="Walk the commitlog and count messages, bytes, store-time range and queue "
+                                    "offsets per topic and queue.")
+    _store_arg(st)
+    _json_arg(st, "the rows")
+    st.set_defaults(func=stats_cmd)
+
+    ex = sub.add_parser("export", help="messages to JSON lines, or Parquet when pyarrow is installed",
+                        description="Write every message (or a topic/time selection) as JSON lines (body base64 "
+                                    "unless --body text) or as Parquet (needs pyarrow; chosen by --format or an "
+                                    "OUT ending in .parquet).")
+    _store_arg(ex)
+    ex.add_argument("out", help="output file, or - for stdout (JSON lines only)")
+    ex.add_argument("--format", choices=("jsonl", "parquet"), help="default: parquet for *.parquet, else jsonl")
+    ex.add_argument("--topic", action="append", help="only this topic (repeat for more)")
+    ex.add_argument("--begin", help="stored at or after (ms or ISO 8601)")
+    ex.add_argument("--end", help="stored at or before (ms or ISO 8601)")
+    ex.add_argument("--force", action="store_true", help="overwrite OUT")
+    _body_arg(ex)
+    ex.set_defaults(func=export_cmd)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default: sys.argv[1:]); returns the exit status."""
+    from .errors import RmqStoreError
+    import logging
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # The store logs what it adopts or repairs as warnings: show them as plain lines on stderr.
+    logging.basicConfig(level=logging.WARNING, format="rmqcore: %(message)s")
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # `rmqcore dump ... | head`: the reader went away; exit quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except (CliError, RmqStoreError, OSError, ValueError) as e:
+        print(f"rmqcore {args.cmd}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"rmqcore {args.cmd}: interrupted", file=sys.stderr)
+        return 130
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":

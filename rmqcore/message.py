@@ -16,10 +16,11 @@ class GetResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    messages: list = field(default_factory=list)
+    messages: list[MessageExt] = field(default_factory=list)
     buffer_total_size: int = 0
     suggest_pulling_from_slave: bool = False
 
     @property
     def message_count(self) -> int:
+        """len(messages)."""
         return len(self.messages)

@@ -3,6 +3,8 @@ from enum import Enum
 
 
 class PutStatus(Enum):
+    """RocketMQ's PutMessageStatus: how a put ended (``ok`` is True for PUT_OK only)."""
+
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
@@ -16,10 +18,13 @@ class PutStatus(Enum):
 
     @property
     def ok(self) -> bool:
+        """True for PUT_OK."""
         return self is PutStatus.PUT_OK
 
 
 class GetStatus(Enum):
+    """RocketMQ's GetMessageStatus: what get_messages found at the asked offset."""
+
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
     MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"

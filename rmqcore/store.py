@@ -16,6 +16,7 @@ import re
 import threading
 import time
 from concurrent.futures import Future
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from .clean import CleanFilesService
 from .consume_queue import CQ_DTYPE, ConsumeQueue
 from .dispatch import ReputMessageService
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
+from .geometry import is_store_dir, read_geometry
 from .flush import GroupCommitService, PeriodicService
 from .index_service import IndexService
 from . import recovery
@@ -81,10 +83,14 @@ def parse_tag_filter(tags):
 class MessageStore:
     """A RocketMQ store directory, open for reading and writing. Use ``MessageStore.open(path, config)``."""
 
-    def __init__(self, path: str, config: StoreConfig | None = None):
+    def __init__(self, path: str, config: StoreConfig | None = None, create: bool = True):
         self.path = os.path.abspath(path)
         self.config = config or StoreConfig()
         self.config.validate()
+        self.create = create
+        # {field: (configured, on disk)} for every file size the existing store fixes differently (see open).
+        self.geometry_adopted: dict[str, tuple[int, int]] = {}
+        self.transient_store_pool: TransientStorePool | None = None   # set by _load_and_recover when enabled
         self.delay_level_ms = parse_delay_levels(self.config.message_delay_level)
         self._lock_fd: int | None = None
         self._running = False
@@ -106,16 +112,54 @@ class MessageStore:
     # -- open / close -------------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str, config: StoreConfig | None = None) -> "MessageStore":
-        store = cls(path, config)
+    def open(cls, path: str | os.PathLike[str], config: StoreConfig | None = None,
+             create: bool = True) -> "MessageStore":
+        """Open the store at ``path`` (taking its lock, recovering after a crash) and start its services.
+
+        ``path`` must be an existing store, or, with ``create`` (the default), an empty directory or a missing one
+        whose parent exists; a non-empty directory that is not a store is refused (StoreLayoutError) and nothing is
+        written into it. An existing store keeps the file sizes it was written with: commitlog, consume-queue and
+        index sizes are read from its files and override ``config``'s (``runtime_info()["geometry_adopted"]``
+        lists each override as configured → on disk). Raises StoreLockedError when the store is open elsewhere.
+        Use it as a context manager, or call ``close()``.
+        """
+        store = cls(os.fspath(path), config, create=create)
         store.start()
         return store
 
     def _path(self, *parts: str) -> str:
         return os.path.join(self.path, *parts)
 
+    def _prepare_directory(self) -> None:
+        """Refuse what is not a store before writing a byte: a file, a non-empty foreign directory, a path whose
+        parent is missing (a typo should not grow a tree), or anything missing or empty when ``create`` is off."""
+        path = self.path
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise StoreLayoutError(f"{path} is not a directory")
+        if os.path.isdir(path):
+            if is_store_dir(path):
+                return
+            entries = sorted(os.listdir(path))
+            if entries:
+                shown = ", ".join(entries[:5]) + (" ..." if len(entries) > 5 else "")
+                raise StoreLayoutError(f"{path} is not a message store (no commitlog/, consumequeue/, index/, "
+                                       f"checkpoint) and is not empty ({shown}): refusing to write into it")
+            if not self.create:
+                raise StoreLayoutError(f"{path} is an empty directory, not a message store (create=False)")
+            return
+        if not self.create:
+            raise FileNotFoundError(f"{path}: no such message store (create=False)")
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"{path}: its parent directory {parent} does not exist (only the store "
+                                    "directory itself is created)")
+        try:
+            os.mkdir(path)
+        except FileExistsError:        # made by someone else in between: check it again
+            self._prepare_directory()
+
     def _take_lock(self) -> None:
-        os.makedirs(self.path, exist_ok=True)
+        self._prepare_directory()
         fd = os.open(self._path("lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             # flock, not fcntl record locks: flock locks belong to the open file, so a second open of the same
@@ -128,6 +172,7 @@ class MessageStore:
         self._lock_fd = fd
 
     def start(self) -> None:
+        """Take the lock, load and recover, start the services (``open`` calls it; idempotent)."""
         if self._running:
             return
         self._take_lock()
@@ -140,6 +185,14 @@ class MessageStore:
         self._running = True
 
     def _load_and_recover(self) -> None:
+        # A store is read with the file sizes it was written with, whatever the config says (RocketMQ records
+        # them nowhere but in the files): adopt them, and say so in runtime_info.
+        geometry = read_geometry(self.path, self.config)
+        self.geometry_adopted = geometry.differences(self.config)
+        if self.geometry_adopted:
+            log.warning("%s was written with other file sizes than configured; using the store's: %s", self.path,
+                        ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in self.geometry_adopted.items()))
+            self.config = geometry.apply(self.config)
         cfg = self.config
         last_exit_ok = not os.path.exists(self._path("abort"))
         self.checkpoint = StoreCheckpoint(self._path("checkpoint"))
@@ -490,6 +543,7 @@ class MessageStore:
     # -- dispatch (called by the ReputMessageService) -----------------------------------------------------------
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+        """The ConsumeQueue of (topic, queue_id), made on first use unless ``create`` is False (then None)."""
         queues = self._consume_queues.get(topic)
         if queues is not None:
             cq = queues.get(queue_id)
@@ -595,10 +649,12 @@ class MessageStore:
         return GetResult(status, offset + consumed, min_offset, max_offset, messages, total)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's max logical offset: one past its last message (0 for an unknown queue)."""
         cq = self.find_consume_queue(topic, queue_id, create=False)
         return cq.max_offset_in_queue if cq is not None else 0
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first logical offset still readable (-1 for an unknown queue)."""
         cq = self.find_consume_queue(topic, queue_id, create=False)
         return cq.min_offset_in_queue if cq is not None else -1
 
@@ -670,10 +726,13 @@ class MessageStore:
         return True
 
     def topics(self) -> dict[str, list[int]]:
+        """Every topic with a consume queue, with its queue ids."""
         with self._cq_lock:
             return {t: sorted(q) for t, q in self._consume_queues.items()}
 
-    def runtime_info(self) -> dict:
+    def runtime_info(self) -> dict[str, Any]:
+        """Figures of the open store: offsets, files, dispatch and flush state, what recovery found (``recovery``)
+        and the file sizes taken from the store instead of the config (``geometry_adopted``)."""
         cl = self.commit_log
         mfq = cl.mapped_file_queue
         return {
@@ -693,5 +752,6 @@ class MessageStore:
             "recovery": dict(self.recovery),
             "checkpoint": self.checkpoint.as_dict() if self.checkpoint else {},
             "flush_disk_type": self.config.flush_disk_type,
+            "geometry_adopted": dict(self.geometry_adopted),
             "uptime_s": round(time.time() - self._start_time, 3),
         }

@@ -1,0 +1,117 @@
+"""What the distributions carry: the sdist holds everything its tests need, wheels carry no debug info, the
+headers the .pxd files extern are shipped, the license is an SPDX string, and the workflow GitHub runs is the
+one in the repository root."""
+import glob
+import os
+import re
+import struct
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+import rmqcore
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PKG = os.path.dirname(os.path.abspath(rmqcore.__file__))
+IN_SOURCE_TREE = os.path.exists(os.path.join(ROOT, "setup.py"))
+
+
+def test_license_is_an_spdx_string():
+    if not IN_SOURCE_TREE:
+        pytest.skip("needs the source tree")
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["license"] == "Apache-2.0"
+    assert os.path.exists(os.path.join(ROOT, "LICENSE"))
+
+
+def test_the_workflow_github_runs_is_the_root_one():
+    root, gh = os.path.join(ROOT, "wheels.yml"), os.path.join(ROOT, ".github", "workflows", "wheels.yml")
+    if not os.path.exists(root):
+        pytest.skip("needs the source tree")
+    assert open(gh, encoding="utf-8").read() == open(root, encoding="utf-8").read()
+
+
+def test_headers_the_pxd_files_extern_are_shipped():
+    inc = rmqcore.get_include()
+    externed = set()
+    for pxd in glob.glob(os.path.join(PKG, "*.pxd")):
+        externed |= set(re.findall(r'cdef extern from "([^"]+\.h)"', open(pxd, encoding="utf-8").read()))
+    assert externed, "the .pxd files extern C headers"
+    missing = sorted(h for h in externed if not os.path.exists(os.path.join(inc, h)))
+    assert missing == []
+
+
+def _elf_section_names(path: str) -> set[str]:
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b"\x7fELF" and data[4] == 2, f"{path}: not a 64-bit ELF file"
+    end = "<" if data[5] == 1 else ">"
+    shoff, = struct.unpack_from(end + "Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from(end + "HHH", data, 0x3A)
+    def header(i):
+        return struct.unpack_from(end + "IIQQQQIIQQ", data, shoff + i * shentsize)
+    strtab_off = header(shstrndx)[4]
+    names = set()
+    for i in range(shnum):
+        name_off = header(i)[0]
+        names.add(data[strtab_off + name_off:data.index(b"\0", strtab_off + name_off)].decode())
+    return names
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF")
+def test_compiled_modules_carry_no_debug_info():
+    if os.environ.get("RMQCORE_DEBUG"):
+        pytest.skip("a debug build on purpose")
+    sos = glob.glob(os.path.join(PKG, "_*.so"))
+    assert len(sos) >= 7
+    for so in sos:
+        debug = sorted(n for n in _elf_section_names(so) if n.startswith(".debug"))
+        assert debug == [], f"{os.path.basename(so)}: {debug}"
+
+
+def test_sdist_holds_what_its_tests_need(tmp_path):
+    """The file list setuptools makes for the sdist (SOURCES.txt) holds every test helper, the stubs, the
+    headers, the license and both workflow files."""
+    if not IN_SOURCE_TREE:
+        pytest.skip("needs the source tree")
+    pytest.importorskip("Cython")
+    r = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    sources = set(open(tmp_path / "rmqcore.egg-info" / "SOURCES.txt", encoding="utf-8").read().split())
+    needed = {os.path.relpath(os.path.join(d, f), ROOT) for d, _, files in os.walk(os.path.join(ROOT, "tests"))
+              if "__pycache__" not in d for f in files if not f.endswith((".pyc", ".pyo"))}
+    needed |= {"tests/stubtest_allowlist.txt", "LICENSE", "README.md", "wheels.yml", ".github/workflows/wheels.yml",
+               "pyspark_rmqcore.py"}
+    needed |= {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "include", "*.h"))}
+    needed |= {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "rmqcore", "*.pyi"))}
+    needed |= {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "rmqcore", "*.pxd"))}
+    assert sorted(needed - sources) == []
+    assert not [s for s in sources if s.endswith((".so", ".c")) and s.startswith("rmqcore/")]
+
+
+def test_a_second_build_reuses_the_modules_compiled_in_place(tmp_path):
+    """README's second command (pip install -e '.[test,spark]') must not compile again: setup.py's build_ext takes
+    the modules the first install left in the source tree when they are newer than everything they come from."""
+    if not IN_SOURCE_TREE:
+        pytest.skip("needs the source tree")
+    pytest.importorskip("Cython")
+    import sysconfig
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    inputs = glob.glob(os.path.join(ROOT, "include", "*.h")) + glob.glob(os.path.join(ROOT, "rmqcore", "*.pxd"))
+    inputs.append(os.path.join(ROOT, "setup.py"))
+    for m in ("_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment"):
+        so = os.path.join(ROOT, "rmqcore", m + suffix)
+        newest = max(os.path.getmtime(p) for p in inputs + [os.path.join(ROOT, "rmqcore", m + ".pyx")])
+        if not os.path.exists(so) or os.path.getmtime(so) <= newest:
+            pytest.skip(f"{m}{suffix} is older than its sources here: rebuild it first")
+    r = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
+                        "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("reusing rmqcore/") == 7, r.stdout
+    assert "gcc" not in r.stdout and "cc " not in r.stdout
+    assert len(glob.glob(str(tmp_path / "lib" / "rmqcore" / f"*{suffix}"))) == 7
