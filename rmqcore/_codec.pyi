@@ -237,6 +237,10 @@ SELECT_FOUND: int
 SELECT_NO_MATCHED_MESSAGE: int
 SELECT_MESSAGE_WAS_REMOVING: int
 
+def query_records(files: list[MappedFile], file_size: int, offsets: list[int], topic: str, key: str, max_num: int,
+                  seen: set[int] | None = None) -> tuple[list[MessageExt], int]:
+    """The messages at index hits that are whole records of ``topic`` carrying ``key`` (KEYS or UNIQ_KEY):
+    (messages, store time of the first hit's record or -1)."""
 def select_messages(units: Buffer, files: list[MappedFile], file_size: int, max_count: int,
                     max_transfer_bytes: int, max_transfer_count: int, tag_codes: Collection[int] | None = None,
                     exact_tags: Collection[str] | None = None) -> tuple[list[MessageExt], int, int, int, int]:

@@ -48,9 +48,18 @@ class DispatchBatch:
     @property
     def topics(self) -> list[str]: ...
 
+class ScanBuffers:
+    """The arrays one scan fills, reused by the dispatcher from pass to pass."""
+    def __init__(self, max_records: int, max_keys: int) -> None: ...
+    @property
+    def max_records(self) -> int: ...
+    @property
+    def max_keys(self) -> int: ...
+
 def scan_for_dispatch(data: Buffer, base_offset: int, start: int = 0, end: int = -1, max_records: int = 8192,
                       max_keys: int = 32768, check_crc: bool = False, topic_ids: dict[str, int] | None = None,
-                      topics: list[str] | None = None, delay_level_ms: Sequence[int] | None = None) -> DispatchBatch:
+                      topics: list[str] | None = None, delay_level_ms: Sequence[int] | None = None,
+                      buffers: ScanBuffers | None = None) -> DispatchBatch:
     """Scan ``data`` (byte 0 is global ``base_offset``) from ``start`` into a DispatchBatch."""
 def queue_runs(b: DispatchBatch, unit_dtype: np.dtype[Any]) -> list[
         tuple[str, int, npt.NDArray[np.void], npt.NDArray[np.int64], npt.NDArray[np.int64], bool, int]]:

@@ -60,7 +60,7 @@ cdef class ScanBuffers:
     arrays, and re-faulting fresh pages cost more than the scan. A batch's arrays are views into these: valid
     until the next scan with the same buffers."""
     cdef readonly int max_records, max_keys
-    cdef readonly object phys, size, tags, ts, qo, qid, sf, tpos, topic, kh, kp, kt, kr
+    cdef object phys, size, tags, ts, qo, qid, sf, tpos, topic, kh, kp, kt, kr
 
     def __init__(self, int max_records, int max_keys):
         self.max_records = max_records

@@ -14,6 +14,8 @@ DEFAULT_INDEX_NUM: int
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     """40 + hash_slot_num × 4 + index_num × 20."""
+def query_files(files: list[IndexFile], topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+    """IndexService.queryOffset over ``files`` (oldest first) for ``topic#key``: commitlog offsets, newest first."""
 def index_key_hash(key: str) -> int:
     """abs(Java String.hashCode(key)), 0 when that overflows: the key hash of an index item."""
 
