@@ -48,18 +48,20 @@ class Params:
     recovery_file_size: int
     crash_msgs: int           # acknowledged SYNC_FLUSH puts before the SIGKILL
     crash_runs: int
+    store_msgs: int           # end-to-end store variants (issue workload)
+    peer_msgs: int            # the peers comparison
 
 
 FULL = Params(repeats=7, crc_calls_1k=200_000, crc_calls_64k=4_000, codec_records=50_000, put_msgs=100_000,
               put_batch_msgs=200_000, thread_msgs=50_000, get_msgs=100_000, keys=1_000_000,
               latency_samples=2_000, dispatch_msgs=300_000, file_size=512 * MiB, memcpy_bytes=256 * MiB,
               sync_seconds=2.0, sync_rounds=3, recovery_bytes=1024 * MiB, recovery_file_size=256 * MiB,
-              crash_msgs=50_000, crash_runs=3)
+              crash_msgs=50_000, crash_runs=3, store_msgs=500_000, peer_msgs=1_000_000)
 QUICK = Params(repeats=3, crc_calls_1k=20_000, crc_calls_64k=500, codec_records=10_000, put_msgs=20_000,
                put_batch_msgs=50_000, thread_msgs=10_000, get_msgs=20_000, keys=100_000,
                latency_samples=300, dispatch_msgs=50_000, file_size=256 * MiB, memcpy_bytes=256 * MiB,
                sync_seconds=1.0, sync_rounds=2, recovery_bytes=128 * MiB, recovery_file_size=64 * MiB,
-               crash_msgs=10_000, crash_runs=1)
+               crash_msgs=10_000, crash_runs=1, store_msgs=100_000, peer_msgs=50_000)
 
 
 class Ctx:
@@ -577,6 +579,137 @@ def case_crash_reopen(ctx: Ctx) -> None:
     ctx.r["crash_runs"] = runs
 
 
+E2E_TOPICS, E2E_QUEUES = 4, 4
+
+
+def _e2e_messages(lo: int, hi: int, body: bytes):
+    from rmqcore import Message
+    return [Message(f"perf-{i % E2E_TOPICS}", body, (i // E2E_TOPICS) % E2E_QUEUES, tags=f"t{i % 8}",
+                    keys=[f"k{i}"]) for i in range(lo, hi)]
+
+
+def case_store(ctx: Ctx) -> None:
+    """The store end to end as a user drives it (issue workload): 1 KiB bodies, 4 topics x 4 queues, a tag and a
+    key per message, default StoreConfig (1 GiB files with the write runway), a fresh store per variant, counted
+    until wait_dispatched() returns (every message readable by queue and key). Variants: the Python loop that only
+    builds the Messages; that loop + put_batch of 1,000; one put per Message; put_arrow of a prebuilt Arrow batch;
+    two producer threads each building + put_batch. Best of ``repeats`` rounds, variants interleaved."""
+    import threading
+    from rmqcore import StoreConfig
+    n = ctx.p.store_msgs
+    body = W.body()
+
+    def build_only(_):
+        for k in range(0, n, 1000):
+            _e2e_messages(k, min(n, k + 1000), body)
+
+    def with_store(fn):
+        def run(_):
+            with W.temp_dir(ctx.dir) as root:
+                store = W.open_store(root, StoreConfig())
+                try:
+                    t0 = time.perf_counter()
+                    fn(store)
+                    if not store.wait_dispatched(600):
+                        raise RuntimeError("dispatch did not catch up")
+                    return time.perf_counter() - t0
+                finally:
+                    store.close()
+        return run
+
+    def batches(store):
+        for k in range(0, n, 1000):
+            store.put_batch(_e2e_messages(k, min(n, k + 1000), body))
+
+    def single(store):
+        put = store.put
+        for k in range(0, n, 1000):
+            for m in _e2e_messages(k, min(n, k + 1000), body):
+                put(m)
+
+    def two_threads(store):
+        def half(lo, hi):
+            for k in range(lo, hi, 1000):
+                store.put_batch(_e2e_messages(k, min(hi, k + 1000), body))
+        mid = (n // 2000) * 1000
+        ts = [threading.Thread(target=half, args=(0, mid)), threading.Thread(target=half, args=(mid, n))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    table = None
+    try:
+        import pyarrow as pa
+        table = pa.table({"topic": [f"perf-{i % E2E_TOPICS}" for i in range(n)],
+                          "queue_id": pa.array([(i // E2E_TOPICS) % E2E_QUEUES for i in range(n)], pa.int32()),
+                          "body": pa.array([body] * n, pa.binary()), "tags": [f"t{i % 8}" for i in range(n)],
+                          "keys": [[f"k{i}"] for i in range(n)]})
+    except ImportError:
+        ctx.notes.append("put_arrow row skipped: pyarrow is not installed")
+
+    variants = {"build": build_only, "batch": with_store(batches), "single": with_store(single),
+                "two": with_store(two_threads)}
+    if table is not None:
+        variants["arrow"] = with_store(lambda store: store.put_arrow(table))
+    best = {name: float("inf") for name in variants}
+    for i in range(max(2, ctx.p.repeats // 2)):
+        names = list(variants)
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            with W.gc_paused():
+                t0 = time.perf_counter()
+                inner = variants[name](None)
+                took = inner if inner is not None else time.perf_counter() - t0
+            best[name] = min(best[name], took)
+        log("  round %d: %s" % (i + 1, ", ".join(f"{nm} {n / best[nm]:,.0f}/s" for nm in names)))
+    for name, t in best.items():
+        ctx.r[f"e2e_{name}_mps"] = n / t
+    ctx.r["e2e_msgs"] = n
+
+
+def case_footprint(ctx: Ctx) -> None:
+    """What a default StoreConfig() store costs: open + close of an empty store (ms), and for a store holding one
+    message the disk it uses (du, while open and after close) and the resident memory it adds. Each in a fresh
+    child interpreter with rmqcore imported, so earlier cases do not count."""
+    import json
+    import subprocess
+    code = r"""
+import json, os, subprocess, sys, tempfile, time
+from rmqcore import Message, MessageStore
+def rss():
+    with open('/proc/self/status') as f:
+        return next(int(l.split()[1]) for l in f if l.startswith('VmRSS')) * 1024
+def du(p):
+    return int(subprocess.run(['du', '-sk', p], capture_output=True, text=True).stdout.split()[0]) * 1024
+root = tempfile.mkdtemp(dir=sys.argv[1] if len(sys.argv) > 1 else None)
+MessageStore.open(os.path.join(root, 'warm')).close()          # imports the store's modules once
+t0 = time.perf_counter(); MessageStore.open(os.path.join(root, 'e')).close(); oc = time.perf_counter() - t0
+r0 = rss()
+s = MessageStore.open(os.path.join(root, 's'))
+s.put(Message('T', b'x' * 1024, 0, keys=['k'])); s.wait_dispatched()
+out = {'open_close_ms': oc * 1e3, 'rss_mb': (rss() - r0) / 2**20, 'du_open_mb': du(os.path.join(root, 's')) / 2**20}
+s.close()
+out['du_closed_mb'] = du(os.path.join(root, 's')) / 2**20
+subprocess.run(['rm', '-rf', root])
+print(json.dumps(out))
+"""
+    runs = []
+    for _ in range(3):
+        res = subprocess.run([sys.executable, "-c", code] + ([ctx.dir] if ctx.dir else []), capture_output=True,
+                             text=True, check=True)
+        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    for key in runs[0]:
+        ctx.r[f"foot_{key}"] = sorted(r[key] for r in runs)[1]       # the median of three
+
+
+def case_peers(ctx: Ctx) -> None:
+    """rmqcore against the Python stores a user would otherwise pick (bench/peers.py): the same workload on each."""
+    from bench import peers
+    ctx.r["peers_rows"] = peers.run_peers(ctx.p.peer_msgs, ctx.p is QUICK)
+    ctx.r["peers_n"] = ctx.p.peer_msgs
+
+
 CASES = [
     ("memcpy", case_memcpy),
     ("crc", case_crc),
@@ -585,9 +718,12 @@ CASES = [
     ("get", case_get),
     ("query", case_query),
     ("dispatch", case_dispatch),
+    ("store", case_store),
     ("sync_flush", case_sync_flush),
     ("recovery", case_recovery),
     ("crash_reopen", case_crash_reopen),
+    ("footprint", case_footprint),
+    ("peers", case_peers),
 ]
 
 
@@ -684,6 +820,37 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
         rows.append(("dispatch max lag under full-speed put_batch", _n(r["live_max_lag_ms"]), "ms",
                      f"max backlog {r['live_max_behind_mb']:.1f} MB; drained {r['live_drain_ms']:.0f} ms "
                      f"after the last put"))
+    if "e2e_batch_mps" in r:
+        b, build = r["e2e_batch_mps"], r["e2e_build_mps"]
+        rows.append((f"Python loop building a Message per message (no store), 1 KiB body, tag + key",
+                     _n(build), "msgs/s", "what a caller pays before the store"))
+        rows.append((f"that loop + MessageStore.put_batch of 1,000, until dispatched (default StoreConfig)", _n(b),
+                     "msgs/s", f"{_x(b, build)} the loop alone; {b * W.record_size() / 1e6:,.0f} MB/s"))
+        rows.append(("one MessageStore.put per Message, until dispatched", _n(r["e2e_single_mps"]), "msgs/s",
+                     f"{_x(r['e2e_single_mps'], build)} the loop alone"))
+        rows.append(("2 producer threads, each loop + put_batch of 1,000, until dispatched", _n(r["e2e_two_mps"]),
+                     "msgs/s", f"{_x(r['e2e_two_mps'], b)} 1 thread"))
+        if "e2e_arrow_mps" in r:
+            a = r["e2e_arrow_mps"]
+            rows.append(("MessageStore.put_arrow of a prebuilt Arrow table, until dispatched", _n(a), "msgs/s",
+                         f"{a * W.record_size() / 1e9:.2f} GB/s; {_x(a, b)} loop + put_batch"))
+    if "foot_du_open_mb" in r:
+        rows.append(("default StoreConfig(): open + close of an empty store", f"{r['foot_open_close_ms']:.1f}",
+                     "ms", "median of 3 fresh interpreters"))
+        rows.append(("default StoreConfig(), one message: disk used (du) open / closed",
+                     f"{r['foot_du_open_mb']:.0f} / {r['foot_du_closed_mb']:.0f}", "MiB",
+                     f"apparent size 1 GiB commitlog + 420 MB index (sparse); resident "
+                     f"+{r['foot_rss_mb']:.0f} MiB"))
+    for row in r.get("peers_rows", []):
+        vals = row["values"]
+        me = vals.get("rmqcore")
+        if me is None:
+            continue
+        fmt = (lambda v: _n(v)) if row.get("higher_is_better") else (lambda v: f"{v:.1f}")
+        others = ", ".join(f"{k} {fmt(v)}" for k, v in vals.items() if k != "rmqcore" and v is not None)
+        rows.append((f"vs Python stores, {row['operation']} ({r['peers_n']:,} msgs)", fmt(me), row["unit"],
+                     (f"{row['ratio']:.2f}× best ({row['best_peer']}); " if row.get("ratio") is not None else "")
+                     + others))
     if "fsync_mps" in r:
         base = r["fsync_mps"]
         rows.append(("one fdatasync per message (4 KiB pwrite + fdatasync, same filesystem)", _n(base), "msgs/s",
