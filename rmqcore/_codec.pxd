@@ -105,6 +105,7 @@ cdef struct EncodedRecord:
     int32_t tran_type
     int32_t store_ts_pos    # 56, or 68 with an IPv6 born host
     int32_t queue_id
+    bint record_crc         # ends with the 5.x __CRC32# property, filled in once the per-put fields are set
 
 
 cdef class EncodeBuffer:

@@ -176,6 +176,7 @@ class MessageEncoder:
     @property
     def uniq_keys(self) -> UniqKeyGenerator: ...
     reroute: Callable[[Message], object] | None
+    append_prop_crc: bool
     """Called before a message with a delay or timer property is encoded (the schedule/timer topics)."""
     def __init__(self, store_host: str = "127.0.0.1:10911", max_message_size: int = 4194304,
                  check_topic_chars: bool = True) -> None: ...

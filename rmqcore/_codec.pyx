@@ -707,6 +707,23 @@ cdef bint _has_timing_property(dict props):
     return False
 
 
+cdef inline unsigned char *_put_crc_placeholder(unsigned char *q) noexcept nogil:
+    # "__CRC32#" \x01 + 10 digits + \x02 (CRC32_RESERVED_LEN): the digits are set by _fill_record_crc.
+    memcpy(q, "__CRC32#\x010000000000\x02", CRC32_RESERVED_LEN)
+    return q + CRC32_RESERVED_LEN
+
+
+cdef inline void _fill_record_crc(unsigned char *rec, int32_t total) noexcept nogil:
+    # MessageDecoder.createCrc32 after DefaultAppendMessageCallback's CRC of the record before the property (all
+    # per-put fields set): 10 decimal digits, least significant first, of crc32 & 0x7FFFFFFF.
+    cdef uint32_t crc = rmq_crc32(0, rec, <size_t>(total - CRC32_RESERVED_LEN)) & 0x7FFFFFFF
+    cdef unsigned char *d = rec + total - CRC32_RESERVED_LEN + 9
+    cdef int i
+    for i in range(10):
+        d[i] = <unsigned char>(48 + crc % 10)
+        crc //= 10
+
+
 cdef inline bint _name_is(const unsigned char *p, Py_ssize_t n, const char *name, Py_ssize_t name_n) noexcept nogil:
     return n == name_n and memcmp(p, name, <size_t>n) == 0
 
@@ -882,6 +899,9 @@ cdef class MessageEncoder:
     # TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) is encoded, to move it to the schedule or timer topic as
     # RocketMQ's CommitLog.putMessage does; None (a bare commit log) stores such messages as they are.
     cdef public object reroute
+    # RocketMQ 5's enabledAppendPropCRC: every record ends with a __CRC32# property holding the CRC of the record
+    # before it, so damage anywhere in it is caught (the v1 body CRC covers the body only).
+    cdef public bint append_prop_crc
 
     def __init__(self, store_host="127.0.0.1:10911", int max_message_size=4 * 1024 * 1024,
                  bint check_topic_chars=True):
@@ -943,12 +963,16 @@ cdef class MessageEncoder:
                 raise MessageIllegalError(f"properties[{k!r}]", "names and values must be str", None)
             ku = PyUnicode_AsUTF8AndSize(k, &kn)
             vu = PyUnicode_AsUTF8AndSize(v, &vn)
+            if self.append_prop_crc and kn == 8 and memcmp(ku, "__CRC32#", 8) == 0:
+                continue                  # a copied record's: the put writes its own, last
             if kn == 0:
                 raise MessageIllegalError("properties", "a property name is empty", None)
             if _check_utf8_separators(ku, kn) or _check_utf8_separators(vu, vn):
                 raise MessageIllegalError(f"properties[{k!r}]", "contains \\x01 or \\x02, RocketMQ's separators",
                                           None)
             props_n += kn + vn + 2
+        if self.append_prop_crc:
+            props_n += CRC32_RESERVED_LEN
         if props_n > PROPERTIES_MAX_LENGTH:
             raise MessageIllegalError("properties", f"{props_n} bytes, more than {PROPERTIES_MAX_LENGTH}",
                                       PROPERTIES_MAX_LENGTH, PutStatus.PROPERTIES_SIZE_EXCEEDED)
@@ -1010,11 +1034,15 @@ cdef class MessageEncoder:
                 continue
             ku = PyUnicode_AsUTF8AndSize(k, &kn)
             vu = PyUnicode_AsUTF8AndSize(v, &vn)
+            if self.append_prop_crc and kn == 8 and memcmp(ku, "__CRC32#", 8) == 0:
+                continue
             memcpy(q, ku, kn)
             q[kn] = 1
             memcpy(q + kn + 1, vu, vn)
             q[kn + 1 + vn] = 2
             q += kn + vn + 2
+        if self.append_prop_crc:
+            q = _put_crc_placeholder(q)
         if q != p + total:  # properties changed size under us (another thread mutated the dict)
             raise RuntimeError("message properties changed while the message was being encoded")
 
@@ -1024,6 +1052,7 @@ cdef class MessageEncoder:
         rec.tran_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
         rec.store_ts_pos = 48 + <int32_t>len(born)
         rec.queue_id = msg.queue_id
+        rec.record_crc = self.append_prop_crc
         out.topics.append(topic)
         out.uniq_keys.append(uniq)
         out.size += total
@@ -1126,6 +1155,8 @@ cdef class MessageEncoder:
                 vlen = <Py_ssize_t>(pvalue_off[j + 1] - pvalue_off[j])
                 kp = &pname_data[0] + pname_off[j] if klen else NULL
                 vp = &pvalue_data[0] + pvalue_off[j] if vlen else NULL
+                if self.append_prop_crc and _name_is(kp, klen, "__CRC32#", 8):
+                    continue
                 if klen == 0:
                     raise MessageIllegalError(f"properties[{r + first_row}]", "a property name is empty", None)
                 if _check_utf8_separators(<const char *>kp, klen) or (
@@ -1163,6 +1194,8 @@ cdef class MessageEncoder:
             if not map_uniq:
                 uniq_n = generated_n if check_only else self.uniq_keys.next_key_into(uniq_buf)
                 props_n += 8 + uniq_n + 2
+            if self.append_prop_crc:
+                props_n += CRC32_RESERVED_LEN
             if props_n > PROPERTIES_MAX_LENGTH:
                 raise MessageIllegalError(f"properties[{r + first_row}]", f"{props_n} bytes, more than {PROPERTIES_MAX_LENGTH}",
                                           PROPERTIES_MAX_LENGTH, PutStatus.PROPERTIES_SIZE_EXCEEDED)
@@ -1215,6 +1248,8 @@ cdef class MessageEncoder:
                     continue
                 klen = <Py_ssize_t>(pname_off[j + 1] - pname_off[j])
                 kp = &pname_data[0] + pname_off[j]
+                if self.append_prop_crc and _name_is(kp, klen, "__CRC32#", 8):
+                    continue
                 dup = False
                 for jj in range(p0, j):          # the first of equal names holds the last one's value
                     if (pvalue_valid is None or pvalue_valid[jj]) and pname_off[jj + 1] - pname_off[jj] == klen \
@@ -1248,6 +1283,8 @@ cdef class MessageEncoder:
                 q = _put_keys(q, keys_list[r], keys_list[r + 1], key_valid, key_off, key_data, keys_n)
             if not map_uniq:
                 q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>uniq_buf, uniq_n)
+            if self.append_prop_crc:
+                q = _put_crc_placeholder(q)
             if q != p + total:       # duplicate names made the map shorter than counted: fix the lengths
                 props_n -= <int32_t>((p + total) - q)
                 total = <int32_t>(q - p)
@@ -1263,6 +1300,7 @@ cdef class MessageEncoder:
             rec.tran_type = 0
             rec.store_ts_pos = 48 + <int32_t>store_n
             rec.queue_id = qid
+            rec.record_crc = self.append_prop_crc
             out.topics.append(topic_obj)
             out.size += total
             out.count += 1
@@ -1437,6 +1475,8 @@ cdef class AppendMessageCallback:
             self.write_blank(mf)
             return None
         r = self.assign(mf, eb, i, store_timestamp, wrote)
+        if rec.record_crc:
+            _fill_record_crc(eb.data + rec.pos, n)
         err = mf.write_c(wrote, eb.data + rec.pos, n, True)
         if err != 0:
             self.unassign(eb, i)
@@ -1767,6 +1807,9 @@ cdef class CommitLogWriter:
                     total = pos - wrote
                     src = b.data + b.rec[i].pos
                     with nogil:
+                        for k in range(i, j):
+                            if b.rec[k].record_crc:
+                                _fill_record_crc(b.data + b.rec[k].pos, b.rec[k].length)
                         err = mf.write_c(wrote, src, total, True)
                     if err != 0:
                         for k in range(j - 1, i - 1, -1):

@@ -30,6 +30,7 @@ class CommitLog:
         self.store_path = store_path
         self.read_only = read_only
         self.encoder = MessageEncoder(self.config.store_host, self.config.max_message_size)
+        self.encoder.append_prop_crc = self.config.enabled_append_prop_crc
         self.callback = AppendMessageCallback(self.encoder.store_host_bytes)
         self.mapped_file_queue = MappedFileQueue(
             store_path, self.config.mapped_file_size_commit_log, allocate=not read_only,

@@ -96,6 +96,11 @@ class StoreConfig:
     """maxTransferBytesOnMessageInMemory: bytes of records one get_messages returns at most."""
     max_transfer_count_on_message_in_memory: int = 32
     """maxTransferCountOnMessageInMemory: messages one get_messages returns at most."""
+    # Whole-record integrity
+    enabled_append_prop_crc: bool = True
+    """enabledAppendPropCRC (5.x, off there; on here): every record ends with a ``__CRC32#`` property holding the
+    CRC32 of the record before it, so recovery and verify() catch damage anywhere in a record (the v1 body CRC
+    covers the body only). 20 bytes per record; Java 4.9 readers see one more property."""
     # Recovery and cleaning
     check_crc_on_recover: bool = True
     """checkCRCOnRecover: check body CRCs (and 5.x __CRC32#) while recovery scans the commitlog."""

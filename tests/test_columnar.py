@@ -46,9 +46,12 @@ def as_message(row, uniq_key):
 
 
 def without_store_time(m):
+    # the store time differs between the two puts, and so do the __CRC32# digits that cover it
     raw = bytearray(bytes(m.record()))
     at = 56 if not m.sys_flag & 0x10 else 68
     raw[at:at + 8] = bytes(8)
+    assert raw[-20:-11] == b"__CRC32#\x01" and raw[-1] == 2
+    raw[-11:-1] = bytes(10)
     return bytes(raw)
 
 

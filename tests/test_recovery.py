@@ -347,3 +347,25 @@ def test_v2_record_crc_property_catches_corruption_outside_the_body(tmp_path):
         assert "__CRC32#" in rec["stop"] and str(bad) in rec["stop"], rec["stop"]
         report = store.verify()
         assert report["ok"] and report["records"] == 50, report
+
+
+def test_record_crc_catches_damage_outside_the_body(tmp_path):
+    # enabled_append_prop_crc (default): every record ends with __CRC32#; zeroing bytes of a key inside KEYS (which
+    # the v1 body CRC does not cover) makes recovery cut there and verify() report it.
+    from rmqcore import MessageStore, StoreConfig
+    cfg = StoreConfig(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=101, max_index_num=404)
+    path = tmp_path / "s"
+    with MessageStore.open(str(path), cfg) as s:
+        rs = [s.put(Message("T", b"body %d" % i, 0, keys=[f"order-{i}"])) for i in range(5)]
+        assert bytes(s.look_message(rs[0].commitlog_offset).record()).endswith(b"\x02")
+        assert s.look_message(rs[0].commitlog_offset).properties.keys() >= {"__CRC32#", "KEYS", "UNIQ_KEY"}
+    log = path / "commitlog" / ("%020d" % 0)
+    data = bytearray(log.read_bytes())
+    at = data.index(b"order-3")
+    data[at:at + 7] = bytes(7)
+    log.write_bytes(bytes(data))
+    (path / "abort").write_text("")
+    with MessageStore.open(str(path), cfg) as s:
+        assert s.max_offset("T", 0) == 3                    # cut at the damaged record
+        assert s.query_message("T", "order-2") and not s.query_message("T", "order-3")
+        assert s.runtime_info()["recovery"]["truncated_bytes"] > 0
