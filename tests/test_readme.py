@@ -71,7 +71,18 @@ def test_layout_figures_are_the_defaults():
     assert c.mapped_file_size_commit_log == 1 << 30 and "(1 GiB files" in text
     assert f"({c.mapped_file_size_consume_queue // 20:,} units of 20 bytes" in text
     assert f"({c.max_hash_slot_num:,} slots × {c.max_index_num:,} items)" in text
-    assert f"{c.mapped_file_runway_commit_log >> 20} MiB for the\ncommitlog" in text
+    assert f"`mapped_file_runway_commit_log` {c.mapped_file_runway_commit_log >> 20} MiB" in text
+    assert f"`mapped_file_runway_consume_queue` {c.mapped_file_runway_consume_queue >> 20} MiB" in text
+    assert f"`index_file_runway` {c.index_file_runway >> 20} MiB" in text
+    assert c.enabled_append_prop_crc and "`enabled_append_prop_crc=False` leaves it out" in text
+
+
+def test_broker_snippet_runs(tmp_path):
+    code = re.search(r"```python\n(.*?)```", section("The broker's services"), re.S).group(1)
+    code = code.replace('"/tmp/rmq-broker"', repr(str(tmp_path / "broker")))
+    exec(compile(code, "README broker", "exec"), {})
+    retry = os.path.join(str(tmp_path / "broker"), "consumequeue", "SCHEDULE_TOPIC_XXXX")
+    assert os.path.isdir(retry)                        # the send-back waits for its delay level there
 
 
 def test_ci_runs_the_two_set_up_commands():
