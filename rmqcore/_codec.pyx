@@ -1074,7 +1074,10 @@ cdef class MessageEncoder:
                      const unsigned char[::1] pvalue_data,
                      const int64_t[::1] born_ms, const int32_t[::1] flag,
                      unsigned char[::1] uniq_out, int64_t[::1] uniq_off, Py_ssize_t first_row=0,
-                     bint check_only=False):
+                     bint check_only=False, const uint8_t[::1] uniq_valid=None, const int64_t[::1] uniq_in_off=None,
+                     const unsigned char[::1] uniq_in_data=None, const int32_t[::1] born_host_idx=None,
+                     const unsigned char[::1] host_table=None, const int32_t[::1] host_len=None,
+                     const int32_t[::1] reconsume=None):
         """Encode ``nrows`` Arrow rows into ``out`` without a Python object per row: what ``encode_into`` does for a
         Message (same checks, same record bytes, properties in the same order: the row's map, then TAGS, then KEYS
         joined by a space, then a generated UNIQ_KEY unless the map has one), from the columns' raw buffers.
@@ -1083,7 +1086,10 @@ cdef class MessageEncoder:
         (the same object for equal neighbours) for the put's topic-queue table. The generated or given
         UNIQ_KEY of row i goes to uniq_out[uniq_off[i]:uniq_off[i + 1]] (uniq_out: 64 bytes per row).
         ``check_only``: every check, nothing written (the first pass of a put that must refuse a bad row before
-        anything is stored); returns (row of the longest record, its length) then, else nrows."""
+        anything is stored); returns (row of the longest record, its length) then, else nrows. Optional: the
+        producer's UNIQ_KEY per row (``uniq_*``: it replaces a map's, else goes last), the born host per row as an
+        index into ``host_table`` (20 bytes per host, ``host_len`` 8 or 20 of them used; -1: the store's host) and
+        reconsume times."""
         cdef Py_ssize_t r, t_n, b_n, tg_n, k, kn, vn, j, jj, nkeys, props_n, klen, vlen
         cdef const unsigned char *t_p
         cdef const unsigned char *prev_t = NULL
@@ -1109,6 +1115,11 @@ cdef class MessageEncoder:
         cdef Py_ssize_t longest_row = 0
         cdef int32_t longest = 0
         cdef Py_ssize_t generated_n = len(self.uniq_keys._prefix) + 12
+        cdef bint has_uniq, uniq_from_col
+        cdef Py_ssize_t uq_n = 0, born_n
+        cdef const unsigned char *uq_p = NULL
+        cdef const unsigned char *born_p
+        cdef int32_t hidx
         if not check_only:
             uniq_off[0] = 0
         for r in range(nrows):
@@ -1191,7 +1202,19 @@ cdef class MessageEncoder:
                     keys_n += <int32_t>kn + (1 if nkeys else 0)
                     nkeys += 1
                 props_n += 4 + keys_n + 2
-            if not map_uniq:
+            has_uniq = uniq_from_col = uniq_in_off is not None and (uniq_valid is None or uniq_valid[r])
+            uniq_n = 0
+            if has_uniq:
+                uq_n = <Py_ssize_t>(uniq_in_off[r + 1] - uniq_in_off[r])
+                uq_p = &uniq_in_data[0] + uniq_in_off[r] if uq_n else NULL
+                if uq_n and _check_utf8_separators(<const char *>uq_p, uq_n):
+                    raise MessageIllegalError(f"uniq_key[{r + first_row}]", "contains \\x01 or \\x02, RocketMQ's "
+                                              "separators", None)
+                props_n += 8 + uq_n + 2
+                uniq_n = min(uq_n, 64)
+                if uniq_n:
+                    memcpy(uniq_buf, uq_p, <size_t>uniq_n)
+            elif not map_uniq:
                 uniq_n = generated_n if check_only else self.uniq_keys.next_key_into(uniq_buf)
                 props_n += 8 + uniq_n + 2
             if self.append_prop_crc:
@@ -1199,7 +1222,13 @@ cdef class MessageEncoder:
             if props_n > PROPERTIES_MAX_LENGTH:
                 raise MessageIllegalError(f"properties[{r + first_row}]", f"{props_n} bytes, more than {PROPERTIES_MAX_LENGTH}",
                                           PROPERTIES_MAX_LENGTH, PutStatus.PROPERTIES_SIZE_EXCEEDED)
-            sys_flag = FLAG_STOREHOSTADDRESS_V6 | FLAG_BORNHOST_V6 if store_n == 20 else 0
+            born_p = <const unsigned char *>PyBytes_AS_STRING(store)
+            born_n = store_n
+            if born_host_idx is not None and born_host_idx[r] >= 0:
+                hidx = born_host_idx[r]
+                born_p = &host_table[0] + <Py_ssize_t>hidx * 20
+                born_n = host_len[hidx]
+            sys_flag = (FLAG_STOREHOSTADDRESS_V6 if store_n == 20 else 0) | (FLAG_BORNHOST_V6 if born_n == 20 else 0)
             total = cal_msg_length_c(1, sys_flag, <int32_t>b_n, <int32_t>t_n, <int32_t>props_n)
             if b_n > self.max_message_size or total > self.max_message_size:
                 raise MessageIllegalError(f"body[{r + first_row}]", f"record of {b_n if b_n > self.max_message_size else total} "
@@ -1225,13 +1254,13 @@ cdef class MessageEncoder:
             rmq_store_be32(p + 36, <uint32_t>sys_flag)
             rmq_store_be64(p + 40, <uint64_t>born_ts)
             q = p + 48
-            memcpy(q, PyBytes_AS_STRING(store), store_n)            # born host: the store's own
-            q += store_n
+            memcpy(q, born_p, <size_t>born_n)                       # born host (default: the store's own)
+            q += born_n
             rmq_store_be64(q, 0)                                      # store timestamp: set under the put lock
             q += 8
             memcpy(q, PyBytes_AS_STRING(store), store_n)
             q += store_n
-            rmq_store_be32(q, 0)                                      # reconsume times
+            rmq_store_be32(q, <uint32_t>(reconsume[r] if reconsume is not None else 0))   # reconsume times
             rmq_store_be64(q + 4, 0)                                  # prepared transaction offset
             rmq_store_be32(q + 12, <uint32_t>b_n)
             q += 16
@@ -1269,19 +1298,22 @@ cdef class MessageEncoder:
                 elif has_keys and _name_is(kp, klen, "KEYS", 4):
                     q = _put_keys(q, keys_list[r], keys_list[r + 1], key_valid, key_off, key_data, keys_n)
                     has_keys = False
+                elif has_uniq and _name_is(kp, klen, "UNIQ_KEY", 8):
+                    q = _put_pair(q, kp, klen, uq_p, uq_n)
+                    has_uniq = False
                 else:
                     vlen = <Py_ssize_t>(pvalue_off[jj + 1] - pvalue_off[jj])
                     q = _put_pair(q, kp, klen, &pvalue_data[0] + pvalue_off[jj] if vlen else NULL, vlen)
-                    if not map_uniq or not _name_is(kp, klen, "UNIQ_KEY", 8):
-                        pass
-                    else:
+                    if not uniq_from_col and _name_is(kp, klen, "UNIQ_KEY", 8):
                         memcpy(uniq_buf, &pvalue_data[0] + pvalue_off[jj], <size_t>min(vlen, 64))
                         uniq_n = min(vlen, 64)
             if has_tags:
                 q = _put_pair(q, <const unsigned char *>"TAGS", 4, tg_p, tg_n)
             if has_keys:
                 q = _put_keys(q, keys_list[r], keys_list[r + 1], key_valid, key_off, key_data, keys_n)
-            if not map_uniq:
+            if has_uniq:                  # the producer's key, no UNIQ_KEY in the map to replace
+                q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, uq_p, uq_n)
+            elif not uniq_from_col and not map_uniq:       # generated
                 q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>uniq_buf, uniq_n)
             if self.append_prop_crc:
                 q = _put_crc_placeholder(q)
@@ -1298,7 +1330,7 @@ cdef class MessageEncoder:
             rec.pos = out.size
             rec.length = total
             rec.tran_type = 0
-            rec.store_ts_pos = 48 + <int32_t>store_n
+            rec.store_ts_pos = 48 + <int32_t>born_n
             rec.queue_id = qid
             rec.record_crc = self.append_prop_crc
             out.topics.append(topic_obj)

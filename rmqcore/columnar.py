@@ -2,7 +2,8 @@
 
 ``put_arrow`` takes a pyarrow RecordBatch or Table with columns ``topic`` (string), ``queue_id`` (int32), ``body``
 (binary), and optional ``tags`` (string), ``keys`` (list<string>), ``properties`` (map<string, string>),
-``born_timestamp`` (timestamp, or int64 ms) and ``flag`` (int32). Each column is brought to one canonical Arrow
+``born_timestamp`` (timestamp, or int64 ms), ``flag`` (int32), and, for records copied from another store,
+``uniq_key`` (string), ``born_host`` ("ip:port") and ``reconsume_times`` (int32). Each column is brought to one canonical Arrow
 type (64-bit offsets) here, vectorised; the Cython encoder (``MessageEncoder.encode_arrow``) then reads the raw
 buffers and writes the same records ``put_batch`` would write for the same messages, and the writer appends them
 as ``put_batch`` does. The result is a RecordBatch: ``status`` (PutStatus names), ``commitlog_offset``,
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._codec import EncodeBuffer
+from ._codec import EncodeBuffer, host_to_bytes
 from .errors import MessageIllegalError
 from .status import PutStatus
 
@@ -24,7 +25,7 @@ REROUTING_PROPERTIES = ("DELAY", "__STARTDELIVERTIME", "TIMER_DELIVER_MS", "TIME
                         "TRAN_MSG")
 REQUIRED = ("topic", "queue_id", "body")
 ARROW_ROWS = 2048          # rows encoded and appended per step: ~2.4 MB of 1 KiB records, warm in cache
-OPTIONAL = ("tags", "keys", "properties", "born_timestamp", "flag")
+OPTIONAL = ("tags", "keys", "properties", "born_timestamp", "flag", "uniq_key", "born_host", "reconsume_times")
 
 
 def _pa():
@@ -139,6 +140,35 @@ def _columns(batch, first_row: int = 0):
         args.append(np.ascontiguousarray(flag.to_numpy(), dtype=np.int32))
     else:
         args.append(None)
+    extra = {}
+    uniq = col.get("uniq_key")
+    if uniq is not None:
+        uniq = _cast(uniq, "uniq_key", pa.large_string())
+        extra["uniq_valid"] = _valid(uniq)
+        extra["uniq_in_off"], extra["uniq_in_data"] = _varlen(uniq)
+    host = col.get("born_host")
+    if host is not None:
+        # A few distinct hosts in many rows: each parsed once (host_to_bytes), rows point at them.
+        encoded = _cast(host, "born_host", pa.string()).dictionary_encode()
+        hosts = encoded.dictionary.to_pylist()
+        table = np.zeros(max(1, len(hosts)) * 20, np.uint8)
+        lengths = np.zeros(max(1, len(hosts)), np.int32)
+        for i, h in enumerate(hosts):
+            try:
+                raw = host_to_bytes(h)
+            except (ValueError, TypeError) as e:
+                bad = int(np.flatnonzero(pc.equal(encoded.indices, i).to_numpy(zero_copy_only=False))[0])
+                raise MessageIllegalError(f"born_host[{first_row + bad}]", f"{h!r}: {e}", None) from None
+            table[i * 20:i * 20 + len(raw)] = np.frombuffer(raw, np.uint8)
+            lengths[i] = len(raw)
+        extra["born_host_idx"] = np.ascontiguousarray(
+            pc.fill_null(encoded.indices, -1).cast(pa.int32()).to_numpy(), dtype=np.int32)
+        extra["host_table"], extra["host_len"] = table, lengths
+    rc = col.get("reconsume_times")
+    if rc is not None:
+        rc = pc.fill_null(_cast(rc, "reconsume_times", pa.int32()), 0)
+        extra["reconsume"] = np.ascontiguousarray(rc.to_numpy(), dtype=np.int32)
+    args.append(extra)
     return args, props
 
 
@@ -157,7 +187,7 @@ def encode_batch(encoder, batch, eb=None, first_row: int = 0, check_only: bool =
     args, props = _columns(batch, first_row)
     if reroutes(props):
         return None
-    (t_off, t_data), queue_id, (b_off, b_data), (tg_v, tg_off, tg_data), keys, prop, born, flag = args
+    (t_off, t_data), queue_id, (b_off, b_data), (tg_v, tg_off, tg_data), keys, prop, born, flag, extra = args
     n = batch.num_rows
     if eb is None:
         eb = EncodeBuffer()
@@ -166,7 +196,7 @@ def encode_batch(encoder, batch, eb=None, first_row: int = 0, check_only: bool =
     uniq = np.empty(max(1, n * 64), np.uint8) if not check_only else None
     uniq_off = np.empty(n + 1, np.int64) if not check_only else None
     done = encoder.encode_arrow(eb, n, t_off, t_data, queue_id, b_off, b_data, tg_v, tg_off, tg_data, *keys,
-                                *prop, born, flag, uniq, uniq_off, first_row, check_only)
+                                *prop, born, flag, uniq, uniq_off, first_row, check_only, **extra)
     return done if check_only else (eb, uniq, uniq_off)
 
 

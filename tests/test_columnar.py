@@ -13,7 +13,8 @@ from rmqcore.status import PutStatus  # noqa: E402
 
 SCHEMA = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("body", pa.binary()), ("tags", pa.string()),
                     ("keys", pa.list_(pa.string())), ("properties", pa.map_(pa.string(), pa.string())),
-                    ("born_timestamp", pa.int64()), ("flag", pa.int32())])
+                    ("born_timestamp", pa.int64()), ("flag", pa.int32()), ("uniq_key", pa.string()),
+                    ("born_host", pa.string()), ("reconsume_times", pa.int32())])
 text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=8)
 names = st.sampled_from(["a", "b", "TAGS", "KEYS", "UNIQ_KEY", "ID", "é"])
 rows = st.lists(st.fixed_dictionaries({
@@ -25,6 +26,9 @@ rows = st.lists(st.fixed_dictionaries({
     "properties": st.one_of(st.none(), st.lists(st.tuples(names, st.one_of(st.none(), text)), max_size=4)),
     "born_timestamp": st.integers(1, 1 << 41),          # 0 is "now": test_born_zero_is_now
     "flag": st.integers(-(1 << 31), (1 << 31) - 1),
+    "uniq_key": st.one_of(st.none(), st.text("0123456789ABCDEF", min_size=1, max_size=40)),
+    "born_host": st.sampled_from([None, "10.1.2.3:45678", "[::1]:9876", "192.168.0.9:1"]),
+    "reconsume_times": st.integers(0, 16),
 }), min_size=1, max_size=40)
 
 
@@ -40,7 +44,10 @@ def as_message(row, uniq_key):
             props[k] = v
     m = Message(row["topic"], row["body"] or b"", row["queue_id"], tags=row["tags"],
                 keys=[k for k in row["keys"] if k is not None] if row["keys"] is not None else None,
-                properties=props, flag=row["flag"], born_timestamp=row["born_timestamp"])
+                properties=props, flag=row["flag"], born_timestamp=row["born_timestamp"],
+                born_host=row.get("born_host"), reconsume_times=row.get("reconsume_times") or 0)
+    if row.get("uniq_key") is not None:                 # the producer's key replaces the map's, else goes last
+        m.properties["UNIQ_KEY"] = row["uniq_key"]
     m.properties.setdefault("UNIQ_KEY", uniq_key)
     return m
 
@@ -48,7 +55,7 @@ def as_message(row, uniq_key):
 def without_store_time(m):
     # the store time differs between the two puts, and so do the __CRC32# digits that cover it
     raw = bytearray(bytes(m.record()))
-    at = 56 if not m.sys_flag & 0x10 else 68
+    at = 56 if not m.sys_flag & 0x10 else 68          # after the born host (IPv4 8 bytes, IPv6 20)
     raw[at:at + 8] = bytes(8)
     assert raw[-20:-11] == b"__CRC32#\x01" and raw[-1] == 2
     raw[-11:-1] = bytes(10)

@@ -368,7 +368,7 @@ class StoreWritten(WriterCommitMessage):
     partition: int = 0    # the task's partition: pieces of one broker are merged in partition order
 
 
-_WRITE_OPTIONS = {"path", "broker", "storeconfig", "batchsize"}
+_WRITE_OPTIONS = {"path", "broker", "storeconfig"}
 _PIECE_COMMIT_LOG = 16 << 20
 _PIECE_CONSUME_QUEUE = 20 * 20000
 
@@ -393,36 +393,31 @@ _REPLAY_COLUMNS = ["topic", "queue_id", "body", "tags", "keys", "uniq_key", "pro
                    "born_host", "reconsume_times"]
 
 
-def _messages(batch, default_broker: str) -> dict:
-    """{broker: [Message]} for the rows of an Arrow batch (the put path; the bulk columnar put replaces it)."""
-    from .. import Message as Msg
-    cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-    n = batch.num_rows
-    brokers = cols.get("broker") or [None] * n
-    props_col = cols.get("properties")
-    out: dict = {}
-    for i in range(n):
-        props = dict(props_col[i]) if props_col is not None and props_col[i] is not None else {}
-        if "uniq_key" in cols and cols["uniq_key"][i] is not None:
-            props["UNIQ_KEY"] = cols["uniq_key"][i]
-        keys = cols["keys"][i] if "keys" in cols else None
-        born = cols["born_timestamp"][i] if "born_timestamp" in cols else None
-        m = Msg(cols["topic"][i], cols["body"][i] or b"",
-                int(cols["queue_id"][i] or 0) if "queue_id" in cols else 0,
-                tags=cols["tags"][i] if "tags" in cols else None, keys=keys if keys else None, properties=props,
-                flag=int(cols["flag"][i] or 0) if "flag" in cols else 0,
-                born_timestamp=_to_ms(born) if born is not None else 0,
-                born_host=cols["born_host"][i] if "born_host" in cols else None,
-                reconsume_times=int(cols["reconsume_times"][i] or 0) if "reconsume_times" in cols else 0)
-        out.setdefault(brokers[i] or default_broker, []).append(m)
+def _arrow_parts(batch, default_broker: str) -> dict:
+    """{broker: RecordBatch} of the rows of an Arrow batch, with the columns MessageStore.put_arrow takes (the bulk
+    columnar put: no Python object per row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from ..columnar import OPTIONAL, REQUIRED
+    names = [n for n in batch.schema.names if n in REQUIRED + OPTIONAL]
+    if "queue_id" not in names:
+        batch = batch.append_column("queue_id", pa.nulls(batch.num_rows, pa.int32()).fill_null(0))
+        names.append("queue_id")
+    if "broker" not in batch.schema.names:
+        return {default_broker: batch.select(names)}
+    brokers = pc.fill_null(batch.column("broker"), default_broker)
+    out = {}
+    for b in pc.unique(brokers).to_pylist():
+        out[b] = batch.filter(pc.equal(brokers, b)).select(names)
     return out
 
 
-def _put_all(store, broker: str, msgs: list, chunk: int) -> None:
-    for j in range(0, len(msgs), chunk):
-        bad = [r for r in store.put_batch(msgs[j:j + chunk]) if not r.ok]
-        if bad:
-            raise RuntimeError(f"broker {broker}: put failed with {bad[0].status}")
+def _put_arrow(store, broker: str, part) -> None:
+    import pyarrow.compute as pc
+    status = store.put_arrow(part).column("status").cast("string")
+    failed = pc.not_equal(status, "PUT_OK")
+    if len(status) and pc.any(failed).as_py():
+        raise RuntimeError(f"broker {broker}: put failed with {pc.filter(status, failed)[0].as_py()}")
 
 
 class RocketMQStoreWriter(DataSourceArrowWriter):
@@ -446,7 +441,6 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
         self.options = o
         self.overwrite = overwrite
         self.columns = columns
-        self.chunk = _ints(o.get("batchsize", "1024"), "batchSize")[0]
         _store_config(o).validate()
 
     def write(self, iterator):
@@ -463,14 +457,14 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
         counts: dict = {}
         try:
             for batch in iterator:
-                for broker, msgs in _messages(batch, default_broker).items():
+                for broker, part in _arrow_parts(batch, default_broker).items():
                     if broker not in stores:
                         d = os.path.join(self.root, f".{broker}.piece-{partition:05d}-{uuid.uuid4().hex[:12]}")
                         dirs[broker] = d
                         stores[broker] = MessageStore.open(d, cfg)
                         counts[broker] = 0
-                    _put_all(stores[broker], broker, msgs, self.chunk)
-                    counts[broker] += len(msgs)
+                    _put_arrow(stores[broker], broker, part)
+                    counts[broker] += part.num_rows
             for s in stores.values():
                 s.close()
         except BaseException:
@@ -519,8 +513,8 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
             for d in dirs:
                 for seg in list_segments(d):
                     for batch in iter_segment_batches(SegmentRead(seg, broker), schema):
-                        for _, msgs in _messages(batch, broker).items():
-                            _put_all(store, broker, msgs, self.chunk)
+                        for _, part in _arrow_parts(batch, broker).items():
+                            _put_arrow(store, broker, part)
 
     def abort(self, messages):
         for m in messages:
