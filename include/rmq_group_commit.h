@@ -32,6 +32,11 @@ typedef struct {
     pthread_cond_t flushed_cond;  /* blocking puts sleep here */
     pthread_cond_t has_request;   /* the service thread sleeps here */
     pthread_cond_t arrival_cond;  /* the put_async completer sleeps here while it has nothing to complete */
+    pthread_cond_t linger_cond;   /* a leader lingering for the next group's members sleeps here */
+    int lingering;
+    int64_t linger_ns;            /* how long a leader waits at most for its group to gather */
+    int64_t group_start_arrivals; /* arrivals when the last flush took its target */
+    int64_t last_group;           /* requests that flush covered (arrivals between two targets) */
     int flushing;                 /* a leader is flushing */
     int waiting;                  /* blocking waits in progress: they lead flushes themselves */
     int arrival_waiters;
@@ -53,7 +58,9 @@ static inline int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
     int err;
     g->requested = g->flushed = flushed;
     g->arrivals = g->failures = g->flushes = g->served = g->led = 0;
-    g->flushing = g->waiting = g->arrival_waiters = 0;
+    g->flushing = g->waiting = g->arrival_waiters = g->lingering = 0;
+    g->linger_ns = 200000;
+    g->group_start_arrivals = g->last_group = 0;
     g->stopping = g->closed = g->ready = 0;
     if ((err = pthread_mutex_init(&g->mu, NULL)) != 0)
         return err;
@@ -65,6 +72,8 @@ static inline int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
         err = pthread_cond_init(&g->has_request, &attr);
     if (err == 0)
         err = pthread_cond_init(&g->arrival_cond, &attr);
+    if (err == 0)
+        err = pthread_cond_init(&g->linger_cond, &attr);
     pthread_condattr_destroy(&attr);
     if (err == 0)
         g->ready = 1;
@@ -79,6 +88,7 @@ static inline void rmq_gc_destroy(rmq_group_commit *g)
     pthread_cond_destroy(&g->flushed_cond);
     pthread_cond_destroy(&g->has_request);
     pthread_cond_destroy(&g->arrival_cond);
+    pthread_cond_destroy(&g->linger_cond);
     pthread_mutex_destroy(&g->mu);
 }
 
@@ -105,6 +115,27 @@ static inline void rmq_gc_request_locked(rmq_group_commit *g, int64_t offset)
         g->requested = offset;
     if (g->arrival_waiters)
         pthread_cond_broadcast(&g->arrival_cond);
+    if (g->lingering)
+        pthread_cond_signal(&g->linger_cond);
+}
+
+/* Caller holds mu and has just become the leader (flushing = 1). When the last flush served a group, wait up to
+ * linger_ns for as many requests as it served: the producers it released are on their way back with their next
+ * record, and one flush for all of them beats one each (the group commit's batching; a lone producer's group is
+ * 1, so it never waits). Returns the target: everything requested. */
+static inline int64_t rmq_gc_take_target_locked(rmq_group_commit *g)
+{
+    if (g->last_group > 1 && g->linger_ns > 0) {
+        struct timespec deadline = rmq_gc_abs(rmq_gc_now_ns() + g->linger_ns);
+        g->lingering = 1;
+        while (g->arrivals - g->group_start_arrivals < g->last_group && !g->stopping && !g->closed)
+            if (pthread_cond_timedwait(&g->linger_cond, &g->mu, &deadline) == ETIMEDOUT)
+                break;
+        g->lingering = 0;
+    }
+    g->last_group = g->arrivals - g->group_start_arrivals;
+    g->group_start_arrivals = g->arrivals;
+    return g->requested;
 }
 
 /* Ask for a flush covering offset without waiting (WAIT=false, put_async): the service thread leads it unless a
@@ -160,7 +191,7 @@ static inline int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64
         if (!g->flushing) {
             g->flushing = 1;
             g->led++;
-            *target = g->requested;
+            *target = rmq_gc_take_target_locked(g);
             rc = RMQ_GC_LEADER;
             break;
         }
@@ -245,7 +276,7 @@ static inline int64_t rmq_gc_service_lead(rmq_group_commit *g)
         return -1;
     }
     g->flushing = 1;
-    target = g->requested;
+    target = rmq_gc_take_target_locked(g);
     pthread_mutex_unlock(&g->mu);
     return target;
 }
@@ -292,6 +323,7 @@ static inline void rmq_gc_stop(rmq_group_commit *g)
     pthread_mutex_lock(&g->mu);
     g->stopping = 1;
     pthread_cond_broadcast(&g->has_request);
+    pthread_cond_broadcast(&g->linger_cond);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -303,6 +335,7 @@ static inline void rmq_gc_close(rmq_group_commit *g)
     pthread_cond_broadcast(&g->has_request);
     pthread_cond_broadcast(&g->flushed_cond);
     pthread_cond_broadcast(&g->arrival_cond);
+    pthread_cond_broadcast(&g->linger_cond);
     pthread_mutex_unlock(&g->mu);
 }
 

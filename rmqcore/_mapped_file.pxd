@@ -35,6 +35,7 @@ cdef class MappedFile:
     # page, as mapped writes do) into runway blocks written with zeros ahead of time; _extend_mu keeps the zeroing
     # of a stretch from racing with data written there.
     cdef bint _sync_writes
+    cdef bint _crc_records              # commitlog records carry __CRC32#: a torn pwrite is caught, no size-last
     cdef pthread_mutex_t _extend_mu
     cdef rmq_event *_poke
     cdef object _poke_owner             # keeps the object owning *_poke alive

@@ -61,7 +61,7 @@ cdef class MappedFile:
     """
 
     def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
-                  bint populate=True, bint sync_writes=False):
+                  bint populate=True, bint sync_writes=False, bint crc_records=False):
         self.fd = -1
         self.base = NULL
         self.write_buffer = NULL
@@ -69,7 +69,7 @@ cdef class MappedFile:
         pthread_mutex_init(&self._extend_mu, NULL)
 
     def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
-                 bint populate=True, bint sync_writes=False):
+                 bint populate=True, bint sync_writes=False, bint crc_records=False):
         cdef struct_stat st
         cdef int flags
         cdef int err
@@ -94,7 +94,8 @@ cdef class MappedFile:
             _raise_os(err, "fstat", file_name)
         self._runway = runway if runway > 0 and not read_only else 0
         self._sync_writes = sync_writes and not read_only and pool is None
-        self._populate = populate and not self._sync_writes
+        self._crc_records = crc_records
+        self._populate = populate
         if st.st_size == 0 and not read_only:
             # Allocate blocks now: a sparse file would turn a full disk into SIGBUS on the put path; this way it
             # is an error here, when the file is made (CREATE_MAPPED_FILE_FAILED). With a runway only its first
@@ -339,8 +340,13 @@ cdef class MappedFile:
                 return err
         if self.write_buffer != NULL:
             memcpy(self.write_buffer + pos, src, <size_t>n)
-        elif self._sync_writes:
-            return rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last)
+        elif self._sync_writes and pos < ((rmq_atomic_load_i64(&self._flushed) + RMQ_OS_PAGE_SIZE - 1)
+                                          & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1)):
+            # The page was just msync'ed, so the kernel write-protected it: a store through the mapping would take
+            # a fault (ext4's page_mkwrite) on the put path of every blocking SYNC_FLUSH put; pwrite does not.
+            # One pwrite when every record carries a whole-record CRC (a write cut by a kill at a page boundary is
+            # caught by recovery's CRC check); else the size goes last, in a second pwrite.
+            return rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last and not self._crc_records)
         elif size_last:
             rmq_copy_size_last(self.base + pos, src, <size_t>n)
         else:

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class MappedFileQueue:
     def __init__(self, store_path: str, mapped_file_size: int, *, allocate: bool = False, warm: bool = False,
                  warm_flush: bool = False, pool=None, read_only: bool = False, runway: int = 0,
-                 sync_writes: bool = False):
+                 sync_writes: bool = False, crc_records: bool = False):
         if mapped_file_size <= 0:
             raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
         self.store_path = store_path
@@ -38,6 +38,7 @@ class MappedFileQueue:
         self._pool = pool
         self._runway_size = runway
         self._sync_writes = sync_writes
+        self._crc_records = crc_records
         # The next file, made ahead by the allocate thread; _create_lock orders its making against the writer's
         # taking it (lock order: _lock, then _create_lock; the allocate thread takes only _create_lock).
         self._pending: dict[int, MappedFile] = {}
@@ -88,7 +89,7 @@ class MappedFileQueue:
                     raise StoreLayoutError(f"{path}: size {size} differs from the configured mapped file size "
                                            f"{self.mapped_file_size}")
                 mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only, runway=self._runway_size,
-                                sync_writes=self._sync_writes)
+                                sync_writes=self._sync_writes, crc_records=self._crc_records)
                 mf.set_positions(self.mapped_file_size)
                 files.append(mf)
                 expected = start + self.mapped_file_size
@@ -139,7 +140,7 @@ class MappedFileQueue:
     def _new_file(self, offset: int) -> MappedFile:
         os.makedirs(self.store_path, exist_ok=True)
         mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size,
-                        sync_writes=self._sync_writes)
+                        sync_writes=self._sync_writes, crc_records=self._crc_records)
         if self._warm:
             mf.warm_up(self._warm_flush)      # RocketMQ's warmMappedFile: the whole file, off by default
         return mf
