@@ -36,6 +36,7 @@ cdef enum:
     ERR_LENGTH_MISMATCH = -7  # totalSize differs from the sum of the parts
     ERR_BODY_CRC = -8
     ERR_RECORD_CRC = -9       # 5.x __CRC32# property
+    ERR_TOPIC = -10           # empty, too long, or a byte outside RocketMQ's ^[%|a-zA-Z0-9_-]+$
 
 
 # A record's fields, parsed in place; *_pos are offsets from the record start.

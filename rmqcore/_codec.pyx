@@ -338,6 +338,15 @@ cdef int parse_record(const unsigned char *p, int64_t avail, RecordView *rv, bin
         return ERR_PROPERTIES_LENGTH
     if cal_msg_length_c(version, rv.sys_flag, rv.body_len, rv.topic_len, rv.props_len) != total:
         return ERR_LENGTH_MISMATCH
+    # The topic becomes a directory name (consumequeue/{topic}) and an index key, and the v1 body CRC does not
+    # cover it: a record is only a record when its topic is one RocketMQ could have written. Java reads the v1
+    # length as a signed byte and the v2 length as a signed short, so 1..127 (v1) and 1..32767 (v2, 5.x's long
+    # retry/LMQ topics); every byte in TopicValidator's ^[%|a-zA-Z0-9_-]+$ (so never '.', '/' or NUL).
+    if rv.topic_len == 0 or rv.topic_len > (127 if version == 1 else 32767):
+        return ERR_TOPIC
+    for i in range(rv.topic_len):
+        if p[rv.topic_pos + i] >= 128 or not _valid_topic_char[p[rv.topic_pos + i]]:
+            return ERR_TOPIC
     if check_crc:
         if rv.body_len > 0 and <int32_t>(rmq_crc32(0, p + rv.body_pos, <size_t>rv.body_len) & 0x7FFFFFFF) != rv.body_crc:
             return ERR_BODY_CRC
@@ -366,7 +375,27 @@ cdef dict _ERROR_FIELDS = {
     ERR_LENGTH_MISMATCH: ("totalSize", "differs from the sum of the record's parts"),
     ERR_BODY_CRC: ("bodyCRC", "does not match the CRC32 of the body"),
     ERR_RECORD_CRC: ("__CRC32#", "the 5.x record CRC property does not match the record"),
+    ERR_TOPIC: ("topic", "empty, longer than 127 bytes (v1) or 32767 (v2), or a byte outside ^[%|a-zA-Z0-9_-]+$"),
 }
+
+
+def topic_is_legal(name):
+    """Whether ``name`` (str or bytes) is a topic parse_record accepts: 1..32767 UTF-8 bytes, each in
+    ^[%|a-zA-Z0-9_-]+$. The check every name read from a file passes before it becomes a path."""
+    cdef const unsigned char[::1] v
+    cdef Py_ssize_t i
+    if isinstance(name, str):
+        try:
+            name = (<str>name).encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    v = name
+    if v.shape[0] == 0 or v.shape[0] > 32767:
+        return False
+    for i in range(v.shape[0]):
+        if v[i] >= 128 or not _valid_topic_char[v[i]]:
+            return False
+    return True
 
 
 def record_error(int code, int64_t offset, path=None):
