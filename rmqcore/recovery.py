@@ -34,11 +34,22 @@ def recover(store, last_exit_ok: bool) -> dict:
     if max_cq_phys > process_offset:
         for cq in store._all_consume_queues():
             cq.truncate_dirty_logic_files(process_offset)
+    # Units are trusted no more than records: a unit that does not point at its own record (a damaged queue file,
+    # or records cut above) is cut with everything after it, and dispatch rebuilds from the last unit kept (the
+    # end of a record it matched, so a record boundary). Dispatch skips what the other queues already hold.
+    rebuild_from = None
+    kept = cl.mapped_file_queue.mapped_files       # after the cut: the files recovery kept
+    for cq in store._all_consume_queues():
+        if cq.cut_units_not_matching(kept, store.config.mapped_file_size_commit_log, cl.min_offset) is not None:
+            end = cq.max_physic_offset if cq.max_physic_offset >= cl.min_offset else cl.min_offset
+            rebuild_from = end if rebuild_from is None else min(rebuild_from, end)
     reput_from = cl.min_offset
     for cq in store._all_consume_queues():
         reput_from = max(reput_from, cq.max_physic_offset)
     if not last_exit_ok:
         reput_from = min(reput_from, start_offset)
+    if rebuild_from is not None:
+        reput_from = min(reput_from, rebuild_from)
     info = dict(cl.last_recovery, last_exit_ok=last_exit_ok, reput_from=reput_from,
                 scan_from=start_offset)
     info["seconds"] = round(time.monotonic() - t0, 3)
@@ -136,7 +147,7 @@ def verify_store(path: str, config=None) -> dict:
     from .checkpoint import StoreCheckpoint  # noqa: F401  (layout check only)
     from .commit_log import CommitLog
     from .config import StoreConfig
-    from .consume_queue import ConsumeQueue
+    from .consume_queue import ConsumeQueue, queue_dirs
     from .index_service import IndexService
 
     config = config or StoreConfig()
@@ -144,14 +155,12 @@ def verify_store(path: str, config=None) -> dict:
     cl.load()     # every file mapped whole: verify_parts scans each to its end of data
     cqs = []
     root = os.path.join(path, "consumequeue")
-    if os.path.isdir(root):
-        for topic in sorted(os.listdir(root)):
-            for qid in sorted(os.listdir(os.path.join(root, topic))):
-                cq = ConsumeQueue(topic, int(qid), root, config.mapped_file_size_consume_queue, read_only=True)
-                cq.load()
-                cq.recover()
-                cq.correct_min_offset(cl.min_offset)
-                cqs.append(cq)
+    for topic, qid in queue_dirs(root):      # the directories open() loads, skipping the same junk
+        cq = ConsumeQueue(topic, qid, root, config.mapped_file_size_consume_queue, read_only=True)
+        cqs.append(cq)
+        cq.load()
+        cq.recover()
+        cq.correct_min_offset(cl.min_offset)
     index = IndexService(os.path.join(path, "index"), config.max_hash_slot_num, config.max_index_num,
                          read_only=True)
     index.load(True)
