@@ -463,11 +463,14 @@ class MessageStore:
             self.group_commit.when_flushed(end, self._sync_timeout, _completion(out, result), loop)
         return out
 
-    def verify(self) -> dict:
-        """Check the open store end to end (see recovery.verify_parts); waits for dispatch to catch up first."""
+    def verify(self, progress=None) -> dict:
+        """Check the open store end to end in one linear pass (see recovery.verify_parts); waits for dispatch to
+        catch up first. ``progress(phase, done, total)`` is called as it goes (phases "commitlog" in bytes,
+        "consumequeue" in queues, "index" in files)."""
         self._check_running()
         self.wait_dispatched()
-        return recovery.verify_parts(self.commit_log, self._all_consume_queues(), self.index_service)
+        return recovery.verify_parts(self.commit_log, self._all_consume_queues(), self.index_service, progress,
+                                     self.config.message_index_enable)
 
     # -- dispatch (called by the ReputMessageService) -----------------------------------------------------------
 
