@@ -68,6 +68,7 @@ class ConsumeQueue:
         self.min_logic_offset = 0        # byte offset of the first valid unit
         self.repeated_builds = 0
         self.order_errors = 0
+        self.damaged = False             # recover() found units after an invalid one
 
     # -- load / recover -----------------------------------------------------------------------------------------
 
@@ -81,11 +82,15 @@ class ConsumeQueue:
             return
         index = max(0, len(files) - 3)
         process_offset = files[index].file_from_offset
+        self.damaged = False
         for mf in files[index:]:
             units = np.frombuffer(mf.view(), dtype=CQ_DTYPE)
             valid = (units["offset"] >= 0) & (units["size"] > 0)
             bad = np.flatnonzero(~valid)
             count = int(bad[0]) if len(bad) else len(units)
+            # Units after the first invalid one: a damaged queue, not its end (zeros). Recovery rebuilds them.
+            if count < len(units) and np.frombuffer(mf.view(), dtype=np.uint8)[count * CQ_STORE_UNIT_SIZE:].any():
+                self.damaged = True
             real = np.flatnonzero(units["size"][:count] != 0x7FFFFFFF)
             if len(real):
                 last = units[int(real[-1])]

@@ -43,7 +43,8 @@ def recover(store, last_exit_ok: bool) -> dict:
     rebuild_from = None
     kept = cl.mapped_file_queue.mapped_files       # after the cut: the files recovery kept
     for cq in store._all_consume_queues():
-        if cq.cut_units_not_matching(kept, store.config.mapped_file_size_commit_log, cl.min_offset) is not None:
+        cut = cq.cut_units_not_matching(kept, store.config.mapped_file_size_commit_log, cl.min_offset)
+        if cut is not None or cq.damaged:
             end = cq.max_physic_offset if cq.max_physic_offset >= cl.min_offset else cl.min_offset
             rebuild_from = end if rebuild_from is None else min(rebuild_from, end)
     reput_from = cl.min_offset
