@@ -347,6 +347,9 @@ cdef int parse_record(const unsigned char *p, int64_t avail, RecordView *rv, bin
     for i in range(rv.topic_len):
         if p[rv.topic_pos + i] >= 128 or not _valid_topic_char[p[rv.topic_pos + i]]:
             return ERR_TOPIC
+    # The queue id names a directory too (consumequeue/{topic}/{queueId}); no broker writes a negative one.
+    if rv.queue_id < 0:
+        return ERR_QUEUE_ID
     if check_crc:
         if rv.body_len > 0 and <int32_t>(rmq_crc32(0, p + rv.body_pos, <size_t>rv.body_len) & 0x7FFFFFFF) != rv.body_crc:
             return ERR_BODY_CRC
@@ -377,6 +380,7 @@ cdef dict _ERROR_FIELDS = {
     ERR_RECORD_CRC: ("__CRC32#", "the 5.x record CRC property does not match the record"),
     ERR_TOPIC: ("topic", "empty, longer than 127 bytes (v1) or 32767 (v2), or a byte outside ^[%|a-zA-Z0-9_-]+$"),
     ERR_PHYSICAL_OFFSET: ("physicalOffset", "differs from the record's own position in the commitlog"),
+    ERR_QUEUE_ID: ("queueId", "negative: no queue has that id"),
 }
 
 

@@ -12,6 +12,8 @@ import sys
 import tempfile
 import time
 
+from .errors import CorruptRecordError
+
 
 def _fmt_rate(n: int, seconds: float) -> str:
     return f"{n / seconds:,.0f}/s" if seconds > 0 else "n/a"
@@ -108,13 +110,19 @@ def dump(args) -> int:
     cfg = StoreConfig(mapped_file_size_commit_log=args.file_size)
     cl = CommitLog(os.path.join(args.path, "commitlog"), cfg, read_only=True)
     cl.load()
-    cl.recover(check_crc=True)
-    for i, m in enumerate(cl.iterate(args.offset, check_crc=True)):
-        if i >= args.count:
-            break
-        print(f"{m.commitlog_offset:>14} {m.topic}/{m.queue_id}@{m.queue_offset} size={m.store_size} "
-              f"tags={m.tags!r} keys={m.keys} uniq={m.uniq_key} body={bytes(m.body[:32])!r}")
-    cl.close()
+    try:
+        cl.recover(check_crc=True)
+        for i, m in enumerate(cl.iterate(args.offset, check_crc=True)):
+            if i >= args.count:
+                break
+            print(f"{m.commitlog_offset:>14} {m.topic}/{m.queue_id}@{m.queue_offset} size={m.store_size} "
+                  f"tags={m.tags!r} keys={m.keys} uniq={m.uniq_key} body={bytes(m.body[:32])!r}")
+    except CorruptRecordError as e:
+        # Recovery scans only the last files of a cleanly closed store: damage before them shows here.
+        print(f"rmqcore dump: stopped at a corrupt record: {e}", file=sys.stderr)
+        return 1
+    finally:
+        cl.close()
     return 0
 
 

@@ -256,6 +256,8 @@ def decode_message(buf, offset: int = 0, check_crc: bool = False) -> dict:
         bad("totalSize", "differs from the sum of the parts")
     if not topic_is_legal(rec[topic_pos:topic_pos + topic_len]) or topic_len > (127 if version == 1 else 32767):
         bad("topic", "not a topic RocketMQ writes")
+    if queue_id < 0:
+        bad("queueId", "negative")
     if check_crc:
         if body_len > 0 and crc32(body) != body_crc:
             bad("bodyCRC", "mismatch")

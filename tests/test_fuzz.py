@@ -200,6 +200,12 @@ def prepare(base, work, i, damages, abort, expect):
     return {"path": store, "expect": keep, "damages": damages, "abort": abort, "point": point}
 
 
+def summary(problem) -> str:
+    """One line per problem: what went wrong and the damage that caused it (enough to replay it)."""
+    what, case = problem
+    return f"{what} <- damages={case['damages']} abort={case['abort']} point={case['point']}"
+
+
 def run_children(cases, work, timeout):
     """Run fuzz_child over ``cases``; returns the problems found (empty: every invariant held)."""
     spec = os.path.join(work, f"spec-{os.getpid()}-{id(cases)}.json")
@@ -254,7 +260,7 @@ def test_damaged_stores_open_serve_and_keep_every_record_before_the_damage(base_
         os.makedirs(w)
         case = prepare(base, w, 0, damages, abort, expect)
         problems = run_children([case], w, timeout=60)
-        assert not problems, problems
+        assert not problems, "\n".join(summary(p) for p in problems)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -279,7 +285,7 @@ def test_long_profile_random_damaged_stores(base_store):
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print(f"long fuzz: {done} damaged stores, {done * len(expect)} records checked, {len(problems)} problems")
-    assert not problems, problems[:5]
+    assert not problems, "\n".join(summary(p) for p in problems)
 
 
 # -- decoders, in process ---------------------------------------------------------------------------------------------

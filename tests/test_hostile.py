@@ -150,6 +150,36 @@ def test_a_zero_byte_in_the_last_topic_cuts_that_record_not_the_store(tmp_path, 
         assert s.verify()["ok"]
 
 
+def test_a_negative_queue_id_read_from_a_file_is_corruption_not_a_bricked_store(tmp_path):
+    # Found by the fuzzer: the v1 body CRC does not cover queueId, and dispatch turned -2147483437 into a consume
+    # queue (a directory name), which then refused to exist and failed every open.
+    path = str(tmp_path / "s")
+    a, b = two_topics(path)
+    patch(commitlog(path), b.commitlog_offset + 12, struct.pack(">i", -(1 << 31) + 211))
+    with pytest.raises(CorruptRecordError, match="queueId"):
+        with open(commitlog(path), "rb") as f:
+            C.decode_message(f.read(), b.commitlog_offset)
+    crash_marker(path)
+    with MessageStore.open(path, cfg()) as s:
+        assert s.commit_log.max_offset == b.commitlog_offset
+        assert s.max_offset("BBBBBBBBBB", 0) == 0 and s.verify()["ok"]
+        assert not any(q < 0 for qs in s.topics().values() for q in qs)
+
+
+def test_dump_reports_damage_before_the_last_files_instead_of_raising(tmp_path, capsys):
+    # Found by the fuzzer: a cleanly closed store is recovered from its last three files only, so damage in an
+    # older file reached the dump loop as a traceback.
+    from rmqcore.cli import main
+    path = str(tmp_path / "s")
+    config = cfg(mapped_file_size_commit_log=4096)
+    with MessageStore.open(path, config) as s:
+        rs = [s.put(Message("T", b"x" * 500, 0)) for _ in range(40)]
+    patch(os.path.join(path, "commitlog", "0" * 20), rs[1].commitlog_offset + 100, b"\xff")
+    assert main(["dump", path, "--file-size", "4096", "--count", "100"]) == 1
+    out = capsys.readouterr()
+    assert out.out.count("T/0@") == 1 and f"record at offset {rs[1].commitlog_offset}: bodyCRC" in out.err
+
+
 # -- 3. a failed open releases everything and raises its own error --------------------------------------------------
 
 def test_a_failed_open_raises_its_own_error_and_releases_the_lock(tmp_path):

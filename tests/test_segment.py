@@ -34,7 +34,8 @@ def records(draw):
     return dict(
         topic=draw(topics),
         body=draw(st.one_of(st.just(b""), st.binary(max_size=200), st.binary(min_size=3000, max_size=5000))),
-        queue_id=draw(int32), flag=draw(int32), queue_offset=draw(int64), physical_offset=draw(int64),
+        queue_id=draw(st.integers(0, (1 << 31) - 1)), flag=draw(int32), queue_offset=draw(int64),
+        physical_offset=draw(int64),
         sys_flag=draw(st.integers(0, 0x7FF)),
         born_timestamp=draw(st.integers(-(1 << 40), 1 << 45)), store_timestamp=draw(st.integers(0, 1 << 45)),
         born_host=draw(hosts), store_host=draw(hosts), reconsume_times=draw(int32),
