@@ -40,3 +40,28 @@ cdef extern from "rmq_atomic.h" nogil:
 cdef extern from "rmq_bytes.h" nogil:
     int32_t rmq_find_byte(const unsigned char *p, int32_t start, int32_t end, unsigned char c) noexcept
     void rmq_copy_size_last(unsigned char *dst, const unsigned char *src, size_t n) noexcept
+
+
+cdef extern from "rmq_runway.h" nogil:
+    ctypedef struct rmq_event:
+        int poked
+        int stopped
+    int rmq_runway_extend(int fd, unsigned char *base, int64_t size, int64_t start, int64_t end,
+                          int populate) noexcept
+    int rmq_runway_discard(int fd, int64_t size, int64_t start) noexcept
+    int rmq_runway_write_zeros(int fd, int64_t size, int64_t start, int64_t end) noexcept
+    int rmq_pwrite_size_last(int fd, const unsigned char *src, size_t n, int64_t pos, int size_last) noexcept
+    int rmq_event_init(rmq_event *e) noexcept
+    void rmq_event_destroy(rmq_event *e) noexcept
+    void rmq_event_poke(rmq_event *e) noexcept
+    void rmq_event_stop(rmq_event *e) noexcept
+    int rmq_event_wait(rmq_event *e, int64_t timeout_ns) noexcept     # 1 poked, 0 timed out, -1 stopped
+
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    int pthread_mutex_init(pthread_mutex_t *m, const void *attr) noexcept
+    int pthread_mutex_destroy(pthread_mutex_t *m) noexcept
+    int pthread_mutex_lock(pthread_mutex_t *m) noexcept
+    int pthread_mutex_unlock(pthread_mutex_t *m) noexcept

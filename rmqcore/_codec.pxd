@@ -135,5 +135,13 @@ cdef class PutResult:
 
 cdef class AppendMessageCallback:
     cdef dict _table            # topic → {queue_id → next queue offset}: no tuple per put
+    cdef object _last_topic     # the topic of the last assign and its queues dict (runs of one topic skip a lookup)
+    cdef object _last_queues
     cdef bytes store_host_bytes
+    cdef int write_blank(self, MappedFile mf) except -1
+    cdef PutResult assign(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp,
+                          int64_t wrote)
+    cdef int64_t assign_raw(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp,
+                            int64_t wrote) except -1
+    cdef unassign(self, EncodeBuffer eb, Py_ssize_t i)
     cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp)

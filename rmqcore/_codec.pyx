@@ -738,6 +738,45 @@ cdef inline int _check_utf8_separators(const char *s, Py_ssize_t n) noexcept nog
     return memchr(s, 1, <size_t>n) != NULL or memchr(s, 2, <size_t>n) != NULL
 
 
+cdef inline bint _name_is(const unsigned char *p, Py_ssize_t n, const char *name, Py_ssize_t name_n) noexcept nogil:
+    return n == name_n and memcmp(p, name, <size_t>n) == 0
+
+
+cdef inline unsigned char *_put_pair(unsigned char *q, const unsigned char *k, Py_ssize_t kn,
+                                     const unsigned char *v, Py_ssize_t vn) noexcept nogil:
+    # name \x01 value \x02 (MessageDecoder.messageProperties2String)
+    memcpy(q, k, <size_t>kn)
+    q[kn] = 1
+    if vn:
+        memcpy(q + kn + 1, v, <size_t>vn)
+    q[kn + 1 + vn] = 2
+    return q + kn + vn + 2
+
+
+cdef unsigned char *_put_keys(unsigned char *q, int64_t k0, int64_t k1, const uint8_t[::1] key_valid,
+                              const int64_t[::1] key_off, const unsigned char[::1] key_data, int32_t keys_n):
+    # KEYS \x01 key1 key2 ... \x02: the list joined by a space, as Message.setKeys(Collection)
+    cdef int64_t j
+    cdef Py_ssize_t kn
+    cdef bint first = True
+    memcpy(q, "KEYS", 4)
+    q[4] = 1
+    q += 5
+    for j in range(k0, k1):
+        if key_valid is not None and not key_valid[j]:
+            continue
+        if not first:
+            q[0] = 32
+            q += 1
+        kn = <Py_ssize_t>(key_off[j + 1] - key_off[j])
+        if kn:
+            memcpy(q, &key_data[0] + key_off[j], <size_t>kn)
+            q += kn
+        first = False
+    q[0] = 2
+    return q + 1
+
+
 cdef class UniqKeyGenerator:
     """MessageClientIDSetter: 32 hex chars (IPv4) = ip + pid(2) + a per-process int(4) fixed prefix, then the
     milliseconds since the start of this month (4) and a counter (2)."""
@@ -760,6 +799,23 @@ cdef class UniqKeyGenerator:
         nxt = time.mktime((t.tm_year + (t.tm_mon // 12), t.tm_mon % 12 + 1, 1, 0, 0, 0, 0, 0, -1))
         self._start = <int64_t>(start * 1000)
         self._next_start = <int64_t>(nxt * 1000)
+
+    cdef Py_ssize_t next_key_into(self, char *o) noexcept:
+        # The next key's ASCII characters into o (room for 44 + 12); returns its length.
+        cdef int64_t now = now_ms()
+        cdef unsigned char tail[6]
+        cdef Py_ssize_t plen = len(self._prefix)
+        if now >= self._next_start:
+            try:
+                self._set_month(now)
+            except BaseException:
+                pass
+        rmq_store_be32(tail, <uint32_t>(now - self._start))
+        rmq_store_be16(tail + 4, self._counter)
+        self._counter += 1
+        memcpy(o, PyBytes_AS_STRING(self._prefix), plen)
+        _hex_into(o + plen, tail, 6)
+        return plen + 12
 
     cpdef str next_key(self):
         cdef int64_t now = now_ms()
@@ -999,6 +1055,232 @@ cdef class MessageEncoder:
         out.count += 1
         return 0
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def encode_arrow(self, EncodeBuffer out, Py_ssize_t nrows,
+                     const int64_t[::1] topic_off, const unsigned char[::1] topic_data,
+                     const int32_t[::1] queue_id,
+                     const int64_t[::1] body_off, const unsigned char[::1] body_data,
+                     const uint8_t[::1] tags_valid, const int64_t[::1] tags_off, const unsigned char[::1] tags_data,
+                     const uint8_t[::1] keys_valid, const int64_t[::1] keys_list, const uint8_t[::1] key_valid,
+                     const int64_t[::1] key_off, const unsigned char[::1] key_data,
+                     const uint8_t[::1] props_valid, const int64_t[::1] props_list,
+                     const int64_t[::1] pname_off, const unsigned char[::1] pname_data,
+                     const uint8_t[::1] pvalue_valid, const int64_t[::1] pvalue_off,
+                     const unsigned char[::1] pvalue_data,
+                     const int64_t[::1] born_ms, const int32_t[::1] flag,
+                     unsigned char[::1] uniq_out, int64_t[::1] uniq_off):
+        """Encode ``nrows`` Arrow rows into ``out`` without a Python object per row: what ``encode_into`` does for a
+        Message (same checks, same record bytes, properties in the same order: the row's map, then TAGS, then KEYS
+        joined by a space, then a generated UNIQ_KEY unless the map has one), from the columns' raw buffers.
+        Offsets arrays have nrows + 1 entries into their data; ``*_valid`` are byte masks or None (no nulls);
+        ``tags``/``keys``/``props``/``born_ms``/``flag`` may be None (absent). ``out.topics`` gets one str per row
+        (the same object for equal neighbours) for the put's topic-queue table. The generated or given
+        UNIQ_KEY of row i goes to uniq_out[uniq_off[i]:uniq_off[i + 1]] (uniq_out: 64 bytes per row)."""
+        cdef Py_ssize_t r, t_n, b_n, tg_n, k, kn, vn, j, jj, nkeys, props_n, klen, vlen
+        cdef const unsigned char *t_p
+        cdef const unsigned char *prev_t = NULL
+        cdef Py_ssize_t prev_n = -1
+        cdef const unsigned char *b_p
+        cdef const unsigned char *tg_p
+        cdef const unsigned char *kp
+        cdef const unsigned char *vp
+        cdef bint has_tags, has_keys, map_tags, map_keys, map_uniq, dup
+        cdef int64_t p0, p1, k0, k1, born_ts, now = now_ms()
+        cdef int32_t sys_flag, total, keys_n, qid
+        cdef bytes store = self.store_host_bytes
+        cdef Py_ssize_t store_n = len(store)
+        cdef unsigned char *p
+        cdef unsigned char *q
+        cdef char uniq_buf[64]
+        cdef Py_ssize_t uniq_n
+        cdef uint32_t crc
+        cdef EncodedRecord *rec
+        cdef object topic_obj = None
+        cdef dict topic_cache = {}
+        cdef Py_ssize_t base_uniq = 0
+        uniq_off[0] = 0
+        for r in range(nrows):
+            t_p = &topic_data[0] + topic_off[r] if topic_data.shape[0] else NULL
+            t_n = <Py_ssize_t>(topic_off[r + 1] - topic_off[r])
+            if t_n != prev_n or (t_n and memcmp(t_p, prev_t, <size_t>t_n) != 0):
+                if t_n == 0:
+                    raise MessageIllegalError(f"topic[{r}]", "must not be empty", 1)
+                if t_n > TOPIC_MAX_LENGTH:
+                    raise MessageIllegalError(f"topic[{r}]", f"{t_n} UTF-8 bytes, longer than {TOPIC_MAX_LENGTH}",
+                                              TOPIC_MAX_LENGTH)
+                if self.check_topic_chars:
+                    for j in range(t_n):
+                        if t_p[j] >= 128 or not _valid_topic_char[t_p[j]]:
+                            raise MessageIllegalError(
+                                f"topic[{r}]", f"{(<const char *>t_p)[:t_n]!r} has an illegal character at byte "
+                                f"{j}; allowed: ^[%|a-zA-Z0-9_-]+$", "^[%|a-zA-Z0-9_-]+$")
+                key = (<const char *>t_p)[:t_n]
+                topic_obj = topic_cache.get(key)
+                if topic_obj is None:
+                    topic_obj = topic_cache[key] = key.decode("ascii")
+                prev_t = t_p
+                prev_n = t_n
+            qid = queue_id[r]
+            if qid < 0:
+                raise MessageIllegalError(f"queue_id[{r}]", f"{qid} is negative", 0)
+            b_p = &body_data[0] + body_off[r] if body_data.shape[0] else NULL
+            b_n = <Py_ssize_t>(body_off[r + 1] - body_off[r])
+
+            # Properties: the map's pairs (a later duplicate name replaces the value in place, as a dict does),
+            # TAGS and KEYS replacing or following them, UNIQ_KEY last unless given.
+            has_tags = tags_off is not None and (tags_valid is None or tags_valid[r])
+            has_keys = keys_list is not None and (keys_valid is None or keys_valid[r])
+            map_tags = map_keys = map_uniq = False
+            props_n = 0
+            p0 = p1 = 0
+            if props_list is not None and (props_valid is None or props_valid[r]):
+                p0 = props_list[r]
+                p1 = props_list[r + 1]
+            for j in range(p0, p1):
+                if pvalue_valid is not None and not pvalue_valid[j]:
+                    continue
+                klen = <Py_ssize_t>(pname_off[j + 1] - pname_off[j])
+                vlen = <Py_ssize_t>(pvalue_off[j + 1] - pvalue_off[j])
+                kp = &pname_data[0] + pname_off[j] if klen else NULL
+                vp = &pvalue_data[0] + pvalue_off[j] if vlen else NULL
+                if klen == 0:
+                    raise MessageIllegalError(f"properties[{r}]", "a property name is empty", None)
+                if _check_utf8_separators(<const char *>kp, klen) or (
+                        vlen and _check_utf8_separators(<const char *>vp, vlen)):
+                    raise MessageIllegalError(f"properties[{r}]", "contains \\x01 or \\x02, RocketMQ's separators",
+                                              None)
+                if _name_is(kp, klen, "TAGS", 4):
+                    map_tags = True
+                elif _name_is(kp, klen, "KEYS", 4):
+                    map_keys = True
+                elif _name_is(kp, klen, "UNIQ_KEY", 8):
+                    map_uniq = True
+                props_n += klen + vlen + 2      # duplicates are corrected below, when written
+            if has_tags:
+                tg_n = <Py_ssize_t>(tags_off[r + 1] - tags_off[r])
+                tg_p = &tags_data[0] + tags_off[r] if tg_n else NULL
+                if tg_n and _check_utf8_separators(<const char *>tg_p, tg_n):
+                    raise MessageIllegalError(f"tags[{r}]", "contains \\x01 or \\x02, RocketMQ's separators", None)
+                props_n += 4 + tg_n + 2
+            keys_n = 0
+            if has_keys:
+                k0 = keys_list[r]
+                k1 = keys_list[r + 1]
+                nkeys = 0
+                for j in range(k0, k1):
+                    if key_valid is not None and not key_valid[j]:
+                        continue
+                    kn = <Py_ssize_t>(key_off[j + 1] - key_off[j])
+                    if kn and _check_utf8_separators(<const char *>&key_data[0] + key_off[j], kn):
+                        raise MessageIllegalError(f"keys[{r}]", "contains \\x01 or \\x02, RocketMQ's separators",
+                                                  None)
+                    keys_n += <int32_t>kn + (1 if nkeys else 0)
+                    nkeys += 1
+                props_n += 4 + keys_n + 2
+            if not map_uniq:
+                uniq_n = self.uniq_keys.next_key_into(uniq_buf)
+                props_n += 8 + uniq_n + 2
+            if props_n > PROPERTIES_MAX_LENGTH:
+                raise MessageIllegalError(f"properties[{r}]", f"{props_n} bytes, more than {PROPERTIES_MAX_LENGTH}",
+                                          PROPERTIES_MAX_LENGTH, PutStatus.PROPERTIES_SIZE_EXCEEDED)
+            sys_flag = FLAG_STOREHOSTADDRESS_V6 | FLAG_BORNHOST_V6 if store_n == 20 else 0
+            total = cal_msg_length_c(1, sys_flag, <int32_t>b_n, <int32_t>t_n, <int32_t>props_n)
+            if b_n > self.max_message_size or total > self.max_message_size:
+                raise MessageIllegalError(f"body[{r}]", f"record of {b_n if b_n > self.max_message_size else total} "
+                                          f"bytes exceeds max_message_size {self.max_message_size}",
+                                          self.max_message_size)
+            born_ts = born_ms[r] if born_ms is not None and born_ms[r] != 0 else now
+
+            out.reserve(total)
+            p = out.data + out.size
+            crc = rmq_crc32(0, b_p, <size_t>b_n) & 0x7FFFFFFF if b_n else 0
+            rmq_store_be32(p, <uint32_t>total)
+            rmq_store_be32(p + 4, <uint32_t>MESSAGE_MAGIC_CODE)
+            rmq_store_be32(p + 8, crc)
+            rmq_store_be32(p + 12, <uint32_t>qid)
+            rmq_store_be32(p + 16, <uint32_t>(flag[r] if flag is not None else 0))
+            rmq_store_be64(p + 20, 0)
+            rmq_store_be64(p + 28, 0)
+            rmq_store_be32(p + 36, <uint32_t>sys_flag)
+            rmq_store_be64(p + 40, <uint64_t>born_ts)
+            q = p + 48
+            memcpy(q, PyBytes_AS_STRING(store), store_n)            # born host: the store's own
+            q += store_n
+            rmq_store_be64(q, 0)                                      # store timestamp: set under the put lock
+            q += 8
+            memcpy(q, PyBytes_AS_STRING(store), store_n)
+            q += store_n
+            rmq_store_be32(q, 0)                                      # reconsume times
+            rmq_store_be64(q + 4, 0)                                  # prepared transaction offset
+            rmq_store_be32(q + 12, <uint32_t>b_n)
+            q += 16
+            if b_n:
+                memcpy(q, b_p, <size_t>b_n)
+                q += b_n
+            q[0] = <unsigned char>t_n
+            memcpy(q + 1, t_p, <size_t>t_n)
+            q += 1 + t_n
+            rmq_store_be16(q, <uint16_t>props_n)
+            q += 2
+            for j in range(p0, p1):
+                if pvalue_valid is not None and not pvalue_valid[j]:
+                    continue
+                klen = <Py_ssize_t>(pname_off[j + 1] - pname_off[j])
+                kp = &pname_data[0] + pname_off[j]
+                dup = False
+                for jj in range(p0, j):          # the first of equal names holds the last one's value
+                    if (pvalue_valid is None or pvalue_valid[jj]) and pname_off[jj + 1] - pname_off[jj] == klen \
+                            and memcmp(&pname_data[0] + pname_off[jj], kp, <size_t>klen) == 0:
+                        dup = True
+                        break
+                if dup:
+                    continue
+                jj = j                            # the value is the last one given for this name
+                for k in range(j + 1, p1):
+                    if (pvalue_valid is None or pvalue_valid[k]) and pname_off[k + 1] - pname_off[k] == klen \
+                            and memcmp(&pname_data[0] + pname_off[k], kp, <size_t>klen) == 0:
+                        jj = k
+                if has_tags and _name_is(kp, klen, "TAGS", 4):
+                    q = _put_pair(q, kp, klen, tg_p, tg_n)
+                    has_tags = False
+                elif has_keys and _name_is(kp, klen, "KEYS", 4):
+                    q = _put_keys(q, keys_list[r], keys_list[r + 1], key_valid, key_off, key_data, keys_n)
+                    has_keys = False
+                else:
+                    vlen = <Py_ssize_t>(pvalue_off[jj + 1] - pvalue_off[jj])
+                    q = _put_pair(q, kp, klen, &pvalue_data[0] + pvalue_off[jj] if vlen else NULL, vlen)
+                    if not map_uniq or not _name_is(kp, klen, "UNIQ_KEY", 8):
+                        pass
+                    else:
+                        memcpy(uniq_buf, &pvalue_data[0] + pvalue_off[jj], <size_t>min(vlen, 64))
+                        uniq_n = min(vlen, 64)
+            if has_tags:
+                q = _put_pair(q, <const unsigned char *>"TAGS", 4, tg_p, tg_n)
+            if has_keys:
+                q = _put_keys(q, keys_list[r], keys_list[r + 1], key_valid, key_off, key_data, keys_n)
+            if not map_uniq:
+                q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>uniq_buf, uniq_n)
+            if q != p + total:       # duplicate names made the map shorter than counted: fix the lengths
+                props_n -= <int32_t>((p + total) - q)
+                total = <int32_t>(q - p)
+                rmq_store_be32(p, <uint32_t>total)
+                rmq_store_be16(p + total - props_n - 2, <uint16_t>props_n)
+            memcpy(&uniq_out[base_uniq], uniq_buf, <size_t>uniq_n)
+            base_uniq += uniq_n
+            uniq_off[r + 1] = base_uniq
+
+            rec = &out.rec[out.count]
+            rec.pos = out.size
+            rec.length = total
+            rec.tran_type = 0
+            rec.store_ts_pos = 48 + <int32_t>store_n
+            rec.queue_id = qid
+            out.topics.append(topic_obj)
+            out.size += total
+            out.count += 1
+        return nrows
+
     def encode(self, Message msg):
         """Encode one message into a fresh EncodeBuffer (tests, tools)."""
         cdef EncodeBuffer b = EncodeBuffer()
@@ -1080,6 +1362,79 @@ cdef class AppendMessageCallback:
         for (t, q), o in table.items():
             inner.setdefault(t, {})[q] = o
         self._table = inner
+        self._last_topic = None
+        self._last_queues = None
+
+    cdef int write_blank(self, MappedFile mf) except -1:
+        # The record does not fit: a blank record fills the rest of the file (END_OF_FILE), the caller goes on in
+        # the next file.
+        cdef int64_t wrote = rmq_atomic_load_i64(&mf._wrote)
+        cdef int64_t max_blank = mf.file_size - wrote
+        cdef unsigned char blank[8]
+        cdef int err
+        if max_blank >= END_FILE_MIN_BLANK_LENGTH:
+            rmq_store_be32(blank, <uint32_t>max_blank)
+            rmq_store_be32(blank + 4, <uint32_t>BLANK_MAGIC_CODE)
+            err = mf.write_c(wrote, blank, 8, True)
+            if err != 0:
+                raise OSError(err, f"end-of-file blank: {os.strerror(err)}", mf.file_name)
+        mf.advance(max_blank, 0)
+        return 0
+
+    cdef PutResult assign(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp,
+                          int64_t wrote):
+        # Record i goes to ``wrote`` in ``mf``: take its queue offset from the table and set the per-put fields in
+        # the encoded bytes (queue offset, physical offset, store time); the caller writes it. Returns its result.
+        cdef int64_t queue_offset = self.assign_raw(mf, eb, i, store_timestamp, wrote)
+        cdef PutResult r = PutResult.__new__(PutResult)
+        r.status = PUT_OK
+        r.commitlog_offset = mf.file_from_offset + wrote
+        r.queue_offset = queue_offset
+        r.wrote_bytes = eb.rec[i].length
+        r.store_timestamp = store_timestamp
+        r.uniq_key = eb.uniq_keys[i]
+        r._store_host = self.store_host_bytes
+        return r
+
+    cdef int64_t assign_raw(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp,
+                            int64_t wrote) except -1:
+        # assign() without the result object: returns the queue offset (0 for prepared/rolled-back records).
+        cdef EncodedRecord *rec = &eb.rec[i]
+        cdef int64_t queue_offset
+        cdef unsigned char *src
+        cdef PyObject *cur
+        cdef object topic = eb.topics[i]
+        cdef object queues
+        cdef bint consumable = rec.tran_type != TRANSACTION_PREPARED_TYPE and rec.tran_type != TRANSACTION_ROLLBACK_TYPE
+        if topic is self._last_topic:         # runs of one topic (batches, Arrow rows) skip the outer lookup
+            cur = <PyObject *>self._last_queues
+        else:
+            cur = PyDict_GetItem(self._table, topic)
+        if cur == NULL:
+            queues = {}
+            PyDict_SetItem(self._table, topic, queues)
+        else:
+            queues = <object>cur
+        self._last_topic = topic
+        self._last_queues = queues
+        qid = rec.queue_id
+        cur = PyDict_GetItem(queues, qid)
+        queue_offset = 0 if cur == NULL else <int64_t>(<object>cur)
+        src = eb.data + rec.pos
+        rmq_store_be64(src + QUEUE_OFFSET_POSITION, <uint64_t>(queue_offset if consumable else 0))
+        rmq_store_be64(src + PHY_POS_POSITION, <uint64_t>(mf.file_from_offset + wrote))
+        rmq_store_be64(src + rec.store_ts_pos, <uint64_t>store_timestamp)
+        if consumable:
+            PyDict_SetItem(queues, qid, queue_offset + 1)
+            return queue_offset
+        return 0
+
+    cdef unassign(self, EncodeBuffer eb, Py_ssize_t i):
+        # Give back the queue offset assign() took for record i (its write failed); newest first.
+        cdef EncodedRecord *rec = &eb.rec[i]
+        if rec.tran_type != TRANSACTION_PREPARED_TYPE and rec.tran_type != TRANSACTION_ROLLBACK_TYPE:
+            queues = self._table[eb.topics[i]]
+            queues[rec.queue_id] = queues[rec.queue_id] - 1
 
     cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp):
         # Returns None when the file cannot take the record: a blank record then fills the rest of the file
@@ -1087,53 +1442,17 @@ cdef class AppendMessageCallback:
         cdef EncodedRecord *rec = &eb.rec[i]
         cdef int32_t n = rec.length
         cdef int64_t wrote = rmq_atomic_load_i64(&mf._wrote)
-        cdef int64_t max_blank = mf.file_size - wrote
-        cdef int64_t queue_offset
-        cdef unsigned char *src
-        cdef PyObject *cur
         cdef PutResult r
-        cdef object topic = eb.topics[i]
-        cdef object queues
-        cdef bint consumable = rec.tran_type != TRANSACTION_PREPARED_TYPE and rec.tran_type != TRANSACTION_ROLLBACK_TYPE
-        cdef unsigned char blank[8]
         cdef int err
-        if n + END_FILE_MIN_BLANK_LENGTH > max_blank:
-            if max_blank >= END_FILE_MIN_BLANK_LENGTH:
-                rmq_store_be32(blank, <uint32_t>max_blank)
-                rmq_store_be32(blank + 4, <uint32_t>BLANK_MAGIC_CODE)
-                err = mf.write_c(wrote, blank, 8, True)
-                if err != 0:
-                    raise OSError(err, f"end-of-file blank: {os.strerror(err)}", mf.file_name)
-            mf.advance(max_blank, 0)
+        if n + END_FILE_MIN_BLANK_LENGTH > mf.file_size - wrote:
+            self.write_blank(mf)
             return None
-        cur = PyDict_GetItem(self._table, topic)
-        if cur == NULL:
-            queues = {}
-            PyDict_SetItem(self._table, topic, queues)
-        else:
-            queues = <object>cur
-        qid = rec.queue_id
-        cur = PyDict_GetItem(queues, qid)
-        queue_offset = 0 if cur == NULL else <int64_t>(<object>cur)
-        # The per-put fields are set in the encoded record, then the whole record goes to the file in one write.
-        src = eb.data + rec.pos
-        rmq_store_be64(src + QUEUE_OFFSET_POSITION, <uint64_t>(queue_offset if consumable else 0))
-        rmq_store_be64(src + PHY_POS_POSITION, <uint64_t>(mf.file_from_offset + wrote))
-        rmq_store_be64(src + rec.store_ts_pos, <uint64_t>store_timestamp)
-        err = mf.write_c(wrote, src, n, True)
+        r = self.assign(mf, eb, i, store_timestamp, wrote)
+        err = mf.write_c(wrote, eb.data + rec.pos, n, True)
         if err != 0:
+            self.unassign(eb, i)
             raise OSError(err, f"append: {os.strerror(err)}", mf.file_name)
         mf.advance(n, store_timestamp)
-        if consumable:
-            PyDict_SetItem(queues, qid, queue_offset + 1)
-        r = PutResult.__new__(PutResult)
-        r.status = PUT_OK
-        r.commitlog_offset = mf.file_from_offset + wrote
-        r.queue_offset = queue_offset if consumable else 0
-        r.wrote_bytes = n
-        r.store_timestamp = store_timestamp
-        r.uniq_key = eb.uniq_keys[i]
-        r._store_host = self.store_host_bytes
         return r
 
     def append(self, MappedFile mf not None, EncodeBuffer eb not None, Py_ssize_t i=0, int64_t store_timestamp=0):
@@ -1455,31 +1774,77 @@ cdef class CommitLogWriter:
 
     cpdef list put_batch(self, messages):
         cdef EncodeBuffer b = self._take()
-        cdef MappedFile mf
-        cdef PutResult r
-        cdef int64_t ts
-        cdef Py_ssize_t i = 0
         cdef list out = []
         for m in messages:
             self.encoder.encode_into(<Message?>m, b)
         self._check(b)
+        self._append_all(b, out, None)
+        self._give(b)
+        return out
+
+    def put_arrow_rows(self, EncodeBuffer b not None, int64_t[:, ::1] result not None):
+        """Append the records Arrow rows were encoded into (MessageEncoder.encode_arrow): row i's store time,
+        commitlog offset, queue offset and size go to result[i, 0..3] (commitlog offset -1: no file could be made,
+        CREATE_MAPPED_FILE_FAILED). No Python object per row."""
+        if result.shape[0] < b.count or result.shape[1] < 4:
+            raise ValueError(f"result must be at least ({b.count}, 4)")
+        self._check(b)
+        self._append_all(b, None, result)
+
+    cdef _append_all(self, EncodeBuffer b, list out, int64_t[:, ::1] raw):
+        # The put lock's part of put_batch / put_arrow: the records that fit the current file take their offsets
+        # with the GIL; then they are copied as one range (they lie back to back in the buffer) with the GIL
+        # released, so the dispatcher and other producers run meanwhile, and published with one advance. The first
+        # size goes last, so a copy cut by a kill reads as the end of data. Results go to ``out`` (PutResults) or
+        # ``raw`` rows (store time, commitlog offset, queue offset, size).
+        cdef MappedFile mf
+        cdef int64_t ts, wrote, pos, total
+        cdef Py_ssize_t i = 0, j, k
+        cdef const unsigned char *src
+        cdef int err
         with self.lock:
             ts = now_ms()
             while i < b.count:
                 mf = self._file()
                 if mf is None:
                     while i < b.count:
-                        out.append(self._failed())
+                        if out is not None:
+                            out.append(self._failed())
+                        else:
+                            raw[i, 0] = ts
+                            raw[i, 1] = -1
+                            raw[i, 2] = -1
+                            raw[i, 3] = 0
                         i += 1
                     break
-                while i < b.count:
-                    r = self.callback.do_append(mf, b, i, ts)
-                    if r is None:
-                        break
-                    out.append(r)
-                    i += 1
-        self._give(b)
-        return out
+                wrote = rmq_atomic_load_i64(&mf._wrote)
+                pos = wrote
+                j = i
+                while j < b.count and pos + b.rec[j].length + END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+                    if out is not None:
+                        out.append(self.callback.assign(mf, b, j, ts, pos))
+                    else:
+                        raw[j, 0] = ts
+                        raw[j, 1] = mf.file_from_offset + pos
+                        raw[j, 2] = self.callback.assign_raw(mf, b, j, ts, pos)
+                        raw[j, 3] = b.rec[j].length
+                    pos += b.rec[j].length
+                    j += 1
+                if j > i:
+                    total = pos - wrote
+                    src = b.data + b.rec[i].pos
+                    with nogil:
+                        err = mf.write_c(wrote, src, total, True)
+                    if err != 0:
+                        for k in range(j - 1, i - 1, -1):
+                            self.callback.unassign(b, k)
+                        if out is not None:
+                            del out[len(out) - (j - i):]
+                        raise OSError(err, f"append: {os.strerror(err)}", mf.file_name)
+                    mf.advance(total, ts)
+                    i = j
+                if i < b.count:
+                    self.callback.write_blank(mf)
 
 
 cdef int64_t _store_time_at(list files, int64_t first_from, int64_t file_size, int64_t offset, int32_t size):

@@ -2,9 +2,9 @@
 """The reput scan: committed commitlog bytes → consume-queue units and index key hashes, in bulk.
 
 One GIL-free pass parses records (``parse_record``), computes each record's tagsCode and the Java hashes of its
-index keys (``topic#UNIQ_KEY`` then ``topic#key`` for each of KEYS, RocketMQ's order) into numpy arrays; a short
-pass with the GIL then interns topics (one dict lookup only where the topic changes) and applies the delay-topic
-rule. ``queue_runs`` then splits a batch into per-queue runs of consume-queue units, which the Python dispatcher
+index keys (``topic#UNIQ_KEY`` then ``topic#key`` for each of KEYS, RocketMQ's order) into numpy arrays, notes
+where the topic changes from the record before and applies the delay-topic rule; with the GIL only the topics at
+those changes are interned (one dict lookup each), no record is looked at twice. ``queue_runs`` then splits a batch into per-queue runs of consume-queue units, which the Python dispatcher
 appends with one copy per run.
 """
 import numpy as np
@@ -74,6 +74,15 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
     cdef const unsigned char *rec
     cdef int32_t vpos = 0, vlen = 0, kstart, kend
     cdef unsigned char *scratch
+    cdef const unsigned char *prev = NULL
+    cdef int32_t prev_len = -1, ntopics = 0, level, max_level, j
+    cdef const int64_t *delay_ms = NULL
+    cdef int64_t[::1] delay_view
+    cdef bint delay_rule = delay_level_ms is not None and len(delay_level_ms) > 1
+    if delay_rule:
+        delay_view = np.ascontiguousarray(delay_level_ms, dtype=np.int64)
+        delay_ms = &delay_view[0]
+        max_level = <int32_t>delay_view.shape[0] - 1
     if end < 0 or end > length:
         end = length
     if start < 0 or start > end:
@@ -90,13 +99,14 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
     qo_a = np.empty(max_records, np.int64)
     qid_a = np.empty(max_records, np.int32)
     sf_a = np.empty(max_records, np.int32)
-    tpos_a = np.empty(max_records, np.int64)     # record start, for topic interning
+    tpos_a = np.empty(max_records, np.int64)     # record start where the topic differs from the record before
     kh_a = np.empty(max_keys, np.int32)
     kp_a = np.empty(max_keys, np.int64)
     kt_a = np.empty(max_keys, np.int64)
     kr_a = np.empty(max_keys, np.int32)
+    topic_a = np.empty(max_records, np.int32)     # per record: index into the topic changes, then interned id
     cdef int64_t[::1] phys = phys_a, tags = tags_a, ts = ts_a, qo = qo_a, tpos = tpos_a, kp = kp_a, kt = kt_a
-    cdef int32_t[::1] size = size_a, qid = qid_a, sf = sf_a, kh = kh_a, kr = kr_a
+    cdef int32_t[::1] size = size_a, qid = qid_a, sf = sf_a, kh = kh_a, kr = kr_a, tix = topic_a
 
     scratch = <unsigned char *>malloc(KEY_SCRATCH)
     if scratch == NULL:
@@ -146,44 +156,47 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
                 qo[n] = rv.queue_offset
                 qid[n] = rv.queue_id
                 sf[n] = rv.sys_flag
-                tpos[n] = pos
+                if (prev == NULL or rv.topic_len != prev_len
+                        or memcmp(rec + rv.topic_pos, prev, <size_t>rv.topic_len) != 0):
+                    tpos[ntopics] = pos
+                    ntopics += 1
+                    prev = rec + rv.topic_pos
+                    prev_len = rv.topic_len
+                tix[n] = ntopics - 1
+                # ScheduleMessageService's rule at dispatch: a SCHEDULE_TOPIC_XXXX unit's tagsCode is its delivery
+                # time (store time + the DELAY level's delay; levels past the last are the last).
+                if (delay_rule and rv.topic_len == 19
+                        and memcmp(rec + rv.topic_pos, <const char *>"SCHEDULE_TOPIC_XXXX", 19) == 0
+                        and find_property(rec + rv.props_pos, rv.props_len, "DELAY", 5, &vpos, &vlen)):
+                    level = 0
+                    j = 1 if vlen > 1 and rec[rv.props_pos + vpos] == 43 else 0      # Integer.parseInt's '+'
+                    while j < vlen and j < 10 and 48 <= rec[rv.props_pos + vpos + j] <= 57:
+                        level = level * 10 + (rec[rv.props_pos + vpos + j] - 48)
+                        j += 1
+                    if j == vlen and vlen > 0:
+                        if level > max_level:
+                            level = max_level
+                        if level > 0:
+                            tags[n] = rv.store_timestamp + delay_ms[level]
                 n += 1
                 pos += rv.total_size
     finally:
         free(scratch)
 
-    # Topic interning and the delay rule, with the GIL; a dict lookup only where the topic changes.
-    topic_a = np.empty(n, np.int32)
-    cdef int32_t[::1] tix = topic_a
-    cdef const unsigned char *prev = NULL
-    cdef int32_t prev_len = -1, prev_id = -1, tlen
-    cdef bint is_schedule
-    cdef int64_t level
+    # Topic interning, with the GIL: one dict lookup per topic change the scan noted.
+    ids = np.empty(max(ntopics, 1), np.int32)
+    cdef int32_t[::1] idv = ids
+    for j in range(ntopics):
+        parse_record(base + tpos[j], end - tpos[j], &rv, False)
+        tb = (<const char *>base)[tpos[j] + rv.topic_pos:tpos[j] + rv.topic_pos + rv.topic_len]
+        t_id = topic_ids.get(tb, -1)
+        if t_id < 0:
+            t_id = len(topics)
+            topic_ids[tb] = t_id
+            topics.append(tb.decode("utf-8", "replace"))
+        idv[j] = t_id
     for i in range(n):
-        rec = base + tpos[i]
-        parse_record(rec, end - tpos[i], &rv, False)
-        tlen = rv.topic_len
-        if prev == NULL or tlen != prev_len or memcmp(rec + rv.topic_pos, prev, <size_t>tlen) != 0:
-            tb = (<const char *>rec)[rv.topic_pos:rv.topic_pos + tlen]
-            prev_id = topic_ids.get(tb, -1)
-            if prev_id < 0:
-                prev_id = len(topics)
-                topic_ids[tb] = prev_id
-                topics.append(tb.decode("utf-8", "replace"))
-            prev = rec + rv.topic_pos
-            prev_len = tlen
-        tix[i] = prev_id
-        if delay_level_ms is not None and tlen == 19 and memcmp(rec + rv.topic_pos, <const char *>_SCHEDULE_TOPIC_B,
-                                                               19) == 0:
-            if find_property(rec + rv.props_pos, rv.props_len, "DELAY", 5, &vpos, &vlen):
-                try:
-                    level = int((<const char *>rec)[rv.props_pos + vpos:rv.props_pos + vpos + vlen])
-                except ValueError:
-                    level = 0
-                if level > len(delay_level_ms) - 1:
-                    level = len(delay_level_ms) - 1
-                if level > 0:
-                    tags[i] = ts[i] + <int64_t>delay_level_ms[level]
+        tix[i] = idv[tix[i]]
 
     cdef DispatchBatch b = DispatchBatch.__new__(DispatchBatch)
     b.n = n
@@ -198,7 +211,7 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
     b.queue_offset = qo_a[:n]
     b.queue_id = qid_a[:n]
     b.sys_flag = sf_a[:n]
-    b.topic_idx = topic_a
+    b.topic_idx = topic_a[:n]
     b.key_hash = kh_a[:nk]
     b.key_phys = kp_a[:nk]
     b.key_ts = kt_a[:nk]

@@ -1,13 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The C half of SYNC_FLUSH group commit (flush.GroupCommitService is the Python half).
 
-A put that must wait for the disk blocks in ``wait_flushed`` with the GIL released; the flush thread runs ``serve``
-over the file being written, also without the GIL: wait for a request, msync, wake everybody it covered, again.
-Neither side takes the GIL between a flush and the wake-up, so N producers really do share one msync (the Python
-version lost most of a flush's time to GIL hand-offs among the woken threads). Whatever is not the plain case (a
-request reaching into the next file, a write buffer to commit first) goes back to Python, which flushes the slow
-way and calls ``serve`` again.
+Leader/follower (include/rmq_group_commit.h): a put that needs the disk calls ``sync``; with no flush running it
+msyncs the file being written itself, else it sleeps until a flush covers it, GIL released throughout. The
+service thread (``serve``) leads flushes for requests nobody waits for (WAIT=false, put_async, aput). Whatever the
+plain path cannot do (a flush reaching into the next file, a write buffer) goes through Python: the
+``flush_all`` callable flushes every file and names the file now holding the flushed offset.
 """
+from libc.errno cimport EIO
 from libc.stdint cimport int64_t
 
 from rmqcore._mapped_file cimport MappedFile
@@ -21,18 +21,22 @@ cdef extern from "rmq_group_commit.h" nogil:
         int64_t failures
         int64_t flushes
         int64_t served
+        int64_t led
         int closed
-    int RMQ_GC_FLUSHED, RMQ_GC_TIMEOUT, RMQ_GC_FAILED, RMQ_GC_CLOSED
+    int RMQ_GC_LEADER, RMQ_GC_FLUSHED, RMQ_GC_TIMEOUT, RMQ_GC_FAILED, RMQ_GC_CLOSED
     int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
     void rmq_gc_destroy(rmq_group_commit *g)
+    int64_t rmq_gc_now_ns()
     void rmq_gc_request(rmq_group_commit *g, int64_t offset)
-    int rmq_gc_wait_flushed(rmq_group_commit *g, int64_t offset, int64_t timeout_ns)
     int rmq_gc_try_flushed(rmq_group_commit *g, int64_t offset)
-    int64_t rmq_gc_next_target(rmq_group_commit *g, int64_t *arrivals_seen, int64_t last_batch, int64_t linger_ns)
-    void rmq_gc_publish(rmq_group_commit *g, int64_t offset)
-    void rmq_gc_publish_gen(rmq_group_commit *g, int64_t offset)
+    int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64_t deadline_ns, int64_t failures0,
+                            int64_t *target)
+    void rmq_gc_leader_done(rmq_group_commit *g, int64_t offset, int err)
+    int64_t rmq_gc_service_lead(rmq_group_commit *g)
     int64_t rmq_gc_wait_arrival(rmq_group_commit *g, int64_t seen, int64_t timeout_ns)
+    int rmq_gc_wait_only(rmq_group_commit *g, int64_t offset, int64_t deadline_ns, int64_t failures0)
     void rmq_gc_fail(rmq_group_commit *g)
+    void rmq_gc_publish(rmq_group_commit *g, int64_t offset)
     void rmq_gc_stop(rmq_group_commit *g)
     void rmq_gc_close(rmq_group_commit *g)
 
@@ -46,39 +50,119 @@ CLOSED = RMQ_GC_CLOSED
 # What serve() returns.
 cdef enum:
     _STOPPED = -1       # stop() was called: flush the rest from Python and close()
-    _NEEDS_PYTHON = 0   # a request the plain loop cannot serve: flush from Python, then serve again
 STOPPED = _STOPPED
-NEEDS_PYTHON = _NEEDS_PYTHON
 
 
 cdef class GroupCommit:
-    """Producers' wait and the flush thread's wake-up for one commitlog. Counters are for runtime_info/benches."""
+    """The commitlog's group commit. ``flush_all()`` (called with the GIL, by whichever thread leads a flush the
+    plain path cannot do) flushes every appended byte and returns ``(flushed_offset, mapped_file_holding_it)``; the
+    file may be None. Counters are for runtime_info and benches."""
     cdef rmq_group_commit g
-    cdef int64_t _arrivals_seen
-    cdef int64_t _last_batch
-    cdef readonly int64_t flushed_store_timestamp   # store time of the last record a C-side flush covered (ms)
+    cdef MappedFile _mf                 # the file holding the flushed offset: the plain path flushes it
+    cdef object _flush_all
+    cdef readonly int64_t flushed_store_timestamp   # store time of the last record a plain flush covered (ms)
+    cdef readonly str last_error
 
-    def __cinit__(self, int64_t flushed=0):
+    def __cinit__(self, int64_t flushed=0, flush_all=None, MappedFile mf=None):
         cdef int err = rmq_gc_init(&self.g, flushed)
         if err != 0:
             raise OSError(err, f"group commit: {os.strerror(err)}")
+        self._flush_all = flush_all
+        self._mf = mf
 
     def __dealloc__(self):
         rmq_gc_destroy(&self.g)
 
-    def wait_flushed(self, int64_t offset, double timeout):
-        """Block (GIL released) until a flush covers ``offset``; returns FLUSHED, TIMEOUT, FAILED or CLOSED."""
-        cdef int rc
-        cdef int64_t ns = <int64_t>(timeout * 1e9) if timeout > 0 else 0
-        if rmq_gc_try_flushed(&self.g, offset):
-            return RMQ_GC_FLUSHED
+    def set_file(self, MappedFile mf):
+        """The file holding the flushed offset (after recovery, or when Python moved the flushed offset)."""
+        self._mf = mf
+
+    cdef int _lead_plain(self, MappedFile mf, int64_t target, int *rc) noexcept nogil:
+        # The leader's flush when ``mf`` holds everything up to target; 0 when it could not (Python must), else 1.
+        cdef int64_t start = mf.file_from_offset, pos, ts
+        cdef int err
+        if target <= start or target > start + mf.file_size:
+            return 0
+        ts = mf._store_timestamp                # read before the flush: the flush covers it
+        err = mf.flush_c(0)
+        pos = start + rmq_atomic_load_i64(&mf._flushed)
+        if err == 0 and ts > self.flushed_store_timestamp:
+            self.flushed_store_timestamp = ts
+        rmq_gc_leader_done(&self.g, pos, err)
+        if err != 0:
+            rc[0] = RMQ_GC_FAILED
+        return 1
+
+    cdef int _lead_python(self) except -2:
+        # Leader on the slow path: flush everything through Python, then hand the lead back.
+        cdef int64_t pos = 0
+        cdef int err
+        try:
+            pos, mf = self._flush_all()
+        except OSError as e:
+            self.last_error = f"flush failed: {e}"
+            err = e.errno or EIO
+            with nogil:
+                rmq_gc_leader_done(&self.g, 0, err)
+            return RMQ_GC_FAILED
+        except BaseException:
+            with nogil:
+                rmq_gc_leader_done(&self.g, 0, EIO)
+            raise
+        self._mf = mf
+        self.last_error = None
         with nogil:
-            rc = rmq_gc_wait_flushed(&self.g, offset, ns)
+            rmq_gc_leader_done(&self.g, pos, 0)
+        return RMQ_GC_FLUSHED
+
+    def sync(self, int64_t offset, double timeout):
+        """A put's wait: lead the flush that covers ``offset``, or wait (GIL released) for one, at most ``timeout``
+        s. Returns FLUSHED, TIMEOUT, FAILED (a flush failed meanwhile) or CLOSED."""
+        cdef int64_t failures0 = self.g.failures
+        cdef int64_t deadline = rmq_gc_now_ns() + (<int64_t>(timeout * 1e9) if timeout > 0 else 0)
+        cdef int64_t target = 0
+        cdef int rc
+        cdef MappedFile mf
+        cdef bint plain
+        if self.g.flushed >= offset and rmq_gc_try_flushed(&self.g, offset):
+            return RMQ_GC_FLUSHED
+        while True:
+            mf = self._mf
+            plain = mf is not None and mf.write_buffer == NULL and not mf.read_only and mf.hold()
+            with nogil:
+                rc = rmq_gc_wait_or_lead(&self.g, offset, deadline, failures0, &target)
+                while rc == RMQ_GC_LEADER and plain and self._lead_plain(mf, target, &rc):
+                    if rc == RMQ_GC_FAILED:
+                        break
+                    rc = rmq_gc_wait_or_lead(&self.g, offset, deadline, failures0, &target)
+            if plain:
+                mf.release()
+            if rc != RMQ_GC_LEADER:
+                return rc
+            if self._flush_all is None:
+                with nogil:
+                    rmq_gc_leader_done(&self.g, 0, EIO)
+                self.last_error = "no file to flush"
+                return RMQ_GC_FAILED
+            if self._lead_python() == RMQ_GC_FAILED:
+                return RMQ_GC_FAILED
+
+    wait_flushed = sync
+
+    def wait_only(self, int64_t offset, double timeout):
+        """Wait (GIL released) for a flush that covers ``offset`` without leading one: the put_async completer,
+        whose requests the service thread flushes. FLUSHED, TIMEOUT, FAILED or CLOSED."""
+        cdef int64_t failures0 = self.g.failures
+        cdef int64_t deadline = rmq_gc_now_ns() + (<int64_t>(timeout * 1e9) if timeout > 0 else 0)
+        cdef int rc
+        with nogil:
+            rc = rmq_gc_wait_only(&self.g, offset, deadline, failures0)
         return rc
 
     def request(self, int64_t offset):
-        """Ask for a flush covering ``offset`` without waiting (put_async). Keeps the GIL: the mutex is only ever
-        held for a few instructions, and dropping the GIL here would hand it to another thread on every put."""
+        """Ask for a flush covering ``offset`` without waiting (WAIT=false, put_async). Keeps the GIL: the mutex is
+        only ever held for a few instructions, and dropping the GIL here would hand it to another thread on every
+        put."""
         rmq_gc_request(&self.g, offset)
 
     def wait_arrival(self, int64_t seen, double timeout):
@@ -94,27 +178,40 @@ cdef class GroupCommit:
     def arrivals(self):
         return self.g.arrivals
 
-    def next_target(self, double linger):
-        """The flush thread's wait for work (GIL released): the offset to flush to, or -1 once stop() was called."""
-        cdef int64_t target, seen = self._arrivals_seen
-        cdef int64_t linger_ns = <int64_t>(linger * 1e9)
-        with nogil:
-            target = rmq_gc_next_target(&self.g, &seen, self._last_batch, linger_ns)
-        self._last_batch = seen - self._arrivals_seen
-        self._arrivals_seen = seen
-        return target
+    def serve(self):
+        """The service thread: lead a flush whenever a request nobody waits for is above the flushed offset, GIL
+        released while it waits and while it msyncs the plain way. Returns STOPPED after stop(); raises what
+        ``flush_all`` raises other than OSError (an OSError fails the waiting puts and the loop goes on)."""
+        cdef int64_t target
+        cdef int rc = 0
+        cdef MappedFile mf
+        cdef bint plain
+        while True:
+            mf = self._mf
+            plain = mf is not None and mf.write_buffer == NULL and not mf.read_only and mf.hold()
+            with nogil:
+                while True:
+                    target = rmq_gc_service_lead(&self.g)
+                    if target < 0 or not plain or not self._lead_plain(mf, target, &rc):
+                        break
+            if plain:
+                mf.release()
+            if target < 0:
+                return _STOPPED
+            self._lead_python()
 
     def publish(self, int64_t offset):
-        """A flush reached ``offset``: wake the waits it covers."""
-        rmq_gc_publish(&self.g, offset)
+        """A flush made elsewhere reached ``offset``: wake the waits it covers."""
+        with nogil:
+            rmq_gc_publish(&self.g, offset)
 
     def fail(self):
-        """A flush failed: every current wait returns FAILED (its put reports FLUSH_DISK_TIMEOUT)."""
+        """Fail every current wait, as a failed flush does (tests and the shutdown path)."""
         with nogil:
             rmq_gc_fail(&self.g)
 
     def stop(self):
-        """Ask the flush thread to leave serve()/next_target(); waits keep waiting for its last flush."""
+        """Ask the service thread to leave serve(); waits keep waiting for its last flush."""
         with nogil:
             rmq_gc_stop(&self.g)
 
@@ -122,52 +219,6 @@ cdef class GroupCommit:
         """No flush will come any more: every wait returns now, later ones at once."""
         with nogil:
             rmq_gc_close(&self.g)
-
-    def serve(self, MappedFile mf, double linger):
-        """The flush loop over ``mf`` (the file holding the flushed offset, or None), GIL released throughout.
-
-        Waits for a request first, always. Returns STOPPED after stop(), or NEEDS_PYTHON with a request this loop
-        cannot serve: ``mf`` is None, has a write buffer, or the request reaches past its end (Python then
-        flushes every file and publishes). Raises OSError, after failing the waits, when msync fails.
-        """
-        cdef int64_t start = 0, end = 0
-        cdef int64_t target, seen = self._arrivals_seen, batch = self._last_batch, pos, ts
-        cdef int64_t linger_ns = <int64_t>(linger * 1e9)
-        cdef int err = 0
-        cdef int code = _NEEDS_PYTHON
-        cdef bint plain = mf is not None and mf.write_buffer == NULL and not mf.read_only and mf.hold()
-        if plain:
-            start = mf.file_from_offset
-            end = start + mf.file_size
-        try:
-            with nogil:
-                while True:
-                    target = rmq_gc_next_target(&self.g, &seen, batch, linger_ns)
-                    batch = seen - self._arrivals_seen
-                    self._arrivals_seen = seen
-                    if target < 0:
-                        code = _STOPPED
-                        break
-                    if not plain or target <= start or target > end:
-                        break
-                    ts = mf._store_timestamp          # read before the flush: the flush covers it
-                    err = mf.flush_c(0)
-                    if err != 0:
-                        break
-                    pos = start + rmq_atomic_load_i64(&mf._flushed)
-                    if ts > self.flushed_store_timestamp:
-                        self.flushed_store_timestamp = ts
-                    rmq_gc_publish_gen(&self.g, pos)
-                    if pos < target:
-                        break
-        finally:
-            self._last_batch = batch
-            if plain:
-                mf.release()
-        if err != 0:
-            self.fail()
-            raise OSError(err, f"msync: {os.strerror(err)}", mf.file_name)
-        return code
 
     @property
     def flushed_where(self):
@@ -180,6 +231,11 @@ cdef class GroupCommit:
     @property
     def flushes(self):
         return self.g.flushes
+
+    @property
+    def led_by_puts(self):
+        """Flushes a waiting put led itself (the rest were the service thread's)."""
+        return self.g.led
 
     @property
     def served(self):

@@ -19,6 +19,12 @@ cdef class IndexFile:
     cdef int32_t _hash_slot_count
     cdef int32_t _index_count
     cdef bint _closed
+    # The write runway (rmq_runway.h): header and slots are allocated when the file is made, items only up to
+    # _allocated, extended by _runway bytes as puts reach it. _fd stays open for that (-1 without a runway).
+    cdef int _fd
+    cdef int64_t _allocated
+    cdef int64_t _runway
+    cdef readonly int alloc_error       # errno of the last failed extension (puts stop: ENOSPC), 0 otherwise
     cdef int _holds                      # ReferenceResource: running GIL-free sections; unmap at the last release
 
     cdef bint put_hash(self, int32_t key_hash, int64_t phy_offset, int64_t store_timestamp) noexcept nogil

@@ -21,9 +21,10 @@ from posix.fcntl cimport O_CREAT, O_EXCL, O_RDONLY, O_RDWR, open as c_open
 from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap, msync, MS_SYNC
 from posix.stat cimport fstat, struct_stat
 from posix.types cimport off_t
-from posix.unistd cimport close as c_close
+from posix.unistd cimport close as c_close, ftruncate
 
-from rmqcore._c cimport rmq_java_hash_utf8, rmq_load_be32, rmq_load_be64, rmq_store_be32, rmq_store_be64
+from rmqcore._c cimport (rmq_java_hash_utf8, rmq_load_be32, rmq_load_be64, rmq_runway_extend, rmq_store_be32,
+                         rmq_store_be64)
 
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 
@@ -109,12 +110,13 @@ cdef class IndexFile:
     """
 
     def __cinit__(self, *args, **kwargs):
+        self._fd = -1
         self.base = NULL
         self._closed = True
         self._holds = 0
 
     def __init__(self, path, int64_t hash_slot_num=DEFAULT_HASH_SLOT_NUM, int64_t index_num=DEFAULT_INDEX_NUM,
-                 int64_t end_phy_offset=0, int64_t end_timestamp=0, *, bint read_only=False):
+                 int64_t end_phy_offset=0, int64_t end_timestamp=0, *, bint read_only=False, int64_t runway=0):
         cdef struct_stat st
         cdef int fd = -1
         cdef int err
@@ -155,7 +157,12 @@ cdef class IndexFile:
             err = errno
             raise OSError(err, os.strerror(err), name)
         try:
-            if created:
+            if created and runway > 0:
+                # Sparse: header and slots (written at random) are allocated below, items as puts reach them.
+                if ftruncate(fd, <off_t>size) != 0:
+                    err = errno
+                    raise OSError(err, f"ftruncate to {size} bytes: {os.strerror(err)}", name)
+            elif created:
                 err = posix_fallocate(fd, 0, <off_t>size)
                 if err != 0:
                     raise OSError(err, f"posix_fallocate of {size} bytes: {os.strerror(err)}", name)
@@ -172,6 +179,16 @@ cdef class IndexFile:
             if p == MAP_FAILED:
                 err = errno
                 raise OSError(err, f"mmap of {size} bytes: {os.strerror(err)}", name)
+            if runway > 0 and not read_only:
+                # Allocate the header, the slots and the items written so far (a file of another writer may be
+                # sparse anywhere), then a runway past them: ENOSPC here, never a SIGBUS on a later put.
+                self._allocated = _HEADER + hash_slot_num * _SLOT + (
+                    0 if created else <int64_t>max(1, <int32_t>rmq_load_be32(<unsigned char *>p + 36)) * _ITEM)
+                err = rmq_runway_extend(fd, <unsigned char *>p, size, 0, self._allocated + runway, 0)
+                if err != 0:
+                    munmap(p, <size_t>size)
+                    raise OSError(err, f"allocate: {os.strerror(err)}", name)
+                self._allocated = min(size, self._allocated + runway)
         except BaseException:
             c_close(fd)
             if created:
@@ -180,7 +197,12 @@ cdef class IndexFile:
                 except OSError:
                     pass
             raise
-        c_close(fd)   # the mapping outlives the descriptor
+        if runway > 0 and not read_only:
+            self._fd = fd             # kept to extend the runway
+            self._runway = runway
+        else:
+            c_close(fd)   # the mapping outlives the descriptor
+            self._allocated = size
         self.base = <unsigned char *>p
         self._closed = False
 
@@ -216,6 +238,9 @@ cdef class IndexFile:
         if self.base != NULL:
             munmap(self.base, <size_t>self.file_size)
             self.base = NULL
+        if self._fd >= 0:
+            c_close(self._fd)
+            self._fd = -1
 
     # -- reference counting (RocketMQ's ReferenceResource) -----------------------------------------------------
 
@@ -236,6 +261,9 @@ cdef class IndexFile:
         if self.base != NULL:
             munmap(self.base, <size_t>self.file_size)
             self.base = NULL
+        if self._fd >= 0:
+            c_close(self._fd)
+            self._fd = -1
 
     cdef int _hold_or_raise(self) except -1:
         if not self.hold():
@@ -319,6 +347,12 @@ cdef class IndexFile:
             time_diff = 0
 
         item = self.base + _HEADER + <int64_t>self.hash_slot_num * _SLOT + <int64_t>count * _ITEM
+        if item + _ITEM > self.base + self._allocated:
+            self.alloc_error = rmq_runway_extend(self._fd, self.base, self.file_size, self._allocated,
+                                                 (item - self.base) + _ITEM + self._runway, 0)
+            if self.alloc_error != 0:
+                return False
+            self._allocated = min(self.file_size, (item - self.base) + _ITEM + self._runway)
         rmq_store_be32(item, <uint32_t>key_hash)
         rmq_store_be64(item + 4, <uint64_t>phy_offset)
         rmq_store_be32(item + 12, <uint32_t><int32_t>time_diff)

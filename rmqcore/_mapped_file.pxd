@@ -2,6 +2,12 @@
 # wrote (appended), committed (copied from a TransientStorePool buffer into the file) and flushed (on disk).
 from libc.stdint cimport int64_t
 
+from rmqcore._c cimport pthread_mutex_t, rmq_event
+
+
+cdef class Runway:
+    cdef rmq_event ev                   # poked by appends nearing the allocated end; the allocate thread waits here
+
 
 cdef class MappedFile:
     cdef readonly str file_name          # full path
@@ -18,9 +24,24 @@ cdef class MappedFile:
     cdef int64_t _committed
     cdef int64_t _flushed
     cdef int64_t _store_timestamp       # store time of the last message appended (ms), for find-by-time
+    # The write runway (rmq_runway.h): [0, _allocated) is allocated on disk, and faulted in when _populate; appends
+    # past it extend it first. _runway is how far ahead of the write position the allocate thread keeps it (0: the
+    # whole file was allocated when it was made); _poke, when set, is that thread's event, signalled once the write
+    # position comes within half a runway of _allocated.
+    cdef int64_t _allocated
+    cdef int64_t _runway
+    cdef bint _populate
+    # SYNC_FLUSH commitlog files: appends go through pwrite (a sync then never takes a write-protect fault per
+    # page, as mapped writes do) into runway blocks written with zeros ahead of time; _extend_mu keeps the zeroing
+    # of a stretch from racing with data written there.
+    cdef bint _sync_writes
+    cdef pthread_mutex_t _extend_mu
+    cdef rmq_event *_poke
+    cdef object _poke_owner             # keeps the object owning *_poke alive
     cdef bint _closed
     cdef int _holds                     # RocketMQ's ReferenceResource: GIL-free sections and exported views
 
+    cdef int extend_c(self, int64_t need) noexcept nogil
     cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n, bint size_last) noexcept nogil
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil
     cdef int64_t read_position_c(self) noexcept nogil

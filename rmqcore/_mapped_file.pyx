@@ -16,7 +16,11 @@ from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, mun
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close, ftruncate
 
-from rmqcore._c cimport rmq_atomic_cas_i64, rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_copy_size_last
+from rmqcore._c cimport (pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock,
+                         rmq_atomic_cas_i64, rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_copy_size_last,
+                         rmq_event, rmq_event_destroy, rmq_event_init, rmq_event_poke, rmq_event_stop,
+                         rmq_event_wait, rmq_pwrite_size_last, rmq_runway_discard, rmq_runway_extend,
+                         rmq_runway_write_zeros)
 
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 
@@ -44,18 +48,28 @@ def _raise_os(int err, str what, str path):
 
 
 cdef class MappedFile:
-    """One mapped segment. ``MappedFile(path, file_size)`` opens it, creating and pre-allocating it when absent.
+    """One mapped segment. ``MappedFile(path, file_size)`` opens it, creating it when absent.
 
     The file name must be the 20-digit start offset. An existing file must have exactly ``file_size`` bytes.
     ``read_only=True`` maps an existing file for reading only (stores copied off a broker).
+
+    ``runway`` > 0: a new file is sparse and only ``runway`` bytes ahead of the write position are allocated
+    (and pre-faulted when ``populate``); appends extend the runway as they reach its end (rmq_runway.h). ``runway``
+    0 allocates a new file whole at once (posix_fallocate), as before. ``sync_writes`` (SYNC_FLUSH commitlogs):
+    appends use pwrite and the runway is written with zeros and synced ahead of the writer, so that each group
+    commit sync writes data only.
     """
 
-    def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None):
+    def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
+                  bint populate=True, bint sync_writes=False):
         self.fd = -1
         self.base = NULL
         self.write_buffer = NULL
+        self._poke = NULL
+        pthread_mutex_init(&self._extend_mu, NULL)
 
-    def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None):
+    def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
+                 bint populate=True, bint sync_writes=False):
         cdef struct_stat st
         cdef int flags
         cdef int err
@@ -78,14 +92,21 @@ cdef class MappedFile:
             err = errno
             self._close_fd()
             _raise_os(err, "fstat", file_name)
+        self._runway = runway if runway > 0 and not read_only else 0
+        self._sync_writes = sync_writes and not read_only and pool is None
+        self._populate = populate and not self._sync_writes
         if st.st_size == 0 and not read_only:
             # Allocate blocks now: a sparse file would turn a full disk into SIGBUS on the put path; this way it
-            # is an error here, when the file is made (CREATE_MAPPED_FILE_FAILED).
-            err = posix_fallocate(self.fd, 0, file_size)
+            # is an error here, when the file is made (CREATE_MAPPED_FILE_FAILED). With a runway only its first
+            # stretch is allocated now (below, once mapped), the rest as appends approach it.
+            err = ftruncate(self.fd, file_size) if self._runway else posix_fallocate(self.fd, 0, file_size)
+            if self._runway and err != 0:
+                err = errno
             if err != 0:
                 self._close_fd()
                 os.unlink(file_name)
                 _raise_os(err, "allocate", file_name)
+            self._allocated = 0 if self._runway else file_size
         elif st.st_size != file_size:
             self._close_fd()
             raise StoreLayoutError(
@@ -98,6 +119,13 @@ cdef class MappedFile:
             self._close_fd()
             _raise_os(err, "mmap", file_name)
         self.base = <unsigned char *>p
+        if self._runway and st.st_size == 0:
+            with nogil:
+                err = self.extend_c(0)
+            if err != 0:
+                self._unmap()
+                os.unlink(file_name)
+                _raise_os(err, "allocate", file_name)
         if pool is not None:
             buf = pool.borrow_buffer()
             if buf is not None:
@@ -123,6 +151,7 @@ cdef class MappedFile:
         if self.fd >= 0:
             c_close(self.fd)
             self.fd = -1
+        pthread_mutex_destroy(&self._extend_mu)
 
     # -- reference counting (RocketMQ's ReferenceResource) ------------------------------------------------------
 
@@ -198,6 +227,12 @@ cdef class MappedFile:
         """Set wrote, committed and flushed to ``position`` (used when loading and recovering files)."""
         if position < 0 or position > self.file_size:
             raise ValueError(f"position {position} outside [0, {self.file_size}] of {self.file_name}")
+        # Written bytes are allocated; whatever lies past them (a file of another writer, a runway cut short by a
+        # crash) is allocated again from there before anything is written to it.
+        if self._runway or self._allocated > position:
+            # (sync_writes zero the runway: they must start exactly past the data, not at its page)
+            rmq_atomic_store_i64(&self._allocated,
+                                 position if self._sync_writes else position & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1))
         rmq_atomic_store_i64(&self._wrote, position)
         rmq_atomic_store_i64(&self._committed, position)
         rmq_atomic_store_i64(&self._flushed, position)
@@ -209,6 +244,69 @@ cdef class MappedFile:
         if self.write_buffer != NULL:
             return rmq_atomic_load_i64(&self._committed)
         return rmq_atomic_load_i64(&self._wrote)
+
+    @property
+    def allocated_position(self):
+        """Bytes from the start known to be allocated on disk (the runway's end)."""
+        return rmq_atomic_load_i64(&self._allocated)
+
+    # -- the runway ---------------------------------------------------------------------------------------------
+
+    cdef int extend_c(self, int64_t need) noexcept nogil:
+        """Make sure [0, need) is allocated (and pre-faulted), reaching a runway further; 0 or an errno. Safe to race
+        with another extender: both ranges get allocated, and _allocated only moves forward."""
+        cdef int64_t have = rmq_atomic_load_i64(&self._allocated)
+        cdef int64_t end
+        cdef int err
+        if need <= have and need > 0:
+            return 0
+        if self.base == NULL or self.read_only:
+            return EBADF
+        end = need + (self._runway if self._runway > 0 else 4 * 1024 * 1024)
+        if end > self.file_size:
+            end = self.file_size
+        if self._sync_writes:
+            # Zeros must never land on data: one extender at a time, and only past what is allocated by then.
+            pthread_mutex_lock(&self._extend_mu)
+            have = rmq_atomic_load_i64(&self._allocated)
+            err = 0
+            if have < need or need <= 0:
+                err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, 0)
+                if err == 0:
+                    err = rmq_runway_write_zeros(self.fd, self.file_size, have, end)
+                if err == 0:
+                    rmq_atomic_store_i64(&self._allocated, end)
+            pthread_mutex_unlock(&self._extend_mu)
+            return err
+        err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, self._populate)
+        if err != 0:
+            return err
+        while have < end and not rmq_atomic_cas_i64(&self._allocated, &have, end):
+            pass
+        return 0
+
+    def prepare_runway(self):
+        """The allocate thread's step: when the write position is within half a runway of the allocated end, extend
+        the runway a full length past it (GIL released). Returns True once the runway reaches the end of the file."""
+        cdef int err = 0
+        cdef int64_t wrote
+        if self.read_only or not self.hold():
+            return True
+        try:
+            wrote = rmq_atomic_load_i64(&self._wrote)
+            if self._runway and wrote + self._runway // 2 >= rmq_atomic_load_i64(&self._allocated):
+                with nogil:
+                    err = self.extend_c(wrote + 1)
+                if err != 0:
+                    _raise_os(err, "allocate", self.file_name)
+            return rmq_atomic_load_i64(&self._allocated) >= self.file_size
+        finally:
+            self.release()
+
+    def set_allocator(self, Runway runway):
+        """Poke ``runway`` (the allocate thread's event) whenever appends come within half a runway of its end."""
+        self._poke_owner = runway
+        self._poke = &runway.ev if runway is not None else NULL
 
     # -- appending (the caller serialises appends: CommitLog's put lock, one dispatcher per consume queue) -------
 
@@ -223,8 +321,16 @@ cdef class MappedFile:
             return EBADF
         if pos < 0 or n < 0 or pos + n > self.file_size:
             return ENOSPC
+        cdef int err
+        if pos + n > rmq_atomic_load_i64(&self._allocated):
+            # The allocate thread fell behind (or there is none): allocate here, or fail with ENOSPC, never SIGBUS.
+            err = self.extend_c(pos + n)
+            if err != 0:
+                return err
         if self.write_buffer != NULL:
             memcpy(self.write_buffer + pos, src, <size_t>n)
+        elif self._sync_writes:
+            return rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last)
         elif size_last:
             rmq_copy_size_last(self.base + pos, src, <size_t>n)
         else:
@@ -232,9 +338,13 @@ cdef class MappedFile:
         return 0
 
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil:
+        cdef int64_t wrote = rmq_atomic_load_i64(&self._wrote) + n
         if store_timestamp > 0:
             self._store_timestamp = store_timestamp
-        rmq_atomic_store_i64(&self._wrote, rmq_atomic_load_i64(&self._wrote) + n)
+        rmq_atomic_store_i64(&self._wrote, wrote)
+        if self._poke != NULL and wrote + self._runway // 2 >= rmq_atomic_load_i64(&self._allocated) \
+                and rmq_atomic_load_i64(&self._allocated) < self.file_size:
+            rmq_event_poke(self._poke)
 
     def append(self, data):
         """Append raw bytes (consume-queue units, blank fill); returns False when they do not fit."""
@@ -276,6 +386,7 @@ cdef class MappedFile:
         whole pages must be waiting (0: any byte). A full, committed file gives its buffer back to the pool.
         """
         cdef int64_t wrote, committed
+        cdef int err = 0
         if self.write_buffer == NULL:
             return rmq_atomic_load_i64(&self._wrote)
         if not self.hold():
@@ -286,8 +397,12 @@ cdef class MappedFile:
             if _able(wrote, committed, self.file_size, commit_least_pages):
                 # Only commitlog files have write buffers: the range starts with a record, whose size goes last
                 with nogil:
-                    rmq_copy_size_last(self.base + committed, self.write_buffer + committed,
-                                       <size_t>(wrote - committed))
+                    err = self.extend_c(wrote) if wrote > rmq_atomic_load_i64(&self._allocated) else 0
+                    if err == 0:
+                        rmq_copy_size_last(self.base + committed, self.write_buffer + committed,
+                                           <size_t>(wrote - committed))
+                if err != 0:
+                    _raise_os(err, "allocate", self.file_name)
                 rmq_atomic_store_i64(&self._committed, wrote)
             if rmq_atomic_load_i64(&self._committed) == self.file_size:
                 self._give_back_buffer()
@@ -385,8 +500,18 @@ cdef class MappedFile:
         self._check_open()
         if position < 0 or position > self.file_size:
             raise ValueError(f"position {position} outside [0, {self.file_size}] of {self.file_name}")
+        cdef int64_t page_end
         if not self.read_only and position < self.file_size:
-            memset(self.base + position, 0, <size_t>(self.file_size - position))
+            # Zero the rest of the page by hand and hand the pages after it back to the file system: a sparse tail
+            # reads as zeros without being faulted in (memset of a 1 GiB tail would allocate and dirty all of it).
+            page_end = (position + RMQ_OS_PAGE_SIZE - 1) & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1)
+            if page_end > self.file_size:
+                page_end = self.file_size
+            memset(self.base + position, 0, <size_t>(page_end - position))
+            if rmq_runway_discard(self.fd, self.file_size, position) != 0:
+                memset(self.base + page_end, 0, <size_t>(self.file_size - page_end))
+            if rmq_atomic_load_i64(&self._allocated) > page_end:
+                rmq_atomic_store_i64(&self._allocated, page_end & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1))
             if self.write_buffer != NULL:
                 memset(self.write_buffer + position, 0, <size_t>(self.file_size - position))
         self.set_positions(position)
@@ -435,3 +560,30 @@ def lock_memory(buffer):
     if mlock(&view[0], <size_t>view.shape[0]) != 0:
         return os.strerror(errno)
     return ""
+
+
+cdef class Runway:
+    """The event between the writer and the allocate thread (AllocateMappedFileService): appends poke it when they
+    come within half a runway of a file's allocated end; the thread waits on it without the GIL."""
+
+    def __cinit__(self):
+        cdef int err = rmq_event_init(&self.ev)
+        if err != 0:
+            raise OSError(err, f"runway event: {os.strerror(err)}")
+
+    def __dealloc__(self):
+        rmq_event_destroy(&self.ev)
+
+    def wait(self, double timeout):
+        """Block (GIL released) until poked, stopped or ``timeout`` s: 1 poked, 0 timed out, -1 stopped."""
+        cdef int rc
+        cdef int64_t ns = <int64_t>(timeout * 1e9) if timeout > 0 else 0
+        with nogil:
+            rc = rmq_event_wait(&self.ev, ns)
+        return rc
+
+    def poke(self):
+        rmq_event_poke(&self.ev)
+
+    def stop(self):
+        rmq_event_stop(&self.ev)

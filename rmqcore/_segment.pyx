@@ -23,8 +23,9 @@ from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint
 from libc.stdlib cimport free, malloc
 from libc.string cimport memchr, memcmp, memcpy, memset
 
-from rmqcore._c cimport rmq_find_byte, rmq_load_be16, rmq_load_be32
-from rmqcore._codec cimport (ERR_BODY_CRC, ERR_RECORD_CRC, FLAG_BORNHOST_V6, RECORD_BLANK, RECORD_END, RECORD_OK,
+from rmqcore._c cimport rmq_find_byte, rmq_load_be16, rmq_load_be32, rmq_load_be64s
+from rmqcore._codec cimport (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, PHY_POS_POSITION,
+                             ERR_BODY_CRC, ERR_RECORD_CRC, FLAG_BORNHOST_V6, RECORD_BLANK, RECORD_END, RECORD_OK,
                              RecordView, _Buffer, find_property, parse_record)
 
 cnp.import_array()
@@ -635,10 +636,13 @@ cdef void _fill(const unsigned char *base, RowRef *rows, int64_t n, int columns,
 def decode_segment(data, Py_ssize_t start=0, Py_ssize_t end=-1, int64_t base_offset=0, int columns=ALL_COLUMNS,
                    int max_rows=8192, int64_t max_bytes=16 << 20, bint check_crc=True, topics=None,
                    queue_ids=None, int64_t min_timestamp=INT64_MIN, int64_t max_timestamp=INT64_MAX,
-                   positions=None):
+                   positions=None, Py_ssize_t stop=-1):
     """Decode one bounded batch of rows from ``data`` (a segment's bytes; byte 0 is global ``base_offset``).
 
     Walk mode (``positions`` None): records are walked from ``start`` to ``end`` (the buffer end when < 0).
+    ``stop`` (walk mode, ``end`` when < 0): only records that *start* before it are read; they may reach past
+    it up to ``end``. A split of a segment is [start, stop) with ``start`` a record start (``sync_record``):
+    consecutive splits then read every record exactly once.
     Point mode: ``positions`` (int64 array of record starts inside ``data``) are read from index ``start``;
     ``next`` is then an index into ``positions``.
 
@@ -707,6 +711,8 @@ def decode_segment(data, Py_ssize_t start=0, Py_ssize_t end=-1, int64_t base_off
             raise ValueError(f"start {start} outside [0, {npos}] positions")
     elif start < 0 or start > end:
         raise ValueError(f"start {start} outside [0, {end}]")
+    if stop < 0 or stop > end:
+        stop = end
     rows = <RowRef *>malloc(max_rows * sizeof(RowRef))
     if rows == NULL:
         raise MemoryError()
@@ -733,6 +739,9 @@ def decode_segment(data, Py_ssize_t start=0, Py_ssize_t end=-1, int64_t base_off
                                 code = -2        # ERR_MAGIC
                             break
                     else:
+                        if pos >= stop:
+                            code = RECORD_END    # the next record belongs to the next split
+                            break
                         code = _parse_row(base + pos, end - pos, &cur, check_crc)
                         cur.pos = pos
                         if code != RECORD_OK:
@@ -759,7 +768,7 @@ def decode_segment(data, Py_ssize_t start=0, Py_ssize_t end=-1, int64_t base_off
             _scratch_free(&scratch)
     finally:
         free(rows)
-    if code == RECORD_OK and not point_mode and pos >= end:
+    if code == RECORD_OK and not point_mode and pos >= stop:
         code = RECORD_END
     if code == RECORD_OK and point_mode and pos >= npos:
         code = RECORD_END
@@ -873,3 +882,152 @@ cdef bint _body_crc_bad(const unsigned char *p, RecordView *rv) noexcept nogil:
     # Which CRC failed, for the report: parse_record with CRCs on says ERR_BODY_CRC before it looks at __CRC32#.
     cdef RecordView tmp
     return parse_record(p, rv.total_size, &tmp, True) == ERR_BODY_CRC
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Split points: finding record starts inside a segment without walking it from its first byte
+
+cdef enum:
+    _SYNC_FOUND = 0
+    _SYNC_NONE = 1
+    _SYNC_MORE = 2
+
+# sync_record statuses
+SYNC_FOUND = _SYNC_FOUND    # a record (or the end-of-file blank) starts at the returned position
+SYNC_NONE = _SYNC_NONE      # no record starts in [start, stop)
+SYNC_MORE = _SYNC_MORE      # a candidate at the returned position needs bytes past the buffer: read on from there
+
+
+cdef inline bint _is_magic(int32_t m) noexcept nogil:
+    return m == MESSAGE_MAGIC_CODE or m == MESSAGE_MAGIC_CODE_V2 or m == BLANK_MAGIC_CODE
+
+
+cdef int _header_fits(const unsigned char *p, int64_t q, int64_t n, bint more_after, int64_t base_offset,
+                      int64_t file_end) noexcept nogil:
+    """Is a plausible record header (or the end of data) at buffer position ``q``? 1 yes, 0 no, 2 need more."""
+    cdef int32_t total, magic
+    if q >= n:
+        return 2 if more_after else 1
+    if n - q < 4:
+        return 2 if more_after else 0
+    total = <int32_t>rmq_load_be32(p + q)
+    if total == 0:
+        return 1                                   # end of data
+    if n - q < PHY_POS_POSITION + 8:
+        return 2 if more_after else 0
+    magic = <int32_t>rmq_load_be32(p + q + 4)
+    if magic == BLANK_MAGIC_CODE:
+        return 1 if total >= 8 and q + total == file_end else 0
+    if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
+        return 0
+    if total < 0 or q + total > file_end:
+        return 0
+    return 1 if rmq_load_be64s(p + q + PHY_POS_POSITION) == base_offset + q else 0
+
+
+def sync_record(data, Py_ssize_t start, Py_ssize_t stop, int64_t base_offset, Py_ssize_t file_end=-1,
+                bint more_after=False):
+    """The first record start at or after ``start`` and before ``stop`` in ``data`` (byte 0 = global
+    ``base_offset``): how a split of a segment finds where its records begin (GIL released).
+
+    A position is a record start when the record there is structurally sound (``parse_record``, lengths
+    consistent with totalSize) *and* stores its own global offset in its physicalOffset field, *and* what
+    follows it is again such a header, the end of data (totalSize 0) or the end-of-file blank; a blank
+    qualifies when its totalSize reaches exactly ``file_end`` (the file's length in ``data``'s coordinates;
+    the buffer length when < 0). Bytes inside a body would have to forge two consecutive headers naming their
+    own offsets to pass. CRCs are not required (a record with a bad body CRC is still a record: the reader
+    reports it as a row with crc_ok false).
+
+    ``more_after``: the buffer is a window and the file goes on past it. Returns ``(position, status)``:
+    SYNC_FOUND, SYNC_NONE (position = stop) or SYNC_MORE (a candidate at ``position`` needs bytes past the
+    buffer: read a window starting there).
+    """
+    cdef _Buffer b = _Buffer()
+    cdef const unsigned char *p
+    cdef Py_ssize_t n, i, hit = -1
+    cdef int status = _SYNC_NONE, nxt, code
+    cdef int32_t total, magic
+    cdef RecordView rv
+    b.acquire(data)
+    p = <const unsigned char *>b.view.buf
+    n = b.view.len
+    if file_end < 0:
+        file_end = n
+    if stop < 0 or stop > file_end:
+        stop = file_end
+    if start < 0:
+        raise ValueError(f"start {start} < 0")
+    with nogil:
+        i = start
+        while i < stop:
+            if i + 8 > n:
+                if more_after:
+                    status = _SYNC_MORE
+                    hit = i
+                break
+            magic = <int32_t>rmq_load_be32(p + i + 4)
+            if not _is_magic(magic):
+                i += 1
+                continue
+            total = <int32_t>rmq_load_be32(p + i)
+            if magic == BLANK_MAGIC_CODE:
+                if total >= 8 and i + total == file_end:
+                    status = _SYNC_FOUND
+                    hit = i
+                    break
+                i += 1
+                continue
+            if total <= 0 or i + total > file_end:
+                i += 1
+                continue
+            if i + total > n:
+                if more_after:
+                    status = _SYNC_MORE
+                    hit = i
+                    break
+                i += 1
+                continue
+            code = parse_record(p + i, total, &rv, False)
+            if code != RECORD_OK or rv.physical_offset != base_offset + i:
+                i += 1
+                continue
+            nxt = _header_fits(p, i + total, n, more_after, base_offset, file_end)
+            if nxt == 1:
+                status = _SYNC_FOUND
+                hit = i
+                break
+            if nxt == 2:
+                status = _SYNC_MORE
+                hit = i
+                break
+            i += 1
+    if hit < 0:
+        return stop, SYNC_NONE
+    return hit, status
+
+
+def data_end(data, Py_ssize_t start=0):
+    """Where the record chain that starts at ``start`` ends: the position after the last complete record
+    (structure sound, and the last one's CRC too: a writer may have stored its size before its body), or the
+    buffer length when the chain ends with the end-of-file blank. A snapshot of a live segment (GIL released)."""
+    cdef _Buffer b = _Buffer()
+    cdef const unsigned char *p
+    cdef Py_ssize_t n, pos, last = -1
+    cdef int code = RECORD_END
+    cdef RecordView rv
+    b.acquire(data)
+    p = <const unsigned char *>b.view.buf
+    n = b.view.len
+    pos = start
+    with nogil:
+        while pos < n:
+            code = parse_record(p + pos, n - pos, &rv, False)
+            if code != RECORD_OK:
+                break
+            last = pos
+            pos += rv.total_size
+        if code == RECORD_BLANK:
+            pos = n
+        elif last >= 0 and parse_record(p + last, n - last, &rv, True) != RECORD_OK:
+            pos = last
+    return pos

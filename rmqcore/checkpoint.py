@@ -33,6 +33,7 @@ class StoreCheckpoint:
         raw = bytes(self._map[:40]).ljust(40, b"\0")
         (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
          self.master_flushed_offset, self.confirm_phy_offset) = _FIELDS.unpack(raw)
+        self._flushed = raw if size >= 40 else None     # what the file holds on disk
 
     @property
     def min_timestamp(self) -> int:
@@ -46,9 +47,13 @@ class StoreCheckpoint:
     def flush(self) -> None:
         if self.read_only:
             return
-        self._map[:40] = _FIELDS.pack(self.physic_msg_timestamp, self.logics_msg_timestamp,
-                                      self.index_msg_timestamp, self.master_flushed_offset, self.confirm_phy_offset)
+        data = _FIELDS.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
+                            self.master_flushed_offset, self.confirm_phy_offset)
+        if data == self._flushed:
+            return          # unchanged since the last msync: a close of an idle store pays no sync for it
+        self._map[:40] = data
         self._map.flush()
+        self._flushed = data
 
     def shutdown(self) -> None:
         if self._map is None:

@@ -34,7 +34,8 @@ class CommitLog:
         self.mapped_file_queue = MappedFileQueue(
             store_path, self.config.mapped_file_size_commit_log, allocate=not read_only,
             warm=self.config.warm_mapped_file_enable, warm_flush=self.config.sync_flush, pool=pool,
-            read_only=read_only)
+            read_only=read_only, runway=self.config.mapped_file_runway_commit_log,
+            sync_writes=self.config.sync_flush and self.config.mapped_file_runway_commit_log > 0)
         self.put_lock = threading.Lock()
         self._closed = False
         file_size = self.config.mapped_file_size_commit_log
@@ -146,6 +147,31 @@ class CommitLog:
         if self._closed or self.read_only:
             self._check_open()
         return self.writer.put_batch(messages)
+
+    def put_arrow(self, data, put_messages=None):
+        """Append the rows of a pyarrow RecordBatch or Table (rmqcore.columnar): one result RecordBatch. A batch
+        with rows that reroute (delay, timer, transaction properties) goes through ``put_messages`` (default: this
+        log's put_messages) as Message objects."""
+        from . import columnar
+        if self._closed or self.read_only:
+            self._check_open()
+        out = []
+        eb = None
+        for batch in columnar._batches(data):
+            # Slices of ARROW_ROWS rows through one reused buffer: its pages stay warm (a whole batch in one buffer
+            # page-faulted a fresh allocation per call, slower than the encoding itself).
+            for start in range(0, batch.num_rows, columnar.ARROW_ROWS):
+                part = batch.slice(start, columnar.ARROW_ROWS)
+                encoded = columnar.encode_batch(self.encoder, part, eb)
+                if encoded is None:
+                    put = put_messages or self.put_messages
+                    out.append(columnar.results_from_put_results(put(columnar.messages(part))))
+                    continue
+                eb, uniq, uniq_off = encoded
+                raw = np.empty((part.num_rows, 4), np.int64)
+                self.writer.put_arrow_rows(eb, raw)
+                out.append(columnar.result_batch(raw, uniq, uniq_off))
+        return columnar.concat(out)
 
     @property
     def topic_queue_table(self) -> dict:

@@ -38,10 +38,16 @@ class StoreConfig:
     # Write buffers: off by default and, as RocketMQ's isTransientStorePoolEnable, used with ASYNC_FLUSH only.
     transient_store_pool_enable: bool = False
     transient_store_pool_size: int = 5
-    # Pre-fault new files. RocketMQ defaults warmMapedFileEnable to false because its warm-up writes a zero per
-    # page from Java; ours is one madvise(MADV_POPULATE_WRITE) on the allocate thread, and limits.md shows that
-    # page faults, not copying, bound the append rate, so it is on by default here.
-    warm_mapped_file_enable: bool = True
+    # Pre-fault and allocate a whole new file at once (RocketMQ's warmMapedFileEnable, off by default as there;
+    # under SYNC_FLUSH it also writes the file's zeros to disk, as RocketMQ's warm-up does).
+    warm_mapped_file_enable: bool = False
+    # The write runway (rmqcore's own; RocketMQ has none): files are sparse, and only this many bytes ahead of the
+    # write position are allocated on disk and pre-faulted, kept ahead of the writer by the allocate thread, so a
+    # full disk is still an error (never SIGBUS) and appends stay free of page faults, while a store costs what it
+    # holds. 0 allocates each new file whole when it is made. Bytes.
+    mapped_file_runway_commit_log: int = 32 * 1024 * 1024
+    mapped_file_runway_consume_queue: int = 1024 * 1024
+    index_file_runway: int = 4 * 1024 * 1024
     # Reads
     max_transfer_bytes_on_message_in_memory: int = 1024 * 256
     max_transfer_count_on_message_in_memory: int = 32
@@ -58,6 +64,14 @@ class StoreConfig:
     # Delay levels of the schedule topic, as RocketMQ's messageDelayLevel.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     extra: dict = field(default_factory=dict)
+    # Delayed delivery (rmqcore/schedule.py): ScheduleMessageService runs with the store, as DefaultMessageStore
+    # starts it on a master; its progress goes to config/delayOffset.json every flushDelayOffsetInterval ms.
+    schedule_message_service_enable: bool = True
+    flush_delay_offset_interval: int = 1000 * 10
+    # Exact-time delivery (rmqcore/timer.py): 5.x's timerWheelEnable, timerMaxDelaySec, timerFlushIntervalMs.
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = 3600 * 24 * 3
+    timer_flush_interval_ms: int = 1000
 
     def __post_init__(self):
         self.validate()

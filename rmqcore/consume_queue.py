@@ -50,7 +50,8 @@ def queue_dirs(root: str) -> list[tuple[str, int]]:
 
 
 class ConsumeQueue:
-    def __init__(self, topic: str, queue_id: int, root: str, mapped_file_size: int, *, read_only: bool = False):
+    def __init__(self, topic: str, queue_id: int, root: str, mapped_file_size: int, *, read_only: bool = False,
+                 runway: int = 0):
         if mapped_file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"consume queue file size {mapped_file_size} is not a multiple of 20")
         # The topic and queue id become a path under root: never one that leaves it (they come from records and
@@ -63,7 +64,8 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
         self.store_path = os.path.join(root, topic, str(queue_id))
-        self.mapped_file_queue = MappedFileQueue(self.store_path, mapped_file_size, read_only=read_only)
+        self.mapped_file_queue = MappedFileQueue(self.store_path, mapped_file_size, read_only=read_only,
+                                                 runway=runway)
         self.max_physic_offset = -1      # end (offset + size) of the last record this queue points at
         self.min_logic_offset = 0        # byte offset of the first valid unit
         self.repeated_builds = 0

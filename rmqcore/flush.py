@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 
-from ._flush import CLOSED, FAILED, FLUSHED, STOPPED, GroupCommit
+from ._flush import CLOSED, FAILED, FLUSHED, GroupCommit
 
 log = logging.getLogger(__name__)
 
@@ -57,23 +57,25 @@ class PeriodicService(threading.Thread):
 class GroupCommitService(threading.Thread):
     """SYNC_FLUSH: a put waits until a flush covers its record, and all puts waiting at that moment share one msync.
 
-    The waiting and waking happen in C without the GIL (rmqcore._flush.GroupCommit); this thread runs the C flush
-    loop over the file being written and steps in with Python only where that loop cannot go: a request reaching
-    into the next file, a failed flush, shutdown. put_async requests are completed by a second thread
-    (_FlushedFutures) so the flush loop never waits for Python callbacks.
+    The first waiting put finding no flush running leads one itself; the others wait behind it, all in C without
+    the GIL (rmqcore._flush.GroupCommit). This thread leads flushes for requests nobody waits for (WAIT=false,
+    put_async, aput); put_async completions are made by a second thread (_FlushedFutures) so no flush waits for
+    Python callbacks.
     """
 
     def __init__(self, commit_log, on_flushed=None):
         super().__init__(name="GroupCommitService", daemon=True)
         self._commit_log = commit_log
         self._on_flushed = on_flushed      # e.g. move the checkpoint's physicMsgTimestamp, as RocketMQ's doCommit
-        self.core = GroupCommit(commit_log.flushed_where)
-        self.last_error: str | None = None
-        # Producers woken by one flush come back with their next record within a few tens of microseconds: the
-        # next flush waits up to this long (a fraction of one fdatasync) for as many as the last one served.
-        self.linger = 0.0002
+        mfq = commit_log.mapped_file_queue
+        flushed = commit_log.flushed_where
+        self.core = GroupCommit(flushed, self._flush_all, mfq.find_mapped_file_by_offset(flushed))
         self._futures: _FlushedFutures | None = None
         self._futures_lock = threading.Lock()
+
+    @property
+    def last_error(self) -> str | None:
+        return self.core.last_error
 
     @property
     def flushes(self) -> int:
@@ -89,8 +91,8 @@ class GroupCommitService(threading.Thread):
         return self.core.flushed_store_timestamp
 
     def wait_flushed(self, offset: int, timeout: float) -> bool:
-        """Block until a flush covers ``offset`` (True) or ``timeout`` seconds pass / a flush fails (False)."""
-        return self.core.wait_flushed(offset, timeout) == FLUSHED
+        """Lead or wait for a flush covering ``offset``: True, or False after ``timeout`` s / a failed flush."""
+        return self.core.sync(offset, timeout) == FLUSHED
 
     def when_flushed(self, offset: int, timeout: float, callback, loop=None) -> None:
         """Call ``callback(flushed: bool)`` once a flush covers ``offset``, or with False after ``timeout`` s or a
@@ -106,36 +108,27 @@ class GroupCommitService(threading.Thread):
         futures.add(offset, time.monotonic() + timeout, callback, loop)
         self.core.request(offset)       # after add: the completer, woken by this request, finds the entry
 
-    def run(self) -> None:
-        core = self.core
-        mfq = self._commit_log.mapped_file_queue
-        while True:
-            mf = mfq.find_mapped_file_by_offset(core.flushed_where)
-            try:
-                if core.serve(mf, self.linger) == STOPPED:
-                    break
-            except OSError as e:
-                self._failed(e)
-                continue
-            self._flush()
-        self._flush()
-        core.close()
-
-    def _flush(self) -> None:
-        try:
-            flushed = self._commit_log.flush(0)
-        except OSError as e:
-            self._failed(e)
-            return
+    def _flush_all(self):
+        # The slow path of whichever thread leads a flush (GroupCommit calls it with the GIL): every file, then the
+        # file that now holds the flushed offset, for the plain path of the next flushes.
+        flushed = self._commit_log.flush(0)
         if self._on_flushed is not None:
             self._on_flushed()
-        self.core.publish(flushed)
+        return flushed, self._commit_log.mapped_file_queue.find_mapped_file_by_offset(flushed)
 
-    def _failed(self, e: OSError) -> None:
-        # EIO and friends: the waiting puts report FLUSH_DISK_TIMEOUT at once, nothing is claimed flushed.
-        self.last_error = f"flush failed: {e}"
-        log.error("group commit flush failed: %s", e)
-        self.core.fail()
+    def run(self) -> None:
+        core = self.core
+        try:
+            core.serve()
+        except Exception:                       # keep the store answering: waits fail instead of hanging
+            log.exception("group commit service failed")
+            core.fail()
+        try:
+            core.publish(self._flush_all()[0])
+        except OSError as e:
+            log.error("group commit: final flush failed: %s", e)
+            core.fail()
+        core.close()
 
     def shutdown(self) -> None:
         """Flush what was appended, release every waiter, stop both threads."""
@@ -180,7 +173,7 @@ class _FlushedFutures(threading.Thread):
                     seen = core.wait_arrival(seen, self.IDLE_WAIT)
                 continue
             offset, deadline, _, _ = pending[0]
-            code = core.wait_flushed(offset, deadline - time.monotonic())
+            code = core.wait_only(offset, deadline - time.monotonic())
             flushed = core.flushed_where
             now = time.monotonic()
             done = []

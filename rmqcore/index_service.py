@@ -57,8 +57,9 @@ class IndexService:
 
     def __init__(self, store_path_index_dir: str, hash_slot_num: int = 5_000_000, index_num: int = 5_000_000 * 4,
                  *, max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH, checkpoint=None, read_only: bool = False,
-                 retry_interval: float = 1.0):
+                 retry_interval: float = 1.0, runway: int = 0):
         self.store_path = os.fspath(store_path_index_dir)
+        self.runway = runway                      # IndexFile's write runway (0: new files allocated whole)
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.max_msgs_num_batch = max_msgs_num_batch
@@ -97,7 +98,8 @@ class IndexService:
         try:
             for name in names:
                 path = os.path.join(self.store_path, name)
-                f = IndexFile(path, self.hash_slot_num, self.index_num, 0, 0, read_only=self.read_only)
+                f = IndexFile(path, self.hash_slot_num, self.index_num, 0, 0, read_only=self.read_only,
+                              runway=self.runway)
                 if not last_exit_ok and f.end_timestamp > index_msg_timestamp:
                     if self.read_only:
                         f.close()
@@ -234,7 +236,7 @@ class IndexService:
         try:
             os.makedirs(self.store_path, exist_ok=True)
             f = IndexFile(self._new_file_path(), self.hash_slot_num, self.index_num, last_end_phy_offset,
-                          last_end_timestamp)
+                          last_end_timestamp, runway=self.runway)
         except OSError as e:
             log.error("create index file in %s failed: %s", self.store_path, e)
             self.index_file_error = e
@@ -328,6 +330,8 @@ class IndexService:
                     return done
                 took = f.put_hashes(key_hashes[done:], phy_offsets[done:], timestamps[done:], skip_indexed=True)
                 done += took
+                if done < n and f.alloc_error:
+                    raise OSError(f.alloc_error, f"index file runway: {os.strerror(f.alloc_error)}", f.file_name)
                 if done < n and not f.is_write_full():
                     # put_hashes stops early only on a full file; anything else would loop forever.
                     raise RuntimeError(f"{f.file_name}: put_hashes stopped at {done} of {n} with room left")

@@ -2,8 +2,12 @@
 
 Offsets are global: file N starts at N × file size. The queue loads and checks a directory (a foreign file, a gap
 or a wrong size is a StoreLayoutError, never a guess), finds the file for an offset or a time, creates the next
-file (pre-created and pre-faulted in the background when ``allocate`` is on, as RocketMQ's
-AllocateMappedFileService), truncates dirty tails and deletes expired files.
+file, truncates dirty tails and deletes expired files.
+
+Files are sparse with a write runway (``runway`` > 0, rmq_runway.h): only a stretch ahead of the write position is
+allocated and pre-faulted. With ``allocate`` on, a thread (RocketMQ's AllocateMappedFileService) keeps that
+stretch ahead of the writer, woken by the writer without the GIL, and prepares the next file once the current one
+is nearly full; without it, appends extend the runway themselves.
 """
 from __future__ import annotations
 
@@ -11,9 +15,8 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 
-from ._mapped_file import MappedFile, offset_to_file_name
+from ._mapped_file import MappedFile, Runway, offset_to_file_name
 from .errors import StoreLayoutError
 
 log = logging.getLogger(__name__)
@@ -21,7 +24,8 @@ log = logging.getLogger(__name__)
 
 class MappedFileQueue:
     def __init__(self, store_path: str, mapped_file_size: int, *, allocate: bool = False, warm: bool = False,
-                 warm_flush: bool = False, pool=None, read_only: bool = False):
+                 warm_flush: bool = False, pool=None, read_only: bool = False, runway: int = 0,
+                 sync_writes: bool = False):
         if mapped_file_size <= 0:
             raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
         self.store_path = store_path
@@ -32,8 +36,16 @@ class MappedFileQueue:
         self._warm = warm
         self._warm_flush = warm_flush
         self._pool = pool
-        self._allocator = ThreadPoolExecutor(1, thread_name_prefix="AllocateMappedFileService") if allocate else None
-        self._pending: dict[int, Future] = {}
+        self._runway_size = runway
+        self._sync_writes = sync_writes
+        # The next file, made ahead by the allocate thread; _create_lock orders its making against the writer's
+        # taking it (lock order: _lock, then _create_lock; the allocate thread takes only _create_lock).
+        self._pending: dict[int, MappedFile] = {}
+        self._create_lock = threading.Lock()
+        self._runway = Runway() if allocate and not read_only else None
+        self._allocator: threading.Thread | None = None
+        self.allocate_error: str | None = None
+        self._attached: MappedFile | None = None
         self.flushed_where = 0
         self.committed_where = 0
         self.store_timestamp = 0
@@ -75,7 +87,8 @@ class MappedFileQueue:
                 if size != self.mapped_file_size:
                     raise StoreLayoutError(f"{path}: size {size} differs from the configured mapped file size "
                                            f"{self.mapped_file_size}")
-                mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only)
+                mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only, runway=self._runway_size,
+                                sync_writes=self._sync_writes)
                 mf.set_positions(self.mapped_file_size)
                 files.append(mf)
                 expected = start + self.mapped_file_size
@@ -109,6 +122,8 @@ class MappedFileQueue:
         with self._lock:
             last = self._files[-1] if self._files else None
             if last is not None and not last.is_full():
+                if last is not self._attached:
+                    self._attach(last)
                 return last
             if not need_create:
                 return last
@@ -123,26 +138,60 @@ class MappedFileQueue:
 
     def _new_file(self, offset: int) -> MappedFile:
         os.makedirs(self.store_path, exist_ok=True)
-        mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool)
+        mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size,
+                        sync_writes=self._sync_writes)
         if self._warm:
-            mf.warm_up(self._warm_flush)
+            mf.warm_up(self._warm_flush)      # RocketMQ's warmMappedFile: the whole file, off by default
         return mf
 
     def _create(self, offset: int) -> MappedFile | None:
         if self.read_only:
             return None
-        pending = self._pending.pop(offset, None)
-        try:
-            mf = pending.result() if pending is not None else self._new_file(offset)
-        except OSError as e:
-            log.error("create mapped file %s failed: %s", self._path(offset), e)
-            return None
+        with self._create_lock:
+            mf = self._pending.pop(offset, None)
+            if mf is None:
+                try:
+                    mf = self._new_file(offset)
+                except OSError as e:
+                    log.error("create mapped file %s failed: %s", self._path(offset), e)
+                    return None
         self._files.append(mf)
-        if self._allocator is not None:
-            nxt = offset + self.mapped_file_size
-            if nxt not in self._pending:
-                self._pending[nxt] = self._allocator.submit(self._new_file, nxt)
+        self._attach(mf)
         return mf
+
+    def _attach(self, mf: MappedFile) -> None:
+        # The file being written: its appends wake the allocate thread, started with the first such file.
+        self._attached = mf
+        if self._runway is None:
+            return
+        mf.set_allocator(self._runway)
+        if self._allocator is None:
+            self._allocator = threading.Thread(target=self._allocate_loop, name="AllocateMappedFileService",
+                                               daemon=True)
+            self._allocator.start()
+        self._runway.poke()
+
+    def _allocate_loop(self) -> None:
+        """AllocateMappedFileService: keep the runway of the file being written ahead of the writer; once it
+        reaches the file's end, make the next file (with its first stretch of runway) before the writer needs it."""
+        runway = self._runway
+        while runway.wait(0.2) >= 0:
+            mf = self.last()
+            if mf is None or mf.closed:
+                continue
+            try:
+                if mf.prepare_runway():
+                    nxt = mf.file_from_offset + self.mapped_file_size
+                    files = self._files          # no _lock under _create_lock (the writer takes them the other way)
+                    with self._create_lock:
+                        if (nxt not in self._pending and files and files[-1] is mf
+                                and not os.path.exists(self._path(nxt))):
+                            self._pending[nxt] = self._new_file(nxt)
+                self.allocate_error = None
+            except OSError as e:       # the writer then allocates itself, and reports a full disk as it happens
+                if self.allocate_error != str(e):
+                    log.warning("allocate service: %s", e)
+                self.allocate_error = str(e)
 
     def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False):
         with self._lock:
@@ -280,14 +329,14 @@ class MappedFileQueue:
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        if self._allocator is not None:
-            self._allocator.shutdown(wait=True)
-            for offset, fut in self._pending.items():
-                # A pre-created file that was never written stays on disk, as RocketMQ leaves it: it is empty.
-                try:
-                    fut.result().close()
-                except OSError:
-                    pass
+        if self._runway is not None:
+            self._runway.stop()
+            if self._allocator is not None:
+                self._allocator.join()
+        with self._create_lock:
+            for mf in self._pending.values():
+                # A next file made ahead and never written: removed, so a closed store holds only what it wrote.
+                mf.destroy()
             self._pending.clear()
         with self._lock:
             for mf in self._files:

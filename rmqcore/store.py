@@ -177,7 +177,7 @@ class MessageStore:
         self.commit_log.load()
         self._load_consume_queues()
         self.index_service = IndexService(self._path("index"), cfg.max_hash_slot_num, cfg.max_index_num,
-                                          checkpoint=self.checkpoint)
+                                          checkpoint=self.checkpoint, runway=cfg.index_file_runway)
         self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
         self.recovery = recovery.recover(self, last_exit_ok)
         self._reput_from = self.recovery["reput_from"]
@@ -185,7 +185,8 @@ class MessageStore:
     def _load_consume_queues(self) -> None:
         root = self._path("consumequeue")
         for topic, qid in queue_dirs(root):
-            cq = ConsumeQueue(topic, qid, root, self.config.mapped_file_size_consume_queue)
+            cq = ConsumeQueue(topic, qid, root, self.config.mapped_file_size_consume_queue,
+                              runway=self.config.mapped_file_runway_consume_queue)
             self._consume_queues.setdefault(topic, {})[qid] = cq     # registered first: a failed load releases it
             cq.load()
 
@@ -223,6 +224,17 @@ class MessageStore:
                  "%d consume-queue units and %d index keys rebuilt", "normal" if r["last_exit_ok"] else "abnormal",
                  self.path, r.get("records", 0), r.get("scan_from", 0), r.get("truncated_bytes", 0),
                  r.get("stop", "end of data"), r["rebuilt_units"], r["rebuilt_keys"])
+        # Delayed and timed delivery (schedule.py, timer.py): their progress is loaded and checked against the
+        # queues before any thread runs, so an unreadable delayOffset.json / timerProgress.json fails the open.
+        self.schedule_service = self.timer_service = None
+        if cfg.schedule_message_service_enable:
+            from .schedule import ScheduleMessageService
+            self.schedule_service = ScheduleMessageService(self)
+            self.schedule_service.load()
+        if cfg.timer_wheel_enable:
+            from .timer import TimerMessageService
+            self.timer_service = TimerMessageService(self)
+            self.timer_service.load()
         self.reput.start()
         self.group_commit = (GroupCommitService(self.commit_log, self._note_physic_timestamp)
                              if cfg.sync_flush else None)
@@ -246,6 +258,9 @@ class MessageStore:
         ]
         for s in self._services:
             s.start()
+        for delivery in (self.schedule_service, self.timer_service):    # started last, stopped first: they put
+            if delivery is not None:
+                delivery.start()
 
     def _commit_commit_log(self, thorough: bool) -> None:
         mfq = self.commit_log.mapped_file_queue
@@ -284,6 +299,9 @@ class MessageStore:
         """Stop the services, dispatch what is left, flush everything, delete the abort file, release the lock."""
         if self._closed:
             return
+        for delivery in (getattr(self, "schedule_service", None), getattr(self, "timer_service", None)):
+            if delivery is not None:       # persists its progress: needs the store still open
+                delivery.shutdown()
         self._closed = True
         was_running, self._running = self._running, False     # puts and gets are refused from here on
         with self._arrived:
@@ -412,6 +430,28 @@ class MessageStore:
         # 1 ms), so records that arrive together are dispatched together.
         return results
 
+    def put_arrow(self, data):
+        """Store the rows of a pyarrow RecordBatch or Table in one call, no Python object per message (columns and
+        result: rmqcore.columnar): the records and offsets put_batch would give for the same messages. Returns a
+        RecordBatch with status, commitlog_offset, queue_offset, wrote_bytes, store_timestamp and uniq_key per row.
+        Every row is checked before any is written (MessageIllegalError names the column and row). SYNC_FLUSH:
+        returns once a flush covers the last row (else its rows say FLUSH_DISK_TIMEOUT)."""
+        if not self._running:
+            self._check_running()
+        result = self.commit_log.put_arrow(data, self.put_batch)
+        n = result.num_rows
+        self._put_count += n
+        if self._sync_flush and n:
+            import pyarrow.compute as pc
+            ends = pc.add(result.column("commitlog_offset"), result.column("wrote_bytes").cast("int64"))
+            end = pc.max(ends).as_py()
+            if end > 0 and not self.group_commit.wait_flushed(end, self._sync_timeout):
+                status = result.column("status").cast("string")
+                timed_out = pc.if_else(pc.equal(status, PutStatus.PUT_OK.name), PutStatus.FLUSH_DISK_TIMEOUT.name,
+                                       status).dictionary_encode()
+                result = result.set_column(0, "status", timed_out)
+        return result
+
     def _wait_flushed(self, last, ok_value):
         if self.group_commit.wait_flushed(last.commitlog_offset + last.wrote_bytes, self._sync_timeout):
             return ok_value
@@ -487,7 +527,8 @@ class MessageStore:
             cq = queues.get(queue_id)
             if cq is None:
                 cq = ConsumeQueue(topic, queue_id, self._path("consumequeue"),
-                                  self.config.mapped_file_size_consume_queue)
+                                  self.config.mapped_file_size_consume_queue,
+                                  runway=self.config.mapped_file_runway_consume_queue)
                 queues[queue_id] = cq
             return cq
 

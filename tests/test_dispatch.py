@@ -61,3 +61,23 @@ def test_queue_runs_of_an_empty_batch_and_a_wrong_unit_type():
         assert "20 bytes" in str(e)
     else:
         raise AssertionError("a unit type of the wrong size was accepted")
+
+
+def test_schedule_topic_units_carry_their_delivery_time():
+    # CommitLog.checkMessageAndReturnSize: a SCHEDULE_TOPIC_XXXX record's tagsCode is store time + the delay of its
+    # DELAY level (Integer.parseInt: a leading '+' is fine), levels past the last count as the last, level <= 0
+    # or an unreadable one keep the tags' hash; other topics ignore DELAY.
+    delays = [0, 1000, 5000, 10000]                       # level -> ms, index 0 unused
+    cases = [("SCHEDULE_TOPIC_XXXX", "2", 7_000 + 5000), ("SCHEDULE_TOPIC_XXXX", "+1", 7_000 + 1000),
+             ("SCHEDULE_TOPIC_XXXX", "9", 7_000 + 10000), ("SCHEDULE_TOPIC_XXXX", "0", R.tags_code("T")),
+             ("SCHEDULE_TOPIC_XXXX", "x2", R.tags_code("T")), ("SCHEDULE_TOPIC_XXXX", "-3", R.tags_code("T")),
+             ("Other", "2", R.tags_code("T"))]
+    buf = bytearray()
+    for topic, level, _ in cases:
+        buf += R.encode_message(topic=topic, body=b"b", physical_offset=len(buf), store_timestamp=7_000,
+                                properties={"DELAY": level, "TAGS": "T"})
+    batch = scan_for_dispatch(bytes(buf), 0, 0, -1, 100, 400, False, None, None, delays)
+    assert batch.tags_code.tolist() == [want for _, _, want in cases]
+    assert [batch.topics[i] for i in batch.topic_idx] == [c[0] for c in cases]
+    plain = scan_for_dispatch(bytes(buf), 0, 0, -1, 100, 400)      # no delay table: tags hashes throughout
+    assert plain.tags_code.tolist() == [R.tags_code("T")] * len(cases)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from rmqcore import Message, MessageStore, PutStatus, StoreConfig
-from rmqcore._flush import CLOSED, FAILED, FLUSHED, NEEDS_PYTHON, STOPPED, TIMEOUT, GroupCommit
+from rmqcore._flush import CLOSED, FAILED, FLUSHED, STOPPED, TIMEOUT, GroupCommit
 from rmqcore._mapped_file import MappedFile
 from rmqcore.flush import GroupCommitService
 
@@ -20,92 +20,143 @@ def start(fn, *args):
     return t
 
 
-# -- the C meeting point ---------------------------------------------------------------------------------------------
+# -- the C meeting point: leader/follower ------------------------------------------------------------------------------
+
+class Log:
+    """A mapped file appended under a lock, as the commitlog's put lock serialises appends."""
+
+    def __init__(self, tmp_path, size=1 << 20, start=0):
+        self.mf = MappedFile(str(tmp_path / ("%020d" % start)), size)
+        self.start = start
+        self.lock = threading.Lock()
+
+    def append(self, n=100):
+        with self.lock:
+            assert self.mf.append(os.urandom(n))
+            return self.start + self.mf.wrote_position
+
 
 def test_wait_returns_at_once_when_already_flushed():
     g = GroupCommit(1000)
     assert g.wait_flushed(1000, 0) == FLUSHED
     assert g.wait_flushed(1, 5) == FLUSHED
-    assert g.served == 2 and g.requested == 1000          # nothing asked for beyond what is flushed
+    assert g.served == 2 and g.requested == 1000 and g.flushes == 0   # nothing asked for beyond what is flushed
 
 
-def test_timeout_failure_and_close_codes():
-    g = GroupCommit(0)
-    t0 = time.monotonic()
-    assert g.wait_flushed(10, 0.05) == TIMEOUT
-    assert time.monotonic() - t0 >= 0.04
-    assert g.requested == 10
-
-    results = []
-    waiter = start(lambda: results.append(g.wait_flushed(20, 10)))
-    time.sleep(0.05)
-    g.fail()                    # a failed flush answers the waiting puts at once, it does not let them time out
-    waiter.join(5)
-    assert results == [FAILED]
-    assert g.requested == g.flushed_where == 0            # what failed is not asked for again by itself
-
-    waiter = start(lambda: results.append(g.wait_flushed(30, 10)))
-    time.sleep(0.05)
-    g.close()
-    waiter.join(5)
-    assert results == [FAILED, CLOSED]
-    assert g.wait_flushed(40, 10) == CLOSED               # after close nothing waits
-    assert g.closed
-
-
-def python_flusher(g, stop, flushed_log, delay=0.0005):
-    """Stands in for the flush thread: takes targets, 'flushes' (sleeps) and publishes exactly the target."""
-    while not stop.is_set():
-        target = g.next_target(0.0002)
-        if target < 0:
-            return
-        time.sleep(delay)
-        flushed_log.append(target)
-        g.publish(target)
+def test_a_lone_put_leads_its_own_flush(tmp_path):
+    log = Log(tmp_path)
+    g = GroupCommit(0, None, log.mf)
+    for i in range(5):
+        end = log.append()
+        assert g.sync(end, 5) == FLUSHED
+        assert log.mf.flushed_position == log.mf.wrote_position == end
+    assert g.flushes == g.led_by_puts == 5          # no other thread took part
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_many_waiters_each_released_by_a_flush_that_covers_them(seed):
-    # Waiters arrive during flushes and between them (the generation swap): every one must be released by a flush
-    # that covers its offset, none may sleep through it (that would be a 10 s timeout here).
+def test_many_waiters_each_released_by_a_flush_that_covers_them(tmp_path, seed):
+    # Producers append and sync concurrently: every one must come back FLUSHED with its record on disk, none may
+    # sleep through the flush that covered it (that would be a 10 s timeout here), and they must share flushes.
     rng = random.Random(seed)
-    g = GroupCommit(0)
-    stop = threading.Event()
-    flushed_log = []
-    flusher = start(python_flusher, g, stop, flushed_log)
-    next_offset = [0]
-    lock = threading.Lock()
+    log = Log(tmp_path, 4 << 20)
+    g = GroupCommit(0, None, log.mf)
     bad = []
 
     def producer(n):
         for _ in range(n):
-            with lock:
-                next_offset[0] += rng.randint(1, 500)
-                off = next_offset[0]
-            t0 = time.monotonic()
-            rc = g.wait_flushed(off, 10)
-            if rc != FLUSHED or g.flushed_where < off:
-                bad.append((off, rc, time.monotonic() - t0))
+            end = log.append(rng.randint(1, 500))
+            rc = g.sync(end, 10)
+            if rc != FLUSHED or log.mf.flushed_position < end or g.flushed_where < end:
+                bad.append((end, rc))
 
     producers = [start(producer, 60) for _ in range(12)]
     for p in producers:
         p.join(60)
-    g.stop()
-    flusher.join(5)
     assert not bad, bad[:5]
     assert g.served == 12 * 60
-    assert len(flushed_log) < 12 * 60, "waiting puts shared no flush"
+    assert g.flushes < 12 * 60, "waiting puts shared no flush"
 
 
-def test_stop_lets_the_flush_thread_go_and_close_releases_the_rest():
-    g = GroupCommit(0)
-    out = []
-    t = start(lambda: out.append(g.next_target(0)))
+def test_timeout_failure_and_close_codes(tmp_path):
+    # Every flush goes through Python here (no plain file): a slow one lets a follower time out; a failed one
+    # fails its leader and the followers at once; close releases a follower waiting behind a running flush.
+    behaviour = {"delay": 0.3, "fail": False}
+    flushed = [0]
+    requested = []
+
+    def flush_all():
+        time.sleep(behaviour["delay"])
+        if behaviour["fail"]:
+            raise OSError(5, "Input/output error")
+        flushed[0] = max(requested)
+        return flushed[0], None
+
+    g = GroupCommit(0, flush_all)
+    results = {}
+
+    def put(name, end, timeout):
+        requested.append(end)
+        results[name] = g.sync(end, timeout)
+
+    leader = start(put, "leader", 10, 5)
     time.sleep(0.05)
-    assert not out                                        # nothing asked for: the flush thread sleeps
+    put("follower", 20, 0.05)                       # the leader's flush runs 0.3 s: the follower times out
+    assert results["follower"] == TIMEOUT
+    leader.join(5)
+    assert results["leader"] == FLUSHED and g.flushed_where >= 10
+
+    behaviour["fail"] = True
+    leader = start(put, "leader", 30, 5)
+    time.sleep(0.05)
+    put("follower", 40, 5)
+    leader.join(5)
+    assert results["leader"] == FAILED and results["follower"] == FAILED
+    assert "Input/output error" in g.last_error
+    assert g.flushed_where < 30
+
+    behaviour.update(fail=False, delay=0.3)
+    leader = start(put, "leader", 50, 5)
+    time.sleep(0.05)
+    follower = start(put, "follower", 1 << 40, 5)    # never covered by the leader's flush
+    time.sleep(0.05)
+    g.close()
+    follower.join(5)
+    leader.join(5)
+    assert results["follower"] == CLOSED
+    assert g.wait_flushed(1 << 41, 10) == CLOSED     # after close nothing waits
+    assert g.closed
+
+
+def test_the_service_thread_flushes_requests_nobody_waits_for(tmp_path):
+    log = Log(tmp_path)
+    g = GroupCommit(0, None, log.mf)
+    codes = []
+    server = start(lambda: codes.append(g.serve()))
+    for _ in range(20):
+        g.request(log.append())                      # WAIT=false puts: nobody waits, the service flushes
+    end = log.start + log.mf.wrote_position
+    assert g.wait_only(end, 5) == FLUSHED            # wait_only never leads: the service did it
+    assert log.mf.flushed_position == log.mf.wrote_position
+    assert g.led_by_puts == 0 and g.flushes >= 1
     g.stop()
-    t.join(5)
-    assert out == [-1]
+    server.join(5)
+    assert codes == [STOPPED]
+
+
+def test_a_flush_beyond_the_plain_file_goes_through_python(tmp_path):
+    size = 4096
+    log = Log(tmp_path, size)
+    log.append()
+    calls = []
+
+    def flush_all():
+        calls.append(1)
+        log.mf.flush()
+        return size + 10, None
+
+    g = GroupCommit(0, flush_all, log.mf)
+    assert g.sync(size + 10, 5) == FLUSHED            # a record in the next file: Python flushes every file
+    assert calls == [1] and log.mf.flushed_position == log.mf.wrote_position
 
 
 def test_arrival_wait():
@@ -115,48 +166,6 @@ def test_arrival_wait():
     start(lambda: (time.sleep(0.05), g.request(100)))
     assert g.wait_arrival(seen, 5) == seen + 1
     assert g.requested == 100
-
-
-# -- the flush loop over a mapped file --------------------------------------------------------------------------------
-
-def test_serve_flushes_the_file_and_wakes_producers(tmp_path):
-    size = 64 * 1024
-    mf = MappedFile(str(tmp_path / ("%020d" % size)), size)      # a second file: offsets start at `size`
-    g = GroupCommit(size)
-    codes = []
-    server = start(lambda: codes.append(g.serve(mf, 0.0002)))
-    lock = threading.Lock()
-    bad = []
-
-    def producer(k):
-        for i in range(50):
-            with lock:
-                if not mf.append(os.urandom(100)):
-                    return
-                end = size + mf.wrote_position
-            if g.wait_flushed(end, 10) != FLUSHED:
-                bad.append(end)
-
-    producers = [start(producer, k) for k in range(4)]
-    for p in producers:
-        p.join(30)
-    assert not bad
-    assert mf.flushed_position == mf.wrote_position == 4 * 50 * 100
-    assert g.flushed_where == size + mf.wrote_position
-    g.stop()
-    server.join(5)
-    assert codes == [STOPPED]
-
-
-def test_serve_hands_requests_beyond_its_file_to_python(tmp_path):
-    size = 4096
-    mf = MappedFile(str(tmp_path / ("%020d" % 0)), size)
-    mf.append(b"x" * 100)
-    g = GroupCommit(0)
-    g.request(size + 10)                                  # a record in the next file
-    assert g.serve(mf, 0) == NEEDS_PYTHON
-    assert mf.flushed_position == 0                       # Python flushes every file when that happens
-    assert g.serve(None, 0) == NEEDS_PYTHON               # no file to serve: Python again, after a request
 
 
 # -- the store ----------------------------------------------------------------------------------------------------

@@ -22,14 +22,14 @@ UTC = datetime.timezone.utc
 
 def small_config(**kw):
     return StoreConfig(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 50,
-                       max_message_size=16 * 1024, max_hash_slot_num=101, max_index_num=400,
+                       max_message_size=16 * 1024, max_hash_slot_num=101, max_index_num=404,
                        warm_mapped_file_enable=False, **kw)
 
 
 SMALL_JSON = ('{"mapped_file_size_commit_log": 65536, "mapped_file_size_consume_queue": 1000, '
-              '"max_message_size": 16384, "max_hash_slot_num": 101, "max_index_num": 400, '
+              '"max_message_size": 16384, "max_hash_slot_num": 101, "max_index_num": 404, '
               '"warm_mapped_file_enable": false}')
-INDEX = {"indexHashSlotNum": "101", "indexNum": "400"}
+INDEX = {"indexHashSlotNum": "101", "indexNum": "404"}
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +37,8 @@ def spark(tmp_path_factory):
     # Workers run this interpreter (it has rmqcore and pyarrow) and find rmqcore and the top-level
     # pyspark_rmqcore module (which the distribution installs beside rmqcore) in the checkout, so the format is
     # found by PySpark's auto-registration: no register() call here.
+    from spark_s3 import set_credentials
+    set_credentials()                  # S3 tests talk to a local moto server; workers inherit these
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -290,7 +292,8 @@ def test_writer_round_trip_through_message_store(spark, tmp_path, store, expecte
 
 def test_rebuild_is_byte_identical_to_the_stores_own_files(spark, tmp_path, store):
     from rmqcore.spark import rebuild
-    reps = rebuild(spark, [store], str(tmp_path / "rebuilt"), small_config())
+    # No config: file sizes and index slots/items are read from the source store.
+    reps = rebuild(spark, [store], str(tmp_path / "rebuilt"))
     assert reps[0]["records"] == 400 and reps[0]["error"] is None
     out = tmp_path / "rebuilt" / "broker-a"
 
@@ -305,6 +308,8 @@ def test_rebuild_is_byte_identical_to_the_stores_own_files(spark, tmp_path, stor
 
 
 def test_stats_export_and_cli(spark, tmp_path, store, expected, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     from rmqcore.spark import export, stats
     from rmqcore.spark.__main__ import main
     rows = {(r.topic, r.queue_id): r for r in stats(spark, [store]).collect()}
@@ -314,13 +319,18 @@ def test_stats_export_and_cli(spark, tmp_path, store, expected, capsys):
     assert r.messages == len(t1q1) and r.bytes == sum(m["store_size"] for m in t1q1)
     assert r.max_queue_offset == len(t1q1) - 1 and r.max_commitlog_offset == max(m["commitlog_offset"] for m in t1q1)
     out = str(tmp_path / "parquet")
-    export(spark, [store], out, topics="T0,T2")
+    export(spark, [store], out, topics="T0,T2", progress=0.2)
+    assert "[rmqcore export] done: " in capsys.readouterr().err
+    files = [os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs if f.endswith(".parquet")]
+    assert pq.read_schema(files[0]).field("store_timestamp").type == pa.timestamp("us", tz="UTC")   # not INT96
     back = spark.read.parquet(out)
     assert back.count() == 267 and {r.topic for r in back.select("topic").distinct().collect()} == {"T0", "T2"}
     day = datetime.datetime.now(UTC).date()
     assert {r.date for r in back.select("date").distinct().collect()} <= {day, day - datetime.timedelta(days=1)}
     assert main(["verify", f"a={store}"]) == 0
-    assert "400 records" in capsys.readouterr().out
+    out_err = capsys.readouterr()
+    assert "400 records" in out_err.out
+    assert "[rmqcore verify] done: " in out_err.err and "records/s" in out_err.err
 
 
 def test_python_m_entry_point_runs():
@@ -328,3 +338,76 @@ def test_python_m_entry_point_runs():
     r = subprocess.run([sys.executable, "-m", "rmqcore.spark", "--help"], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
     assert r.returncode == 0 and "verify" in r.stdout and "rebuild" in r.stdout
+
+
+def test_splits_inside_segments(spark, store, expected):
+    df = spark.read.format("rocketmq-store").option("splitSize", "15000").load(store)
+    segments = len(os.listdir(os.path.join(store, "commitlog")))
+    assert df.rdd.getNumPartitions() >= 3 * segments
+    rows = spark_rows(df)
+    assert len(rows) == 400
+    for off, w in expected.items():
+        g = dict(rows[off])
+        g.pop("broker"), g.pop("segment")
+        assert g == w, off
+
+
+def test_store_on_s3_reads_like_the_local_one(spark, store):
+    from spark_s3 import S3Server
+    server = S3Server()
+    try:
+        uri = server.upload(store, "broker-a")
+        cols = "commitlog_offset BIGINT, topic STRING, keys ARRAY<STRING>, properties MAP<STRING,STRING>, body BINARY"
+        local = spark.read.format("rocketmq-store").schema(cols).load(store)
+        remote = spark.read.format("rocketmq-store").schema(cols).option("splitSize", "20000").load(uri)
+        def rows(df):
+            return sorted(((r.commitlog_offset, r.topic, r["keys"], sorted(r.properties.items()), bytes(r.body))
+                           for r in df.collect()), key=lambda t: t[0])
+        got = rows(remote)
+        assert len(got) == 400 and got == rows(local)
+        from rmqcore.spark import verify
+        rep = verify(spark, {"remote": uri}, progress=None)
+        assert rep["ok"] and rep["records"] == 400 and rep["bad"] == []
+    finally:
+        server.stop()
+
+
+def test_live_store_is_refused_with_the_option_to_use(spark, tmp_path):
+    path = str(tmp_path / "broker-live")
+    with MessageStore.open(path, small_config()) as st:
+        st.put(Message("T", b"x", 0))
+        with pytest.raises(Exception, match="onLiveStore=snapshot"):
+            spark.read.format("rocketmq-store").load(path).count()
+        assert spark.read.format("rocketmq-store").option("onLiveStore", "snapshot").load(path).count() == 1
+        from rmqcore.spark import rebuild, verify
+        from rmqcore.spark.layout import StoreInUseError
+        with pytest.raises(StoreInUseError, match="lock file is held"):
+            verify(spark, [path], progress=None)
+        with pytest.raises(StoreInUseError, match="lock file is held"):
+            rebuild(spark, [path], str(tmp_path / "rebuilt"), progress=None)
+        rep = verify(spark, [path], progress=None, on_live="snapshot")
+        assert rep["ok"] and rep["records"] == 1, rep["bad"]
+
+
+def test_writer_one_store_per_broker_across_tasks(spark, tmp_path, store, expected):
+    # One broker's rows spread over 3 tasks: the pieces are merged, in partition order, into one store.
+    src = spark.read.format("rocketmq-store").load(store).drop("broker").repartition(3)
+    assert src.rdd.getNumPartitions() == 3
+    out = str(tmp_path / "merged")
+    from rmqcore.spark import write_stores
+    write_stores(src, out, broker="solo", storeConfig=SMALL_JSON)      # the default save mode, errorifexists
+    assert os.listdir(out) == ["solo"]                               # pieces and temp stores gone
+    with pytest.raises(FileExistsError, match="errorifexists"):
+        write_stores(src, out, broker="solo2")
+    assert write_stores(src, out, "ignore", broker="solo2") == out and os.listdir(out) == ["solo"]
+    msgs = store_messages(os.path.join(out, "solo"))
+    assert sorted(m["uniq_key"] for m in msgs.values()) == sorted(m["uniq_key"] for m in expected.values())
+    for (t, q) in {(m["topic"], m["queue_id"]) for m in msgs.values()}:
+        offs = sorted(m["queue_offset"] for m in msgs.values() if (m["topic"], m["queue_id"]) == (t, q))
+        assert offs == list(range(len(offs)))                          # one queue, contiguous offsets
+    # A task that fails leaves nothing behind (here: a topic name RocketMQ refuses).
+    from pyspark.sql import functions as F
+    bad = src.withColumn("topic", F.when(F.col("queue_offset") == 5, F.lit("bad topic!")).otherwise(F.col("topic")))
+    with pytest.raises(Exception):
+        bad.write.format("rocketmq-store").mode("append").option("broker", "other").save(out)
+    assert os.listdir(out) == ["solo"]

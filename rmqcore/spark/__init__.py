@@ -6,25 +6,30 @@ register(spark)            # or nothing at all when the top-level pyspark_rmqcor
 df = (spark.read.format("rocketmq-store")
       .option("brokers", '{"broker-a": "/data/a/store", "broker-b": "/data/b/store"}')
       .option("topics", "orders").load())
-df.write.format("rocketmq-store").mode("overwrite").save("/data/restored")
+s3 = spark.read.format("rocketmq-store").load("s3://bucket/stores/broker-c")   # any pyarrow.fs filesystem
+live = spark.read.format("rocketmq-store").option("onLiveStore", "snapshot").load("/data/a/store")
+df.write.format("rocketmq-store").mode("overwrite").save("/data/restored")   # or append
+write_stores(df, "/data/restored")     # every save mode, the default (errorifexists) too
 
-from rmqcore.spark import verify, stats, export, rebuild
+from rmqcore.spark import verify, stats, export, rebuild, write_stores
 report = verify(spark, {"broker-a": "/data/a/store"})
 ```
 
-The Spark-free parts (``rmqcore.spark.arrow``: segment → Arrow batches; ``rmqcore.spark.schema``) need pyarrow
+A segment is read by several tasks (``splitSize``, 64 MiB by default); a store held open by a broker is refused
+unless read as a snapshot (``onLiveStore=snapshot``). The Spark-free parts (``rmqcore.spark.arrow``: segment → Arrow batches; ``rmqcore.spark.schema``) need pyarrow
 only; the rest needs pyspark >= 4.0. The core package imports neither.
 """
 from __future__ import annotations
 
 __all__ = ["register", "session", "RocketMQStoreDataSource", "RocketMQStorePushdownDataSource", "DefaultSource",
            "FORMAT", "PUSHDOWN_FORMAT", "verify", "stats", "export", "rebuild", "rebuild_store", "read_stores",
+           "write_stores",
            "COLUMN_NAMES", "DDL", "iter_segment_batches", "SegmentRead", "CorruptSegmentError"]
 
 _LAZY = {
     "RocketMQStoreDataSource": "source", "RocketMQStorePushdownDataSource": "source", "FORMAT": "source",
     "PUSHDOWN_FORMAT": "source", "verify": "jobs", "stats": "jobs", "export": "jobs", "rebuild": "jobs",
-    "rebuild_store": "jobs", "read_stores": "jobs", "COLUMN_NAMES": "schema", "DDL": "schema",
+    "rebuild_store": "jobs", "read_stores": "jobs", "write_stores": "jobs", "COLUMN_NAMES": "schema", "DDL": "schema",
     "iter_segment_batches": "arrow", "SegmentRead": "arrow", "CorruptSegmentError": "arrow",
 }
 

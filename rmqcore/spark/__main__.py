@@ -39,10 +39,14 @@ def main(argv=None) -> int:
     r = sub.add_parser("rebuild", help="consume queues and index rebuilt from the commitlog into OUT/BROKER/")
     r.add_argument("out")
     r.add_argument("stores", nargs="+")
-    r.add_argument("--cq-file-size", type=int, help="consume-queue file size in bytes (default 6,000,000)")
-    r.add_argument("--index-hash-slots", type=int, help="index hash slots (default 5,000,000)")
-    r.add_argument("--index-num", type=int, help="index items per file (default 20,000,000)")
+    r.add_argument("--cq-file-size", type=int, help="consume-queue file size in bytes (default: the source's)")
+    r.add_argument("--index-hash-slots", type=int, help="index hash slots (default: the source's)")
+    r.add_argument("--index-num", type=int, help="index items per file (default: the source's)")
+    for sp in (v, s, e):
+        sp.add_argument("--snapshot", action="store_true",
+                        help="read stores open by a broker (or with an abort file) up to the end of data now")
     a = p.parse_args(argv)
+    live = "snapshot" if getattr(a, "snapshot", False) else "fail"
 
     from pyspark.sql import SparkSession
 
@@ -56,7 +60,7 @@ def main(argv=None) -> int:
         spark = session(a.master, f"rmqcore {a.job}")
     try:
         if a.job == "verify":
-            rep = jobs.verify(spark, stores, check_crc=not a.no_crc)
+            rep = jobs.verify(spark, stores, check_crc=not a.no_crc, on_live=live)
             if a.json:
                 print(json.dumps(rep, indent=2, default=str))
             else:
@@ -66,7 +70,8 @@ def main(argv=None) -> int:
                     print(f"  {b['broker']} {b['file']} offset {b['offset']} {b['field']}: {b['message']}")
             return 0 if rep["ok"] else 1
         if a.job == "stats":
-            rows = [r.asDict() for r in jobs.stats(spark, stores).collect()]
+            with jobs.Progress(spark, "stats", "splits"):
+                rows = [r.asDict() for r in jobs.stats(spark, stores, onLiveStore=live).collect()]
             if a.json:
                 print(json.dumps(rows, indent=2, default=str))
             else:
@@ -74,15 +79,15 @@ def main(argv=None) -> int:
                     print("  ".join(f"{k}={v}" for k, v in row.items()))
             return 0
         if a.job == "export":
-            jobs.export(spark, stores, a.out, a.mode, topics=a.topics, startTime=a.start, endTime=a.end)
+            jobs.export(spark, stores, a.out, a.mode, topics=a.topics, startTime=a.start, endTime=a.end,
+                        onLiveStore=live)
             print(a.out)
             return 0
         if a.job == "rebuild":
-            from ..config import StoreConfig
             changes = {k: v for k, v in (("mapped_file_size_consume_queue", a.cq_file_size),
                                          ("max_hash_slot_num", a.index_hash_slots),
                                          ("max_index_num", a.index_num)) if v is not None}
-            for rep in jobs.rebuild(spark, stores, a.out, StoreConfig().replace(**changes)):
+            for rep in jobs.rebuild(spark, stores, a.out, geometry=changes):
                 print(json.dumps(rep, default=str))
             return 0
         raise AssertionError(a.job)

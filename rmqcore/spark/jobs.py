@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
+import time
 
 from .._codec import record_error
-from .._mapped_file import MappedFile
 from .._segment import SEGMENT_END, verify_segment
-from .layout import list_segments
+from . import fs
+from .layout import check_not_live, list_segments, snapshot_end
 from .source import FORMAT
 
 
@@ -32,8 +35,8 @@ def normalize_stores(stores) -> list[tuple[str, str]]:
                 pairs.append((str(s[0]), str(s[1])))
             else:
                 s = os.fspath(s)
-                pairs.append((os.path.basename(os.path.normpath(s)), s))
-    return [(b, os.path.abspath(r)) for b, r in pairs]
+                pairs.append((fs.basename(s), s))
+    return [(b, fs.normalize(r)) for b, r in pairs]
 
 
 def brokers_option(stores) -> str:
@@ -52,14 +55,97 @@ def read_stores(spark, stores, schema=None, **options):
     return r.load()
 
 
+def write_stores(df, root: str, mode: str = "errorifexists", **options) -> str:
+    """``df`` written as RocketMQ stores under ``root`` (one per broker; see RocketMQStoreWriter), with every save
+    mode. Spark (4.0-4.3) itself refuses any mode but append and overwrite for Python data sources
+    (``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``, before the writer is asked), so a plain ``.save()`` cannot work;
+    this function gives the default mode its meaning: ``errorifexists`` fails when ``root`` already holds a
+    store, ``ignore`` then writes nothing; both write through append."""
+    mode = mode.lower()
+    if mode in ("errorifexists", "error", "default", "ignore"):
+        held = sorted(n for n in os.listdir(root) if not n.startswith(".")) if os.path.isdir(root) else []
+        if held:
+            if mode == "ignore":
+                return root
+            raise FileExistsError(f"{root} already holds {held}; save mode {mode} writes into a new or empty root: "
+                                  "use mode append (new brokers only) or overwrite")
+        mode = "append"
+    w = df.write.format(FORMAT).mode(mode)
+    for k, v in options.items():
+        if v is not None:
+            w = w.option(k, v)
+    w.save(root)
+    return root
+
+
+# -- progress -----------------------------------------------------------------------------------------------------
+
+class Progress:
+    """Progress of a job on the driver: every ``interval`` seconds (and once at the end) a line on ``out`` with
+    the tasks done (segments, splits or stores) from Spark's status tracker and, when the tasks count them into
+    ``records`` (an accumulator), records and records/s. ``interval`` None: silent."""
+
+    def __init__(self, spark, job: str, unit: str, interval: float | None = 5.0, out=None):
+        self.sc = spark.sparkContext
+        self.job, self.unit, self.interval = job, unit, interval
+        self.out = out or sys.stderr
+        self.records = self.sc.accumulator(0)
+        self.group = f"rmqcore-{job}-{id(self)}"
+        self._stop = threading.Event()
+        self._thread = None
+        self.t0 = 0.0
+
+    def _counts(self):
+        done = total = 0
+        tracker = self.sc.statusTracker()
+        for job_id in tracker.getJobIdsForGroup(self.group):
+            info = tracker.getJobInfo(job_id)
+            for stage_id in (info.stageIds if info else []):
+                st = tracker.getStageInfo(stage_id)
+                if st is not None:
+                    done += st.numCompletedTasks
+                    total += st.numTasks
+        return done, total
+
+    def line(self, final: bool = False) -> str:
+        done, total = self._counts()
+        dt = max(time.monotonic() - self.t0, 1e-9)
+        n = self.records.value
+        rate = f", {n} records, {n / dt:,.0f} records/s" if n else ""
+        return f"[rmqcore {self.job}] {'done' if final else 'running'}: {done}/{total} {self.unit}{rate}, {dt:.1f} s"
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            print(self.line(), file=self.out, flush=True)
+
+    def __enter__(self):
+        self.t0 = time.monotonic()
+        self.sc.setJobGroup(self.group, f"rmqcore {self.job}")
+        if self.interval:
+            self._thread = threading.Thread(target=self._loop, name="rmqcore-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            print(self.line(final=True), file=self.out, flush=True)
+        self.sc.setLocalProperty("spark.jobGroup.id", None)
+        return False
+
+
 # -- verify --------------------------------------------------------------------------------------------------------
 
 def verify_segment_file(broker: str, path: str, expected_size: int | None, is_last: bool,
-                        check_crc: bool = True) -> dict:
-    """Verify one segment file (runs in a Spark task; usable alone)."""
-    name = os.path.basename(path)
+                        check_crc: bool = True, limit: int | None = None) -> dict:
+    """Verify one segment file (runs in a Spark task; usable alone). A local file is mapped; a remote one
+    (``rmqcore.spark.fs``) is read whole into memory. ``limit``: verify only the bytes before it (a snapshot of
+    a live store's last segment)."""
+    name = fs.basename(path)
     base = int(name)
-    size = os.path.getsize(path)
+    size = fs.getsize(path)
+    uri, path = path, fs.display(path)
     out = {"broker": broker, "file": path, "segment": name, "records": 0, "bytes": 0, "bad": [],
            "first_timestamp": None, "last_timestamp": None}
 
@@ -72,13 +158,10 @@ def verify_segment_file(broker: str, path: str, expected_size: int | None, is_la
             "(truncated or grown file)")
     if size == 0:
         return out
-    mf = MappedFile(path, size, read_only=True)
-    view = mf.view()
-    try:
-        r = verify_segment(view, base, -1, check_crc)
-    finally:
-        view.release()
-        mf.close()
+    with fs.open_file(uri) as f:
+        data = f.view() if f.local else f.read_at(0, size if limit is None else limit)
+        r = verify_segment(data, base, -1 if limit is None else limit, check_crc)
+        del data
     out.update(records=r["records"], bytes=r["bytes"], first_timestamp=r["first_timestamp"],
                last_timestamp=r["last_timestamp"])
     for off, code in r["bad"]:
@@ -95,28 +178,45 @@ def verify_segment_file(broker: str, path: str, expected_size: int | None, is_la
     return out
 
 
-def _segment_tasks(stores) -> list[tuple]:
+def _segment_tasks(stores, on_live: str = "fail") -> list[tuple]:
     tasks = []
     for broker, root in normalize_stores(stores):
         segs = list_segments(root)
-        sizes = [os.path.getsize(p) for p in segs]
+        limit = None
+        if on_live == "snapshot":
+            limit = snapshot_end(segs)
+            segs = [p for p in segs if int(fs.basename(p)) < limit]
+        else:
+            check_not_live(broker, root)
+        sizes = [fs.getsize(p) for p in segs]
         # All segments of a store have the same size; the most common one is the store's.
         expected = max(set(sizes), key=sizes.count) if len(sizes) > 1 else None
         for i, p in enumerate(segs):
-            tasks.append((broker, p, expected, i == len(segs) - 1))
+            base = int(fs.basename(p))
+            seg_limit = limit - base if limit is not None and base + sizes[i] > limit else None
+            tasks.append((broker, p, expected, i == len(segs) - 1, seg_limit))
     return tasks
 
 
-def verify(spark, stores, check_crc: bool = True) -> dict:
-    """Every record of every segment of every store, checked in parallel (one task per segment).
+def verify(spark, stores, check_crc: bool = True, progress: float | None = 5.0, on_live: str = "fail") -> dict:
+    """Every record of every segment of every store, checked in parallel (one task per segment); progress
+    (segments done, records/s) printed on the driver every ``progress`` seconds (None: silent). A store open by
+    a broker (or with an abort file) is refused, as by the reader; ``on_live="snapshot"`` verifies it up to the
+    end of data fixed now.
 
     Returns ``{"ok", "segments", "records", "bytes", "bad": [{"broker", "file", "offset", "field",
     "message"}], "per_segment": [...]}``."""
-    tasks = _segment_tasks(stores)
+    tasks = _segment_tasks(stores, on_live)
     if not tasks:
         return {"ok": True, "segments": 0, "records": 0, "bytes": 0, "bad": [], "per_segment": []}
-    rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    results = rdd.map(lambda t: verify_segment_file(t[0], t[1], t[2], t[3], check_crc)).collect()
+    with Progress(spark, "verify", "segments", progress) as prog:
+        records = prog.records
+
+        def run(t):
+            r = verify_segment_file(t[0], t[1], t[2], t[3], check_crc, t[4])
+            records.add(r["records"])
+            return r
+        results = spark.sparkContext.parallelize(tasks, len(tasks)).map(run).collect()
     bad = [b for r in results for b in r["bad"]]
     return {"ok": not bad, "segments": len(results), "records": sum(r["records"] for r in results),
             "bytes": sum(r["bytes"] for r in results), "bad": bad,
@@ -131,7 +231,8 @@ STATS_SCHEMA = ("broker STRING, topic STRING, queue_id INT, queue_offset BIGINT,
 
 def stats(spark, stores, **options):
     """Per broker/topic/queue: messages, bytes, first/last store time, min/max queue offset, max commitlog
-    offset. A DataFrame (bodies are never decoded: the read uses a narrow schema)."""
+    offset. A DataFrame (bodies are never decoded: the read uses a narrow schema); run its action inside
+    ``Progress(spark, "stats", "splits")`` for progress lines."""
     from pyspark.sql import functions as F
     df = read_stores(spark, stores, STATS_SCHEMA, checkCrc="false", **options)
     return (df.groupBy("broker", "topic", "queue_id")
@@ -146,34 +247,68 @@ def stats(spark, stores, **options):
 
 # -- export --------------------------------------------------------------------------------------------------------
 
-def export(spark, stores, out: str, mode: str = "errorifexists", schema=None, **options) -> str:
+def export(spark, stores, out: str, mode: str = "errorifexists", schema=None, progress: float | None = 5.0,
+           **options) -> str:
     """Write the messages of ``stores`` as Parquet under ``out``, partitioned by ``topic`` and ``date`` (the
-    UTC date of store_timestamp, independent of the session time zone)."""
+    UTC date of store_timestamp, independent of the session time zone). Timestamps are written as Parquet
+    TIMESTAMP(MICROS, isAdjustedToUTC=true), not Spark's default, the deprecated INT96."""
     from pyspark.sql import functions as F
     df = read_stores(spark, stores, schema, **options)
     day = F.date_from_unix_date(F.floor(F.unix_micros("store_timestamp") / F.lit(86_400_000_000)).cast("int"))
-    df.withColumn("date", day).write.partitionBy("topic", "date").mode(mode).parquet(out)
+    key = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "TIMESTAMP_MICROS")
+    try:
+        with Progress(spark, "export", "splits", progress):
+            df.withColumn("date", day).write.partitionBy("topic", "date").mode(mode).parquet(out)
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
     return out
 
 
 # -- rebuild -------------------------------------------------------------------------------------------------------
 
-def rebuild_store(src_root: str, out_root: str, config=None) -> dict:
+def source_geometry(src_root: str) -> dict:
+    """The file geometry of a store, read from its files: commitlog and consume-queue file sizes, index hash
+    slots and items (``layout.index_geometry``). Keys are StoreConfig fields; missing files leave keys out."""
+    from ..index_service import is_index_file_name
+    from .layout import index_geometry
+    geo = {}
+    segs = list_segments(src_root)
+    if segs:
+        geo["mapped_file_size_commit_log"] = os.path.getsize(segs[0])
+    cq = os.path.join(src_root, "consumequeue")
+    for topic in sorted(os.listdir(cq)) if os.path.isdir(cq) else []:
+        for qid in sorted(os.listdir(os.path.join(cq, topic))):
+            names = sorted(os.listdir(os.path.join(cq, topic, qid)))
+            if names:
+                geo["mapped_file_size_consume_queue"] = os.path.getsize(os.path.join(cq, topic, qid, names[0]))
+                break
+        if "mapped_file_size_consume_queue" in geo:
+            break
+    idx = os.path.join(src_root, "index")
+    names = sorted(n for n in os.listdir(idx) if is_index_file_name(n)) if os.path.isdir(idx) else []
+    if names:
+        geo["max_hash_slot_num"], geo["max_index_num"] = index_geometry(os.path.join(idx, names[0]))
+    return geo
+
+
+def rebuild_store(src_root: str, out_root: str, config=None, geometry: dict | None = None) -> dict:
     """Consume queues and index files of the store at ``src_root`` rebuilt from its commitlog into
     ``out_root/consumequeue`` and ``out_root/index``, by rmqcore's own dispatch path: ReputMessageService scans
     the commitlog and MessageStore._apply_dispatch appends consume-queue units and index keys, as a live store
-    does. The source is only read (commitlog mapped read-only)."""
+    does. The source is only read (commitlog mapped read-only). File sizes and index slots/items are the
+    source's (``source_geometry``) over ``config``'s; ``geometry`` (StoreConfig field -> value) overrides both."""
     from ..commit_log import CommitLog
     from ..config import StoreConfig
     from ..dispatch import ReputMessageService
     from ..index_service import IndexService
     from ..store import MessageStore
 
-    cfg = config or StoreConfig()
-    segs = list_segments(src_root)
-    if segs:
-        # The commitlog's file size is the store's own: take it from the files, not from a default.
-        cfg = cfg.replace(mapped_file_size_commit_log=os.path.getsize(segs[0]))
+    cfg = (config or StoreConfig()).replace(**dict(source_geometry(src_root), **(geometry or {})))
     for sub in ("consumequeue", "index"):
         d = os.path.join(out_root, sub)
         if os.path.exists(d) and os.listdir(d):
@@ -199,11 +334,23 @@ def rebuild_store(src_root: str, out_root: str, config=None) -> dict:
         target.commit_log.mapped_file_queue.shutdown()
 
 
-def rebuild(spark, stores, out: str, config=None) -> list[dict]:
+def rebuild(spark, stores, out: str, config=None, geometry: dict | None = None,
+            progress: float | None = 5.0) -> list[dict]:
     """Rebuild every store's consume queues and index into ``out/{broker}/`` (one Spark task per store: a
-    store's queues and index follow one commitlog order, so the store is the unit of parallelism)."""
+    store's queues and index follow one commitlog order, so the store is the unit of parallelism). Geometry as
+    in ``rebuild_store``; progress (stores done, records/s) printed on the driver."""
     pairs = normalize_stores(stores)
+    for b, r in pairs:
+        if not fs.is_local(r):
+            raise ValueError(f"rebuild: {fs.display(r)} is not on a local filesystem (rebuild maps the commitlog)")
+        check_not_live(b, r)       # a moving commitlog would give queues that end anywhere
     tasks = [(b, r, os.path.join(os.path.abspath(out), b)) for b, r in pairs]
-    cfg = config
-    return (spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
-            .map(lambda t: dict(rebuild_store(t[1], t[2], cfg), broker=t[0])).collect())
+    cfg, geo = config, geometry
+    with Progress(spark, "rebuild", "stores", progress) as prog:
+        records = prog.records
+
+        def run(t):
+            rep = dict(rebuild_store(t[1], t[2], cfg, geo), broker=t[0])
+            records.add(rep["records"])
+            return rep
+        return spark.sparkContext.parallelize(tasks, max(1, len(tasks))).map(run).collect()

@@ -17,25 +17,39 @@ way to ask for fewer). Explicit options prune before any decode:
 ``checkCrc``           true (default): fill ``crc_ok``; false: skip CRC work, ``crc_ok`` is null
 ``onCorrupt``          ``fail`` (default): a record with a broken structure fails the task, naming file and
                        offset; ``stop``: log it and end that segment there
-``batchRows``          rows per Arrow batch (default 8192); ``batchBytes``: variable-width bytes per batch
+``batchRows``          rows per Arrow batch (default 65536); ``batchBytes``: variable-width bytes per batch
                        (default 16 MiB)
 ``pruneByConsumeQueue`` true (default). Prepared/rollback transaction records have no consume-queue unit:
                        with ``topics``/``queueIds`` they are only seen in segments that are read anyway;
                        false scans every segment
-``indexHashSlotNum``/``indexNum``  the store's index geometry; by default taken from the index files' size
+``indexHashSlotNum``/``indexNum``  the store's index geometry; by default read from the index files
+``splitSize``          bytes per task (``64m``, ``128MiB``, ``1g`` or a number; default 64 MiB; 0: one task per
+                       segment). A task syncs to the first record starting in its range (a sound record that
+                       stores its own offset, followed by another) and reads the records that start in it
+``onLiveStore``        ``fail`` (default): a store whose lock is held by a running broker (rmqcore's flock or
+                       the Java broker's record lock) or that has an ``abort`` file is refused, naming it;
+                       ``snapshot``: read it up to the end of its last complete record, fixed once at planning
+                       (every split and segment uses the same end, so repeated reads of one plan agree)
 =====================  ==============================================================================
 
-Writing (``df.write.format("rocketmq-store").mode("append"|"overwrite").save(root)``): each task writes the
-rows it receives into a new store per broker name (the ``broker`` column, else option ``broker``, else
-``broker-<partition>``) under ``root/.{broker}.tmp-<id>``, through rmqcore's own MessageStore; the driver's
-commit renames them to ``root/{broker}`` (and aborts delete them). Append refuses to touch an existing store;
-overwrite replaces it.
+Store roots are local paths or filesystem URIs (``s3://bucket/stores/broker-a?endpoint_override=…``, ``gs://``,
+``hdfs://``, ``abfs://``; see ``rmqcore.spark.fs``): local files are mapped, remote ones read in ranges into the
+same decoders. Every executor must reach the same roots.
+
+Writing (``df.write.format("rocketmq-store").mode("append"|"overwrite").save(root)``, or
+``rmqcore.spark.write_stores(df, root)`` for every save mode: Spark refuses the default errorifexists for Python
+sources): one store per broker name (the ``broker`` column, else option ``broker``, else ``broker-<partition>``)
+however the rows are partitioned. Each task writes its rows into small temporary pieces through rmqcore's own
+MessageStore; the driver's commit merges each broker's pieces in partition order into ``root/{broker}`` with the
+``storeConfig`` geometry (see RocketMQStoreWriter). Append refuses to touch an existing store; overwrite
+replaces it.
 
 Filter pushdown is opt-in (``register(spark, pushdown=True)`` registers ``rocketmq-store-pushdown``); see
 ``RocketMQStorePushdownDataSource`` for why it is exact and safe on reused DataFrames.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -47,7 +61,9 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
                                     InputPartition, WriterCommitMessage)
 
 from .arrow import SegmentRead, iter_segment_batches
-from .layout import (index_positions, list_segments, parse_stores, parse_time, prune_by_queues, prune_by_time)
+from . import fs
+from .layout import (check_not_live, dispatched_end, index_positions, list_segments, parse_stores, parse_time,
+                     prune_by_queues, prune_by_time, snapshot_end, split_ranges)
 from .schema import DDL, arrow_schema
 
 log = logging.getLogger("rmqcore.spark")
@@ -67,6 +83,33 @@ def _bool(v, default: bool) -> bool:
     raise ValueError(f"not a boolean: {v!r}")
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(v, option: str) -> int:
+    s = str(v).strip().lower()
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz ")
+    unit = s[len(num):].strip()
+    try:
+        n = int(num) * _SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise ValueError(f"option {option}: {v!r} is not a size (bytes, or a number with k/m/g)") from None
+    if n < 0:
+        raise ValueError(f"option {option} must be >= 0, got {v!r}")
+    return n
+
+
+def _ints(v, option: str) -> list[int] | None:
+    items = _csv(v)
+    if items is None:
+        return None
+    try:
+        return [int(x) for x in items]
+    except ValueError:
+        raise ValueError(f"option {option}: {v!r} is not a comma-separated list of integers") from None
+
+
 def _csv(v) -> list[str] | None:
     if v is None or str(v).strip() == "":
         return None
@@ -75,7 +118,7 @@ def _csv(v) -> list[str] | None:
 
 @dataclass
 class SegmentPartition(InputPartition):
-    """One task: one segment (all of it, or the records at ``read.positions``)."""
+    """One task: a byte range of one segment (all of it, a split, or the records at ``read.positions``)."""
     read: SegmentRead
     value: object = None
 
@@ -93,27 +136,32 @@ class ReadOptions:
     keys: list | None = None
     check_crc: bool = True
     on_corrupt: str = "fail"
-    batch_rows: int = 8192
+    batch_rows: int = 65536
     batch_bytes: int = 16 << 20
     prune_by_cq: bool = True
     hash_slot_num: int | None = None      # None: from the index files' size
     index_num: int | None = None
+    split_size: int = 64 << 20
+    on_live: str = "fail"
     extra: dict = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options) -> "ReadOptions":
         o = {k.lower(): v for k, v in dict(options).items()}
         known = {"path", "paths", "brokers", "topics", "queueids", "starttime", "endtime", "keys", "checkcrc",
-                 "oncorrupt", "batchrows", "batchbytes", "prunebyconsumequeue", "indexhashslotnum", "indexnum"}
+                 "oncorrupt", "batchrows", "batchbytes", "prunebyconsumequeue", "indexhashslotnum", "indexnum",
+                 "splitsize", "onlivestore"}
         unknown = sorted(set(o) - known)
         if unknown:
             raise ValueError(f"rocketmq-store: unknown option(s) {unknown}; known: {sorted(known)}")
         r = cls(stores=parse_stores(o))
         r.topics = _csv(o.get("topics"))
-        q = _csv(o.get("queueids"))
-        r.queue_ids = None if q is None else [int(x) for x in q]
-        r.start = parse_time(o.get("starttime"))
-        r.end = parse_time(o.get("endtime"))
+        r.queue_ids = _ints(o.get("queueids"), "queueIds")
+        r.start = parse_time(o.get("starttime"), "startTime")
+        r.end = parse_time(o.get("endtime"), "endTime")
+        if r.start is not None and r.end is not None and r.start >= r.end:
+            raise ValueError(f"option startTime ({o.get('starttime')}) must be before option endTime "
+                             f"({o.get('endtime')})")
         r.keys = _csv(o.get("keys"))
         if r.keys is not None and not r.topics:
             raise ValueError("option keys needs option topics: the index is keyed by topic#key")
@@ -121,39 +169,56 @@ class ReadOptions:
         r.on_corrupt = str(o.get("oncorrupt", "fail")).lower()
         if r.on_corrupt not in ("fail", "stop"):
             raise ValueError(f"onCorrupt must be fail or stop, got {r.on_corrupt!r}")
-        r.batch_rows = int(o.get("batchrows", 8192))
-        r.batch_bytes = int(o.get("batchbytes", 16 << 20))
+        # Batches are bounded by bytes first; many rows per batch keep narrow reads (no body) from paying
+        # Spark's per-batch cost (Arrow IPC to the JVM) every few hundred KB.
+        r.batch_rows = _ints(o.get("batchrows", "65536"), "batchRows")[0]
+        r.batch_bytes = parse_size(o.get("batchbytes", 16 << 20), "batchBytes")
         if r.batch_rows <= 0 or r.batch_bytes <= 0:
             raise ValueError("batchRows and batchBytes must be > 0")
         r.prune_by_cq = _bool(o.get("prunebyconsumequeue"), True)
         if ("indexhashslotnum" in o) != ("indexnum" in o):
             raise ValueError("give both indexHashSlotNum and indexNum, or neither")
         if "indexhashslotnum" in o:
-            r.hash_slot_num = int(o["indexhashslotnum"])
-            r.index_num = int(o["indexnum"])
+            r.hash_slot_num = _ints(o["indexhashslotnum"], "indexHashSlotNum")[0]
+            r.index_num = _ints(o["indexnum"], "indexNum")[0]
+        r.split_size = parse_size(o.get("splitsize", 64 << 20), "splitSize")
+        r.on_live = str(o.get("onlivestore", "fail")).lower()
+        if r.on_live not in ("fail", "snapshot"):
+            raise ValueError(f"option onLiveStore must be fail or snapshot, got {o.get('onlivestore')!r}")
         return r
 
 
 def plan_partitions(opts: ReadOptions) -> list[SegmentPartition]:
-    """Every (pruned) segment of every store as a partition, in broker then offset order."""
+    """Every (pruned) segment of every store as partitions (``splitSize`` byte ranges), in broker then offset
+    order. Live stores are refused, or read up to a snapshot end fixed here (``onLiveStore``)."""
     parts = []
     for broker, root in opts.stores:
         segments = list_segments(root)
+        limit = None
+        if opts.on_live == "fail":
+            check_not_live(broker, root)
+        else:
+            limit = snapshot_end(segments)
+            segments = [p for p in segments if int(fs.basename(p)) < limit]
         if opts.prune_by_cq and opts.keys is None:
-            segments = prune_by_queues(root, segments, opts.topics, opts.queue_ids)
+            segments = prune_by_queues(root, segments, opts.topics, opts.queue_ids, limit)
         segments = prune_by_time(segments, opts.start, opts.end)
         positions_by_segment = None
         if opts.keys is not None:
             positions_by_segment = {}
-            bases = [int(os.path.basename(p)) for p in segments]
+            bases = [int(fs.basename(p)) for p in segments]
             for topic in opts.topics:
                 for off in index_positions(root, topic, opts.keys, opts.hash_slot_num, opts.index_num):
                     for i in range(len(segments) - 1, -1, -1):
                         if off >= bases[i]:
                             positions_by_segment.setdefault(segments[i], []).append(off - bases[i])
                             break
+        last = list_segments(root)[-1:] if segments else []
         for path in segments:
-            read = SegmentRead(path, broker, opts.topics, opts.queue_ids, opts.start, opts.end)
+            base = int(fs.basename(path))
+            size = fs.getsize(path)
+            seg_limit = None if limit is None or base + size <= limit else limit - base
+            read = SegmentRead(path, broker, opts.topics, opts.queue_ids, opts.start, opts.end, limit=seg_limit)
             if positions_by_segment is not None:
                 if path not in positions_by_segment:
                     continue
@@ -162,7 +227,15 @@ def plan_partitions(opts: ReadOptions) -> list[SegmentPartition]:
                     read.key_filter = (opts.topics[0], opts.keys[0])
                 else:
                     read.extra["key_filters"] = [(t, k) for t in opts.topics for k in opts.keys]
-            parts.append(SegmentPartition(read))
+                parts.append(SegmentPartition(read))
+                continue
+            span = size if seg_limit is None else seg_limit
+            hint = None
+            if seg_limit is None and path in last and span > opts.split_size > 0:
+                # The last segment is preallocated: lay splits over the dispatched data only, one for the rest.
+                hint = dispatched_end(root) - base
+            for a, b in split_ranges(span, opts.split_size, hint):
+                parts.append(SegmentPartition(dataclasses.replace(read, start=a, stop=b)))
     return parts
 
 
@@ -189,8 +262,7 @@ def _read_partition(read: SegmentRead, fields, opts: ReadOptions):
         # Several topics/keys: one pass per (topic, key) over the same positions, each record emitted once.
         seen = set()
         for kf in key_filters:
-            sub = SegmentRead(read.path, read.broker, read.topics, read.queue_ids, read.min_timestamp,
-                              read.max_timestamp, read.positions, kf)
+            sub = dataclasses.replace(read, key_filter=kf, extra={})
             wanted = schema if "commitlog_offset" in schema.names else arrow_schema(
                 list(fields) + [("commitlog_offset", True)])
             for b in iter_segment_batches(sub, wanted, check_crc=opts.check_crc, batch_rows=opts.batch_rows,
@@ -291,11 +363,14 @@ class RocketMQStorePushdownDataSource(RocketMQStoreDataSource):
 @dataclass
 class StoreWritten(WriterCommitMessage):
     root: str
-    stores: dict          # broker → temporary directory
+    stores: dict          # broker → this task's piece (a small temporary store)
     counts: dict          # broker → messages written
+    partition: int = 0    # the task's partition: pieces of one broker are merged in partition order
 
 
 _WRITE_OPTIONS = {"path", "broker", "storeconfig", "batchsize"}
+_PIECE_COMMIT_LOG = 16 << 20
+_PIECE_CONSUME_QUEUE = 20 * 20000
 
 
 def _store_config(options):
@@ -304,7 +379,59 @@ def _store_config(options):
     return StoreConfig(**json.loads(raw)) if raw else StoreConfig()
 
 
+def _piece_config(cfg):
+    """A task's piece: a store only the driver's merge reads, so small files (a 1 GiB commitlog and a 420 MB
+    index per task and broker would be paid by every task) and no index (the merge builds the real one)."""
+    commit_log = max(min(cfg.mapped_file_size_commit_log, _PIECE_COMMIT_LOG), 2 * cfg.max_message_size + 4096)
+    return cfg.replace(mapped_file_size_commit_log=commit_log,
+                       mapped_file_size_consume_queue=min(cfg.mapped_file_size_consume_queue, _PIECE_CONSUME_QUEUE),
+                       message_index_enable=False, warm_mapped_file_enable=False)
+
+
+# The columns a piece is read back with for the merge: everything the task's put kept.
+_REPLAY_COLUMNS = ["topic", "queue_id", "body", "tags", "keys", "uniq_key", "properties", "flag", "born_timestamp",
+                   "born_host", "reconsume_times"]
+
+
+def _messages(batch, default_broker: str) -> dict:
+    """{broker: [Message]} for the rows of an Arrow batch (the put path; the bulk columnar put replaces it)."""
+    from .. import Message as Msg
+    cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    n = batch.num_rows
+    brokers = cols.get("broker") or [None] * n
+    props_col = cols.get("properties")
+    out: dict = {}
+    for i in range(n):
+        props = dict(props_col[i]) if props_col is not None and props_col[i] is not None else {}
+        if "uniq_key" in cols and cols["uniq_key"][i] is not None:
+            props["UNIQ_KEY"] = cols["uniq_key"][i]
+        keys = cols["keys"][i] if "keys" in cols else None
+        born = cols["born_timestamp"][i] if "born_timestamp" in cols else None
+        m = Msg(cols["topic"][i], cols["body"][i] or b"",
+                int(cols["queue_id"][i] or 0) if "queue_id" in cols else 0,
+                tags=cols["tags"][i] if "tags" in cols else None, keys=keys if keys else None, properties=props,
+                flag=int(cols["flag"][i] or 0) if "flag" in cols else 0,
+                born_timestamp=_to_ms(born) if born is not None else 0,
+                born_host=cols["born_host"][i] if "born_host" in cols else None,
+                reconsume_times=int(cols["reconsume_times"][i] or 0) if "reconsume_times" in cols else 0)
+        out.setdefault(brokers[i] or default_broker, []).append(m)
+    return out
+
+
+def _put_all(store, broker: str, msgs: list, chunk: int) -> None:
+    for j in range(0, len(msgs), chunk):
+        bad = [r for r in store.put_batch(msgs[j:j + chunk]) if not r.ok]
+        if bad:
+            raise RuntimeError(f"broker {broker}: put failed with {bad[0].status}")
+
+
 class RocketMQStoreWriter(DataSourceArrowWriter):
+    """One store per broker, however the rows are partitioned: each task writes its rows of each broker into a
+    small temporary piece (``root/.{broker}.piece-…``); the driver's commit merges a broker's pieces, in
+    partition order, into ``root/.{broker}.tmp-…`` with the asked geometry (``storeConfig``) and renames it to
+    ``root/{broker}``. A failed task deletes its pieces, an aborted job every piece, a failed commit what it made.
+    Save modes: append and the default (errorifexists) write new brokers only; overwrite replaces them."""
+
     def __init__(self, options: dict, columns: list[str], overwrite: bool):
         o = {k.lower(): v for k, v in options.items()}
         unknown = sorted(set(o) - _WRITE_OPTIONS)
@@ -319,56 +446,30 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
         self.options = o
         self.overwrite = overwrite
         self.columns = columns
+        self.chunk = _ints(o.get("batchsize", "1024"), "batchSize")[0]
         _store_config(o).validate()
 
     def write(self, iterator):
         from pyspark import TaskContext
 
-        from .. import Message as Msg
         from ..store import MessageStore
         ctx = TaskContext.get()
-        default_broker = self.options.get("broker") or f"broker-{ctx.partitionId() if ctx else 0}"
-        cfg = _store_config(self.options)
-        chunk = int(self.options.get("batchsize", 1024))
+        partition = ctx.partitionId() if ctx else 0
+        default_broker = self.options.get("broker") or f"broker-{partition}"
+        cfg = _piece_config(_store_config(self.options))
         os.makedirs(self.root, exist_ok=True)
         stores: dict = {}
         dirs: dict = {}
         counts: dict = {}
         try:
             for batch in iterator:
-                cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-                n = batch.num_rows
-                brokers = cols.get("broker") or [None] * n
-                pending: dict = {}
-                for i in range(n):
-                    props = cols.get("properties")
-                    props = dict(props[i]) if props is not None and props[i] is not None else {}
-                    tags = cols["tags"][i] if "tags" in cols else None
-                    keys = cols["keys"][i] if "keys" in cols else None
-                    if "uniq_key" in cols and cols["uniq_key"][i] is not None:
-                        props["UNIQ_KEY"] = cols["uniq_key"][i]
-                    born = cols["born_timestamp"][i] if "born_timestamp" in cols else None
-                    m = Msg(cols["topic"][i], cols["body"][i] or b"",
-                            int(cols["queue_id"][i] or 0) if "queue_id" in cols else 0,
-                            tags=tags, keys=keys if keys else None, properties=props,
-                            flag=int(cols["flag"][i] or 0) if "flag" in cols else 0,
-                            born_timestamp=_to_ms(born) if born is not None else 0,
-                            born_host=cols["born_host"][i] if "born_host" in cols else None,
-                            reconsume_times=int(cols["reconsume_times"][i] or 0) if "reconsume_times" in cols
-                            else 0)
-                    broker = brokers[i] or default_broker
-                    pending.setdefault(broker, []).append(m)
-                for broker, msgs in pending.items():
+                for broker, msgs in _messages(batch, default_broker).items():
                     if broker not in stores:
-                        d = os.path.join(self.root, f".{broker}.tmp-{uuid.uuid4().hex[:12]}")
+                        d = os.path.join(self.root, f".{broker}.piece-{partition:05d}-{uuid.uuid4().hex[:12]}")
                         dirs[broker] = d
                         stores[broker] = MessageStore.open(d, cfg)
                         counts[broker] = 0
-                    for j in range(0, len(msgs), chunk):
-                        results = stores[broker].put_batch(msgs[j:j + chunk])
-                        bad = [r for r in results if not r.ok]
-                        if bad:
-                            raise RuntimeError(f"broker {broker}: put failed with {bad[0].status}")
+                    _put_all(stores[broker], broker, msgs, self.chunk)
                     counts[broker] += len(msgs)
             for s in stores.values():
                 s.close()
@@ -378,29 +479,48 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
             for d in dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
             raise
-        return StoreWritten(self.root, dirs, counts)
+        return StoreWritten(self.root, dirs, counts, partition)
 
     def commit(self, messages):
-        done = [m for m in messages if m is not None]
-        seen: dict = {}
-        for m in done:
-            for broker in m.stores:
-                if broker in seen:
-                    raise ValueError(f"broker {broker!r} was written by two tasks: a store has one commitlog, so "
-                                     "give each broker one task (df.repartition('broker'))")
-                seen[broker] = m.stores[broker]
-        for broker, tmp in seen.items():
-            target = os.path.join(self.root, broker)
-            if os.path.exists(target):
-                if not self.overwrite:
-                    raise FileExistsError(f"{target} exists; append writes new stores only, use mode('overwrite') "
-                                          "to replace it")
-                old = f"{target}.old-{uuid.uuid4().hex[:8]}"
-                os.rename(target, old)
-                os.rename(tmp, target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp, target)
+        pieces: dict = {}
+        for m in sorted((m for m in messages if m is not None), key=lambda m: m.partition):
+            for broker, d in m.stores.items():
+                pieces.setdefault(broker, []).append(d)
+        made: list = []
+        try:
+            for broker in pieces:
+                target = os.path.join(self.root, broker)
+                if os.path.exists(target) and not self.overwrite:
+                    raise FileExistsError(f"{target} exists; append (and the default save mode) write new brokers "
+                                          "only, use mode('overwrite') to replace it")
+            for broker, dirs in pieces.items():
+                tmp = os.path.join(self.root, f".{broker}.tmp-{uuid.uuid4().hex[:12]}")
+                made.append(tmp)
+                self._merge(broker, dirs, tmp)
+            for broker, tmp in zip(pieces, made):
+                target = os.path.join(self.root, broker)
+                if os.path.exists(target):
+                    old = f"{target}.old-{uuid.uuid4().hex[:8]}"
+                    os.rename(target, old)
+                    os.rename(tmp, target)
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    os.rename(tmp, target)
+        finally:
+            for d in made + [d for dirs in pieces.values() for d in dirs]:
+                shutil.rmtree(d, ignore_errors=True)
+
+    def _merge(self, broker: str, dirs: list, out: str) -> None:
+        from ..store import MessageStore
+        from .arrow import SegmentRead, iter_segment_batches
+        from .layout import list_segments
+        schema = arrow_schema([(c, True) for c in _REPLAY_COLUMNS])
+        with MessageStore.open(out, _store_config(self.options)) as store:
+            for d in dirs:
+                for seg in list_segments(d):
+                    for batch in iter_segment_batches(SegmentRead(seg, broker), schema):
+                        for _, msgs in _messages(batch, broker).items():
+                            _put_all(store, broker, msgs, self.chunk)
 
     def abort(self, messages):
         for m in messages:

@@ -1,0 +1,68 @@
+"""The broker's refusals. Each carries ``code``, the name of the RocketMQ ResponseCode a Java broker answers with,
+so a network front can map them one to one."""
+from __future__ import annotations
+
+from ..errors import RmqStoreError
+
+
+class BrokerError(RmqStoreError):
+    """Base of every refusal of the broker layer."""
+
+    code = "SYSTEM_ERROR"
+
+
+class ConfigFileError(BrokerError):
+    """A config file that cannot be read: ``path`` names the file, ``field`` the dotted path of the bad value (None
+    when the file as a whole is unreadable)."""
+
+    def __init__(self, path: str, field: str | None, message: str):
+        where = f"{path}: {field}" if field else path
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.field = field
+
+
+class TopicNotExistError(BrokerError):
+    code = "TOPIC_NOT_EXIST"
+
+
+class SubscriptionGroupNotExistError(BrokerError):
+    code = "SUBSCRIPTION_GROUP_NOT_EXIST"
+
+
+class NoPermissionError(BrokerError):
+    """The broker, the topic or the group does not allow the operation (PermName / consumeEnable)."""
+
+    code = "NO_PERMISSION"
+
+
+class IllegalNameError(BrokerError, ValueError):
+    """A topic or group name RocketMQ's TopicValidator refuses."""
+
+    code = "SYSTEM_ERROR"
+
+
+class QueueIdIllegalError(BrokerError, ValueError):
+    """A queue id outside the topic's queues."""
+
+    code = "SYSTEM_ERROR"
+
+
+class OffsetIllegalError(BrokerError, ValueError):
+    """A consumer offset below 0 or past the queue's max offset."""
+
+    code = "INVALID_PARAMETER"
+
+
+class MessageNotFoundError(BrokerError):
+    """send_back of a message the store no longer holds (RocketMQ: "look message by offset failed")."""
+
+    code = "SYSTEM_ERROR"
+
+
+class PutFailedError(BrokerError):
+    """The store refused or failed a put the broker made on its own (a send-back); ``status`` is the PutStatus."""
+
+    def __init__(self, message: str, status):
+        super().__init__(message)
+        self.status = status

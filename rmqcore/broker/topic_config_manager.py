@@ -1,0 +1,190 @@
+"""TopicConfigManager: the broker's topics (``config/topics.json``), RocketMQ's system topics, and the creation of
+topics on first send (from TBW102) and on send-back (retry and DLQ topics)."""
+from __future__ import annotations
+
+import logging
+import threading
+
+from . import fastjson
+from .config_manager import ConfigManager
+from .data_version import DataVersion
+from .fastjson import FieldError, check_map
+from .mix_all import REPLY_TOPIC_POSTFIX
+from .topic_config import TopicConfig
+from .topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE,
+                              RMQ_SYS_BENCHMARK_TOPIC, RMQ_SYS_OFFSET_MOVED_EVENT, RMQ_SYS_SCHEDULE_TOPIC,
+                              RMQ_SYS_SELF_TEST_TOPIC, is_inherited)
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_TOPIC_QUEUE_NUM = 18
+
+
+class TopicConfigManager(ConfigManager):
+    FILE_NAME = "topics.json"
+
+    def __init__(self, root_dir: str, broker_config):
+        super().__init__(root_dir)
+        self.broker_config = broker_config
+        self.topic_config_table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion()
+        self.extra: dict = {}                 # top-level fields of a newer file, written back unchanged
+        self._lock = threading.RLock()
+        self.system_topics: set[str] = set()
+        # Bumped by every change of the table (under the lock); the broker's send path caches its per-topic checks
+        # under it.
+        self.version = 0
+        self._add_system_topics()
+
+    def _add_system_topics(self) -> None:
+        """The topics RocketMQ's TopicConfigManager puts in its table before reading the file (the file's
+        entries override them)."""
+        cfg = self.broker_config
+
+        def add(name, queues=None, perm=PERM_READ | PERM_WRITE):
+            tc = TopicConfig(name, perm=perm)
+            if queues is not None:
+                tc.read_queue_nums = tc.write_queue_nums = queues
+            self.topic_config_table[name] = tc
+            self.system_topics.add(name)
+
+        add(RMQ_SYS_SELF_TEST_TOPIC, 1)
+        if cfg.auto_create_topic_enable:
+            add(AUTO_CREATE_TOPIC_KEY_TOPIC, cfg.default_topic_queue_nums, PERM_INHERIT | PERM_READ | PERM_WRITE)
+        add(RMQ_SYS_BENCHMARK_TOPIC, 1024)
+        add(cfg.broker_cluster_name, None,
+            PERM_INHERIT | (PERM_READ | PERM_WRITE if cfg.cluster_topic_enable else 0))
+        add(cfg.broker_name, 1, PERM_INHERIT | (PERM_READ | PERM_WRITE if cfg.broker_topic_enable else 0))
+        add(RMQ_SYS_OFFSET_MOVED_EVENT, 1)
+        add(RMQ_SYS_SCHEDULE_TOPIC, SCHEDULE_TOPIC_QUEUE_NUM)
+        if cfg.trace_topic_enable:
+            add(cfg.msg_trace_topic_name, 1)
+        add(f"{cfg.broker_cluster_name}_{REPLY_TOPIC_POSTFIX}", 1)
+
+    # -- file -------------------------------------------------------------------------------------------------
+
+    def encode(self, pretty: bool = False) -> str:
+        with self._lock:
+            doc = dict(self.extra)
+            doc["dataVersion"] = self.data_version.to_json()
+            doc["topicConfigTable"] = {name: tc.to_json() for name, tc in self.topic_config_table.items()}
+        return fastjson.dumps(doc, pretty)
+
+    def decode(self, text: str):
+        doc = check_map(fastjson.loads(text), "(document)")
+        table = {}
+        raw_table = doc.get("topicConfigTable")
+        if raw_table is not None:
+            for name, raw in check_map(raw_table, "topicConfigTable").items():
+                if not isinstance(name, str):
+                    raise FieldError(f"topicConfigTable.{name}", "a topic name must be a string")
+                tc = TopicConfig.from_json(raw, f"topicConfigTable.{name}")
+                _check_topic_config(tc, f"topicConfigTable.{name}")
+                table[name] = tc
+        version = None
+        if doc.get("dataVersion") is not None:
+            version = DataVersion.from_json(doc["dataVersion"], "dataVersion")
+        extra = {k: v for k, v in doc.items() if k not in ("topicConfigTable", "dataVersion")}
+        return table, version, extra
+
+    def apply(self, state) -> None:
+        table, version, extra = state
+        with self._lock:
+            self.topic_config_table.update(table)           # Java: putAll over the system topics
+            self.version += 1
+            if version is not None:
+                self.data_version.assign_new_one(version)
+            self.extra = extra
+
+    # -- queries and changes ----------------------------------------------------------------------------------
+
+    def select_topic_config(self, topic: str) -> TopicConfig | None:
+        return self.topic_config_table.get(topic)
+
+    def contains_topic(self, topic: str) -> bool:
+        return topic in self.topic_config_table
+
+    def is_order_topic(self, topic: str) -> bool:
+        tc = self.topic_config_table.get(topic)
+        return tc is not None and tc.order
+
+    def update_topic_config(self, topic_config: TopicConfig) -> None:
+        _check_topic_config(topic_config, topic_config.topic_name or "topic")
+        with self._lock:
+            old = self.topic_config_table.get(topic_config.topic_name)
+            self.topic_config_table[topic_config.topic_name] = topic_config
+            self.version += 1
+            self.data_version.next_version()
+            log.info("%s topic config %s", "update" if old else "create new", topic_config)
+        self.persist()
+
+    def delete_topic_config(self, topic: str) -> bool:
+        with self._lock:
+            old = self.topic_config_table.pop(topic, None)
+            if old is None:
+                return False
+            self.version += 1
+            self.data_version.next_version()
+        self.persist()
+        return True
+
+    def create_topic_in_send_message_method(self, topic: str, default_topic: str,
+                                            client_default_topic_queue_nums: int,
+                                            topic_sys_flag: int = 0) -> TopicConfig | None:
+        """A topic created from the default topic (TBW102) on its first send, when the default topic's permission
+        carries PERM_INHERIT; None when it does not exist or is not inheritable."""
+        with self._lock:
+            tc = self.topic_config_table.get(topic)
+            if tc is not None:
+                return tc
+            default = self.topic_config_table.get(default_topic)
+            if default is None:
+                log.warning("create new topic failed, because the default topic[%s] not exist", default_topic)
+                return None
+            if default_topic == AUTO_CREATE_TOPIC_KEY_TOPIC and not self.broker_config.auto_create_topic_enable:
+                default.perm = PERM_READ | PERM_WRITE
+                self.version += 1
+            if not is_inherited(default.perm):
+                log.warning("create new topic failed, because the default topic[%s] has no perm [%d]",
+                            default_topic, default.perm)
+                return None
+            queue_nums = max(0, min(client_default_topic_queue_nums, default.write_queue_nums))
+            tc = TopicConfig(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums,
+                             perm=default.perm & ~PERM_INHERIT, topic_sys_flag=topic_sys_flag,
+                             topic_filter_type=default.topic_filter_type)
+            log.info("create new topic by default topic:[%s] config:[%s]", default_topic, tc)
+            self.topic_config_table[topic] = tc
+            self.version += 1
+            self.data_version.next_version()
+        self.persist()
+        return tc
+
+    def create_topic_in_send_message_back_method(self, topic: str, client_default_topic_queue_nums: int, perm: int,
+                                                 topic_sys_flag: int = 0) -> TopicConfig:
+        """A retry or DLQ topic, created on the first send-back to it."""
+        tc = self.topic_config_table.get(topic)
+        if tc is not None:
+            return tc
+        with self._lock:
+            tc = self.topic_config_table.get(topic)
+            if tc is not None:
+                return tc
+            tc = TopicConfig(topic, read_queue_nums=client_default_topic_queue_nums,
+                             write_queue_nums=client_default_topic_queue_nums, perm=perm,
+                             topic_sys_flag=topic_sys_flag)
+            log.info("create new topic %s", tc)
+            self.topic_config_table[topic] = tc
+            self.version += 1
+            self.data_version.next_version()
+        self.persist()
+        return tc
+
+
+def _check_topic_config(tc: TopicConfig, where: str) -> None:
+    """Values a Java broker never writes and rmqcore cannot act on."""
+    if not isinstance(tc.topic_name, str) or not tc.topic_name:
+        raise FieldError(f"{where}.topicName", "missing or empty")
+    for attr, name in (("read_queue_nums", "readQueueNums"), ("write_queue_nums", "writeQueueNums"),
+                       ("perm", "perm"), ("topic_sys_flag", "topicSysFlag")):
+        if getattr(tc, attr) < 0:
+            raise FieldError(f"{where}.{name}", f"{getattr(tc, attr)} is negative")

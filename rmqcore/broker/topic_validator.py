@@ -1,0 +1,96 @@
+"""TopicValidator and PermName: legal topic and group names, RocketMQ's system topics, permission bits."""
+from __future__ import annotations
+
+import re
+
+from .errors import IllegalNameError
+
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RMQ_SYS_BENCHMARK_TOPIC = "BenchmarkTest"
+RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+RMQ_SYS_SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+RMQ_SYS_OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+TOPIC_MAX_LENGTH = 127
+# The client's Validators.CHARACTER_MAX_LENGTH, the longest group name.
+GROUP_MAX_LENGTH = 255
+
+SYSTEM_TOPICS = frozenset({
+    AUTO_CREATE_TOPIC_KEY_TOPIC, RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_BENCHMARK_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_SELF_TEST_TOPIC,
+    RMQ_SYS_OFFSET_MOVED_EVENT,
+})
+# Producers may not send to these; the broker writes them itself.
+NOT_ALLOWED_SEND_TOPICS = frozenset({
+    RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_SELF_TEST_TOPIC, RMQ_SYS_OFFSET_MOVED_EVENT,
+})
+
+_VALID = re.compile(r"[%|a-zA-Z0-9_-]+")
+
+
+def is_topic_or_group_illegal(name: str) -> bool:
+    """RocketMQ's isTopicOrGroupIllegal: anything outside ^[%|a-zA-Z0-9_-]+$."""
+    return _VALID.fullmatch(name) is None
+
+
+def validate_topic(topic) -> str:
+    """The topic, or IllegalNameError saying which rule it broke (as TopicValidator.validateTopic)."""
+    if not isinstance(topic, str) or not topic.strip():
+        raise IllegalNameError(f"topic: the specified topic is blank ({topic!r})")
+    if is_topic_or_group_illegal(topic):
+        raise IllegalNameError(f"topic {topic[:140]!r}: contains illegal characters, allowing only "
+                               "^[%|a-zA-Z0-9_-]+$")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise IllegalNameError(f"topic {topic[:40]!r}...: {len(topic)} characters, longer than the topic max "
+                               f"length {TOPIC_MAX_LENGTH}")
+    return topic
+
+
+def validate_group(group) -> str:
+    if not isinstance(group, str) or not group.strip():
+        raise IllegalNameError(f"group: the specified group is blank ({group!r})")
+    if is_topic_or_group_illegal(group):
+        raise IllegalNameError(f"group {group[:300]!r}: contains illegal characters, allowing only "
+                               "^[%|a-zA-Z0-9_-]+$")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise IllegalNameError(f"group {group[:40]!r}...: {len(group)} characters, longer than the group max "
+                               f"length {GROUP_MAX_LENGTH}")
+    return group
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def is_not_allowed_send_topic(topic: str) -> bool:
+    return topic in NOT_ALLOWED_SEND_TOPICS
+
+
+# PermName
+PERM_PRIORITY = 0x1 << 3
+PERM_READ = 0x1 << 2
+PERM_WRITE = 0x1 << 1
+PERM_INHERIT = 0x1
+
+
+def is_readable(perm: int) -> bool:
+    return (perm & PERM_READ) == PERM_READ
+
+
+def is_writeable(perm: int) -> bool:
+    return (perm & PERM_WRITE) == PERM_WRITE
+
+
+def is_inherited(perm: int) -> bool:
+    return (perm & PERM_INHERIT) == PERM_INHERIT
+
+
+def perm_to_string(perm: int) -> str:
+    return ("R" if is_readable(perm) else "-") + ("W" if is_writeable(perm) else "-") + \
+        ("X" if is_inherited(perm) else "-")

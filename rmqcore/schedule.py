@@ -1,0 +1,493 @@
+"""Delayed delivery: RocketMQ's delay-level rewrite (CommitLog.putMessage's delay branch) and ScheduleMessageService.
+
+A message put with the DELAY property at level n > 0 is stored in SCHEDULE_TOPIC_XXXX, queue n - 1, with its real
+topic and queue kept in REAL_TOPIC / REAL_QID (``rewrite_delay``); dispatch writes its delivery time (store time +
+the level's delay) as the consume-queue unit's tagsCode. ``ScheduleMessageService`` follows each level's queue from
+its persisted progress and re-puts every due message in its real topic and queue, as messageTimeup builds it; the
+progress per level goes to ``config/delayOffset.json`` (fastjson's ``{"offsetTable":{1:0,2:35}}``) every
+``flush_delay_offset_interval`` ms and at shutdown.
+
+Differences from the Java service, on purpose:
+- Due messages are re-put in batches through ``MessageStore.put_batch`` (one put lock, one flush wait per batch),
+  not one ``putMessage`` per message. A level's progress moves only past messages whose put answered PUT_OK, as
+  syncDeliver does, so a failed put is retried (100 ms later), never skipped.
+- One timer thread runs the per-level delivery tasks in turn (each level keeps its own progress and its own "next
+  due" time, as Java's per-level DeliverDelayedMessageTimerTask does); under the GIL a thread per level would only
+  contend. A level delivers at most ``batch_size`` messages per turn, so a backlog in one level does not starve the
+  others.
+- Before progress is persisted, the commitlog is flushed past the last re-put, so a persisted offset never covers a
+  delivery that a power loss could take back (Java persists without that flush).
+- A record whose REAL_TOPIC / REAL_QID is missing or unparsable is logged and skipped; Java's messageTimeup throws
+  there and the level stays stuck on that record for good.
+- The delivered record's properties no longer hold DELAY (nor 5.x's TIMER_DELIVER_MS / TIMER_DELAY_SEC), as
+  messageTimeup clears them. (Java freezes the properties string before it clears them, so a Java broker's
+  delivered record still carries DELAY in its bytes; the in-memory message it builds does not.)
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+
+import numpy as np
+
+from ._codec import Message, select_messages
+from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
+from .status import PutStatus
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"           # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"    # TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC
+PROPERTY_DELAY = "DELAY"                         # MessageConst.PROPERTY_DELAY_TIME_LEVEL
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TRANSACTION_TYPE_MASK = 0xC                       # MessageSysFlag: bits 2-3
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_COMMIT_TYPE = 0x8
+DELAY_OFFSET_FILE = "delayOffset.json"
+
+DELAY_FOR_A_WHILE_MS = 100       # ScheduleMessageService.DELAY_FOR_A_WHILE: idle poll of a level
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def delay_level_to_queue_id(level: int) -> int:
+    return level - 1
+
+
+def queue_id_to_delay_level(queue_id: int) -> int:
+    return queue_id + 1
+
+
+def parse_java_int(value, field: str) -> int:
+    """Java's Integer.parseInt: an optional sign and ASCII digits, within int32 (Python's int() is laxer)."""
+    if not isinstance(value, str) or not _JAVA_INT.fullmatch(value):
+        raise MessageIllegalError(field, f"{value!r} is not an integer (Integer.parseInt)", None)
+    n = int(value)
+    if not _INT_MIN <= n <= _INT_MAX:
+        raise MessageIllegalError(field, f"{value} is outside Java's int range", _INT_MAX)
+    return n
+
+
+def rewrite_delay(msg, max_level: int) -> bool:
+    """CommitLog.putMessage's delay branch on a ``Message``: True when the message was moved to the schedule topic.
+
+    A message whose transaction type is NOT or COMMIT (a prepared or rollback message never is delayed) with a DELAY
+    property above 0 goes to SCHEDULE_TOPIC_XXXX, queue level - 1; a level above ``max_level`` becomes
+    ``max_level`` (the DELAY property too, as setDelayTimeLevel does); REAL_TOPIC and REAL_QID keep where it was
+    headed. A DELAY that Integer.parseInt refuses raises MessageIllegalError (field ``properties[DELAY]``) and
+    leaves the message as it was.
+    """
+    if msg.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+        return False
+    props = msg.properties
+    raw = props.get(PROPERTY_DELAY) if props else None
+    if raw is None:
+        return False
+    level = parse_java_int(raw, f"properties[{PROPERTY_DELAY}]")
+    if level <= 0:
+        return False
+    if max_level < 1:
+        raise MessageIllegalError(f"properties[{PROPERTY_DELAY}]", "the store has no delay levels "
+                                  "(message_delay_level is empty)", max_level)
+    if level > max_level:
+        level = max_level
+        props[PROPERTY_DELAY] = str(level)
+    props[PROPERTY_REAL_TOPIC] = msg.topic
+    props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+    msg.topic = SCHEDULE_TOPIC
+    msg.queue_id = delay_level_to_queue_id(level)
+    return True
+
+
+# -- delayOffset.json -------------------------------------------------------------------------------------------
+
+_UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?[0-9]+)(\s*:)')
+
+
+def read_fastjson(text: str, path: str):
+    """Parse the JSON fastjson writes: integer map keys may be unquoted (``{1:0,2:35}``), which Python's json
+    refuses. Quotes them first (only outside strings: the config files here hold no string values with braces)."""
+    try:
+        return json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
+    except ValueError as e:
+        raise StoreLayoutError(f"{path}: not the JSON fastjson writes: {e}") from None
+
+
+def decode_delay_offsets(text: str, path: str) -> dict[int, int]:
+    """DelayOffsetSerializeWrapper → {level: offset}; every key an int level, every value an offset >= 0."""
+    data = read_fastjson(text, path)
+    if not isinstance(data, dict):
+        raise StoreLayoutError(f"{path}: top level must be an object, got {type(data).__name__}")
+    table = data.get("offsetTable", {})
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise StoreLayoutError(f"{path}: offsetTable must be an object, got {type(table).__name__}")
+    out = {}
+    for k, v in table.items():
+        try:
+            level = int(k)
+        except ValueError:
+            raise StoreLayoutError(f"{path}: offsetTable key {k!r} is not a delay level") from None
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < (1 << 63):
+            raise StoreLayoutError(f"{path}: offsetTable[{level}] = {v!r} is not a queue offset (0 .. 2^63-1)")
+        out[level] = v
+    return out
+
+
+def encode_delay_offsets(table: dict[int, int]) -> str:
+    """fastjson's pretty form of DelayOffsetSerializeWrapper (ConfigManager.persist encodes pretty): integer keys
+    unquoted, as fastjson writes and reads them."""
+    if not table:
+        return '{\n\t"offsetTable":{}\n}'
+    body = ",\n".join(f"\t\t{int(k)}:{int(v)}" for k, v in sorted(table.items()))
+    return '{\n\t"offsetTable":{\n' + body + '\n\t}\n}'
+
+
+def write_config_file(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that a crash leaves the old or the new file, never none: a fsync'ed ``.tmp``,
+    the previous version kept as ``.bak`` (Java's names), atomic renames, the directory fsync'ed."""
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if os.path.exists(path):
+        os.replace(path, path + ".bak")
+    os.replace(tmp, path)
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def load_config_file(path: str, decode):
+    """ConfigManager.load: the file, or its ``.bak`` when the file is missing or unreadable (logged); None when
+    neither exists. Raises StoreLayoutError when what exists cannot be read (never an emptied table)."""
+    errors = []
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as e:
+            errors.append(f"{candidate}: {e}")
+            continue
+        if not text.strip():
+            errors.append(f"{candidate}: empty")
+            continue
+        try:
+            value = decode(text, candidate)
+        except StoreLayoutError as e:
+            errors.append(str(e))
+            continue
+        if candidate != path:
+            log.warning("%s is %s; loaded its backup %s", path, "unreadable" if errors else "missing", candidate)
+        return value
+    if errors:
+        raise StoreLayoutError("; ".join(errors))
+    return None
+
+
+def flush_past(store, end: int) -> bool:
+    """True once the commitlog is on disk below ``end``. Asks MessageStore.wait_flushed again while each call
+    makes progress: with ASYNC_FLUSH one call may stop at a file boundary."""
+    last = -1
+    while not store.wait_flushed(end):
+        where = store.commit_log.flushed_where
+        if where <= last:
+            return False
+        last = where
+    return True
+
+
+def put_in_order(store, batch) -> tuple[int, int, int]:
+    """Re-put ``batch`` in order through ``store.put_batch``; when the store refuses a message as illegal (the whole
+    batch is then refused), one by one, logging and skipping the illegal ones. Returns (how many leading messages
+    are done, commitlog end of the last one put, how many were skipped as illegal); it stops at the first put that
+    does not answer PUT_OK, so that one and the rest are retried."""
+    try:
+        results = store.put_batch(batch)
+    except MessageIllegalError:
+        done = end = illegal = 0
+        for msg in batch:
+            try:
+                r = store.put(msg)
+            except MessageIllegalError as e:
+                log.error("re-put to %s/%d refused by the store (%s); skipped", msg.topic, msg.queue_id, e)
+                illegal += 1
+                done += 1
+                continue
+            if r.status is not PutStatus.PUT_OK:
+                break
+            end = r.commitlog_offset + r.wrote_bytes
+            done += 1
+        return done, end, illegal
+    done = 0
+    for r in results:
+        if r.status is not PutStatus.PUT_OK:
+            break
+        done += 1
+    end = results[done - 1].commitlog_offset + results[done - 1].wrote_bytes if done else 0
+    return done, end, 0
+
+
+# -- the service ------------------------------------------------------------------------------------------------
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ScheduleMessageService:
+    """Delivers the messages of SCHEDULE_TOPIC_XXXX when due. Owned by the store (``StoreConfig``'s
+    ``schedule_message_service_enable``); tests drive it with an injected ``clock`` (ms) and ``deliver_due()``.
+
+    ``offset_table`` maps level → the next schedule-queue offset to deliver (RocketMQ's offsetTable).
+    """
+
+    def __init__(self, store, *, clock=None, flush_delay_offset_interval: int | None = None,
+                 batch_size: int = 8192):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        interval = (flush_delay_offset_interval if flush_delay_offset_interval is not None
+                    else getattr(store.config, "flush_delay_offset_interval", 10000))
+        if interval <= 0:
+            raise ValueError(f"flush_delay_offset_interval must be > 0 ms, got {interval}")
+        self.store = store
+        self.clock = clock or _now_ms
+        self.flush_delay_offset_interval = interval
+        self.batch_size = batch_size
+        self.delay_level_ms = list(store.delay_level_ms)      # index 0 unused, as parseDelayLevel's table
+        self.max_delay_level = len(self.delay_level_ms) - 1
+        self.offset_table: dict[int, int] = {}
+        self.delivered = 0            # messages re-put since start
+        self.skipped = 0              # records that could not be re-put (no real topic, half topic): logged
+        self.persists = 0
+        self.last_error: str | None = None
+        self._lock = threading.Lock()        # one delivery pass at a time (the thread, or a test's deliver_due)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = False
+        self._last_persist = 0.0
+        self._delivered_end = 0       # commitlog end of the last re-put: flushed before progress is persisted
+        self._next_due: dict[int, int] = {}
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.store.path, "config", DELAY_OFFSET_FILE)
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read delayOffset.json (or its .bak), then correctDelayOffset: an offset below its queue's min or above
+        its max is moved into range (logged)."""
+        table = load_config_file(self.config_path, decode_delay_offsets)
+        self.offset_table = dict(table or {})
+        for level in range(1, self.max_delay_level + 1):
+            cq = self.store.find_consume_queue(SCHEDULE_TOPIC, delay_level_to_queue_id(level), create=False)
+            current = self.offset_table.get(level)
+            if current is None or cq is None:
+                continue
+            lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+            fixed = min(max(current, lo), hi)
+            if fixed != current:
+                log.error("delay level %d: offset %d outside its queue [%d, %d], corrected to %d", level, current,
+                          lo, hi, fixed)
+                self.offset_table[level] = fixed
+        self._loaded = True
+
+    def start(self) -> None:
+        if self._started:
+            return
+        if not self._loaded:
+            self.load()
+        self._started = True
+        self._stop.clear()
+        self._last_persist = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="ScheduleMessageTimerThread", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop delivering, then persist the progress (the store must still be open)."""
+        if not self._started:
+            return
+        self._started = False
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.persist()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            wait_ms = DELAY_FOR_A_WHILE_MS
+            try:
+                self.deliver_due()
+                now = self.clock()
+                pending = [t - now for t in self._next_due.values() if t is not None]
+                if pending:
+                    wait_ms = max(1, min(wait_ms, min(pending)))
+                if (time.monotonic() - self._last_persist) * 1000 >= self.flush_delay_offset_interval:
+                    self.persist()
+            except StoreClosedError:
+                if self._stop.is_set() or self.store._closed:
+                    return
+                wait_ms = 10            # the store is still opening: it takes puts once open() returns
+            except Exception as e:              # keep delivering: log and retry after a period, as Java does
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("schedule delivery failed")
+                wait_ms = 10000 if not self._stop.is_set() else 0
+            self._wake.wait(wait_ms / 1000)
+            self._wake.clear()
+
+    # -- delivery ---------------------------------------------------------------------------------------------
+
+    def deliver_due(self) -> int:
+        """One turn over every level: re-put what is due now (at most ``batch_size`` per level per call, repeated
+        while a level fills its batch). Returns how many messages were delivered."""
+        total = 0
+        with self._lock:
+            for level in range(1, self.max_delay_level + 1):
+                while not self._stop.is_set():
+                    n, full = self._deliver_level(level)
+                    total += n
+                    if not full:
+                        break
+        return total
+
+    def _deliver_level(self, level: int) -> tuple[int, bool]:
+        """DeliverDelayedMessageTimerTask.executeOnTimeup for one level → (delivered, batch was full)."""
+        store = self.store
+        cq = store.find_consume_queue(SCHEDULE_TOPIC, delay_level_to_queue_id(level), create=False)
+        self._next_due[level] = None
+        if cq is None:
+            return 0, False
+        offset = self.offset_table.get(level, 0)
+        units = cq.get_units(offset, self.batch_size)
+        if units is None or len(units) == 0:
+            lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+            if offset < lo or offset > hi:
+                fixed = lo if offset < lo else hi
+                log.error("delay level %d: offset %d outside its queue [%d, %d], moved to %d", level, offset, lo,
+                          hi, fixed)
+                self.offset_table[level] = fixed
+            return 0, False
+        now = self.clock()
+        deliver_at = units["tags_code"].astype(np.int64)
+        # correctDeliverTimestamp: a time further ahead than the level's delay (the clock went back) is due now.
+        due = (deliver_at <= now) | (deliver_at > now + self.delay_level_ms[level])
+        n_due = len(units) if due.all() else int(np.argmin(due))
+        if n_due == 0:
+            self._next_due[level] = int(deliver_at[0])
+            return 0, False
+        if n_due < len(units):
+            self._next_due[level] = int(deliver_at[n_due])
+        fetched = len(units)
+        units = units[:n_due]
+        mfq = store.commit_log.mapped_file_queue
+        found = select_messages(units.view(np.uint8), mfq.mapped_files, store.config.mapped_file_size_commit_log,
+                                n_due, 1 << 62, n_due + 1)[0]
+        batch, exts = self._time_up(found, level)
+        delivered_units = n_due
+        delivered_before = self.delivered
+        if batch:
+            ok = self._put(batch)
+            if ok < len(batch):
+                # Progress stops at the first message whose put failed: it is retried on the next turn.
+                first_failed = exts[ok].commitlog_offset
+                delivered_units = int(np.flatnonzero(units["offset"] == first_failed)[0])
+                self._next_due[level] = now + DELAY_FOR_A_WHILE_MS
+            self.delivered += ok
+        del units, found, exts
+        self.offset_table[level] = offset + delivered_units
+        # Everything fetched was due and delivered: there may be more right behind (or in the next file).
+        return self.delivered - delivered_before, n_due == fetched and delivered_units == n_due
+
+    def _time_up(self, found, level):
+        """messageTimeup for each due record → (Messages to put, their source records)."""
+        batch, exts = [], []
+        queue_ids: dict[str, int] = {}      # REAL_QID text → queue id: a level's messages share a few
+        for m in found:
+            props = m.properties            # parsed for this record only: ours to change
+            props.pop(PROPERTY_DELAY, None)
+            if PROPERTY_TIMER_DELIVER_MS in props or PROPERTY_TIMER_DELAY_SEC in props:
+                props.pop(PROPERTY_TIMER_DELIVER_MS, None)
+                props.pop(PROPERTY_TIMER_DELAY_SEC, None)
+            topic = props.get(PROPERTY_REAL_TOPIC)
+            qid = props.get(PROPERTY_REAL_QUEUE_ID)
+            queue_id = queue_ids.get(qid)
+            if queue_id is None or topic is None or topic == TRANS_HALF_TOPIC:
+                try:
+                    if topic is None or qid is None:
+                        raise MessageIllegalError("properties", "REAL_TOPIC / REAL_QID missing", None)
+                    queue_id = queue_ids[qid] = parse_java_int(qid, f"properties[{PROPERTY_REAL_QUEUE_ID}]")
+                except MessageIllegalError as e:
+                    self.skipped += 1
+                    log.error("delay level %d: record at %d cannot be delivered (%s); skipped", level,
+                              m.commitlog_offset, e)
+                    continue
+                if topic == TRANS_HALF_TOPIC:
+                    self.skipped += 1
+                    log.error("delay level %d: record at %d names the half topic as its real topic; discarded",
+                              level, m.commitlog_offset)
+                    continue
+            batch.append(Message(topic, m.body, queue_id, None, None, props, flag=m.flag, sys_flag=m.sys_flag,
+                                 born_timestamp=m.born_timestamp, born_host=m.born_host,
+                                 reconsume_times=m.reconsume_times))
+            exts.append(m)
+        return batch, exts
+
+    def _put(self, batch) -> int:
+        done, end, illegal = put_in_order(self.store, batch)
+        self.skipped += illegal
+        self.delivered -= illegal          # counted as done (progress moves past them), not as delivered
+        self._delivered_end = max(self._delivered_end, end)
+        return done
+
+    # -- progress -----------------------------------------------------------------------------------------------
+
+    def persist(self) -> None:
+        """Write delayOffset.json, after making sure every re-put it counts as delivered is on disk. Nothing is
+        written while the table is empty and no file exists (a store that never saw a delayed message)."""
+        with self._lock:
+            table = dict(self.offset_table)
+            end = self._delivered_end
+        if not table and not os.path.exists(self.config_path):
+            self._last_persist = time.monotonic()
+            return
+        if end:
+            if not flush_past(self.store, end):
+                log.warning("delayOffset.json not persisted: the commitlog did not flush past %d", end)
+                return
+        write_config_file(self.config_path, encode_delay_offsets(table))
+        self.persists += 1
+        self._last_persist = time.monotonic()
+
+    def running_stats(self) -> dict:
+        """buildRunningStats: per level "progress,max offset", plus this service's counters."""
+        stats = {}
+        for level in range(1, self.max_delay_level + 1):
+            if level in self.offset_table:
+                stats[f"scheduleMessageOffset_{level}"] = (
+                    f"{self.offset_table[level]},"
+                    f"{self.store.max_offset(SCHEDULE_TOPIC, delay_level_to_queue_id(level))}")
+        stats.update(delivered=self.delivered, skipped=self.skipped, persists=self.persists)
+        return stats

@@ -1,0 +1,353 @@
+"""Exact-time delivery: RocketMQ 5.x's timer messages (``__STARTDELIVERTIME`` / ``TIMER_DELIVER_MS``,
+``TIMER_DELAY_SEC``, ``TIMER_DELAY_MS``) with a timing wheel of rmqcore's own.
+
+``rewrite_timer`` is 5.x's HookUtils.transformTimerMessage on a ``Message``: a message asking for a time in the
+future is stored in ``rmq_sys_wheel_timer`` queue 0 with TIMER_OUT_MS (the delivery time), REAL_TOPIC and REAL_QID,
+exactly as a 5.x broker stores it, so such records move between rmqcore and a 5.x store's commitlog. What is NOT
+5.x's: the wheel. 5.x keeps its own ``timerwheel`` and ``timerlog`` files and a ``timercheck`` checkpoint; rmqcore
+keeps no wheel files at all: the timer topic's consume queue and the commitlog are the log, the wheel is rebuilt in
+memory at start, and ``config/timerProgress.json`` (rmqcore's own, written atomically) says where to rebuild from:
+
+- ``scanFromOffset`` S: every timer-queue entry below S was delivered;
+- ``loadedBelowOffset`` L and ``deliveredTimeMs`` T: every entry in [S, L) due before T was delivered.
+
+At start, entries from S on are read back; one in [S, L) due before T is skipped, every other one goes into the
+wheel (and is delivered at once when already due). So a crash re-delivers only what was delivered after the last
+persist (``timer_flush_interval_ms``, 1 s): at least once, never lost. 5.x rounds delivery times down to
+``timerPrecisionMs`` (1 s by default, so it delivers up to a second early); rmqcore keeps the exact ms and never
+delivers early: the wheel has 10 ms slots and a slot is delivered once its last ms has passed.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import threading
+import time
+from array import array
+
+import numpy as np
+
+from ._codec import Message, select_messages
+from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
+from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, TRANSACTION_COMMIT_TYPE,
+                       TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, flush_past, load_config_file, parse_java_int,
+                       put_in_order, read_fastjson, write_config_file)
+from .status import PutStatus
+
+log = logging.getLogger(__name__)
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"                # TimerMessageStore.TIMER_TOPIC (SYSTEM_TOPIC_PREFIX + ...)
+PROPERTY_START_DELIVER_TIME = "__STARTDELIVERTIME"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROGRESS_FILE = "timerProgress.json"
+SLOT_MS = 10
+# How often an idle wheel looks for new timer messages: a store without any costs 20 wake-ups a second, and a
+# message due sooner than this after its put is at most this late.
+IDLE_POLL_MS = 50
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _java_long(value, field):
+    if not isinstance(value, str) or not value.lstrip("+-").isdigit() or not value.isascii():
+        raise MessageIllegalError(field, f"{value!r} is not an integer (Long.parseLong)", None)
+    n = int(value)
+    if not _LONG_MIN <= n <= _LONG_MAX:
+        raise MessageIllegalError(field, f"{value} is outside Java's long range", _LONG_MAX)
+    return n
+
+
+def rewrite_timer(msg, now_ms: int, max_delay_sec: int = 3 * 24 * 3600) -> bool:
+    """HookUtils.checkIfTimerMessage + transformTimerMessage → True when the message went to the timer topic.
+
+    Only NOT / COMMIT transaction types. A DELAY level wins: the timer properties are then dropped (5.x). A
+    message already carrying TIMER_OUT_MS (one the wheel re-puts) is left alone. TIMER_DELAY_SEC, then
+    TIMER_DELAY_MS, then TIMER_DELIVER_MS / __STARTDELIVERTIME give the time; a value Long.parseLong refuses, or a
+    time more than ``max_delay_sec`` ahead (timerMaxDelaySec), raises MessageIllegalError
+    (WHEEL_TIMER_MSG_ILLEGAL) and leaves the message as it was. A time not in the future is delivered at once:
+    the message is not rewritten.
+    """
+    if msg.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+        return False
+    props = msg.properties
+    if not props or msg.topic == TIMER_TOPIC or PROPERTY_TIMER_OUT_MS in props:
+        return False
+    names = (PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS,
+             PROPERTY_START_DELIVER_TIME)
+    if not any(n in props for n in names):
+        return False
+    delay = props.get(PROPERTY_DELAY)
+    if delay is not None and parse_java_int(delay, f"properties[{PROPERTY_DELAY}]") > 0:
+        for n in names:
+            props.pop(n, None)
+        return False
+    if PROPERTY_TIMER_DELAY_SEC in props:
+        deliver = now_ms + _java_long(props[PROPERTY_TIMER_DELAY_SEC], f"properties[{PROPERTY_TIMER_DELAY_SEC}]") \
+            * 1000
+    elif PROPERTY_TIMER_DELAY_MS in props:
+        deliver = now_ms + _java_long(props[PROPERTY_TIMER_DELAY_MS], f"properties[{PROPERTY_TIMER_DELAY_MS}]")
+    else:
+        name = PROPERTY_TIMER_DELIVER_MS if PROPERTY_TIMER_DELIVER_MS in props else PROPERTY_START_DELIVER_TIME
+        deliver = _java_long(props[name], f"properties[{name}]")
+    if deliver <= now_ms:
+        return False
+    if deliver - now_ms > max_delay_sec * 1000:
+        raise MessageIllegalError("properties", f"delivery time {deliver} is more than timerMaxDelaySec "
+                                  f"{max_delay_sec} s ahead", max_delay_sec)
+    props[PROPERTY_TIMER_OUT_MS] = str(deliver)
+    props[PROPERTY_REAL_TOPIC] = msg.topic
+    props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+    msg.topic = TIMER_TOPIC
+    msg.queue_id = 0
+    return True
+
+
+def decode_progress(text: str, path: str) -> dict:
+    data = read_fastjson(text, path)
+    if not isinstance(data, dict):
+        raise StoreLayoutError(f"{path}: top level must be an object")
+    out = {}
+    for key in ("scanFromOffset", "loadedBelowOffset", "deliveredTimeMs"):
+        v = data.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _LONG_MAX:
+            raise StoreLayoutError(f"{path}: {key} = {v!r} is not a non-negative long")
+        out[key] = v
+    if out["scanFromOffset"] > out["loadedBelowOffset"]:
+        raise StoreLayoutError(f"{path}: scanFromOffset {out['scanFromOffset']} is past loadedBelowOffset "
+                               f"{out['loadedBelowOffset']}")
+    return out
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TimerMessageService:
+    """Delivers rmq_sys_wheel_timer messages at their TIMER_OUT_MS. Owned by the store (``timer_wheel_enable``);
+    tests drive it with an injected ``clock`` (ms) and ``run_once()``."""
+
+    def __init__(self, store, *, clock=None, flush_interval_ms: int | None = None, load_batch: int = 8192):
+        self.store = store
+        self.clock = clock or _now_ms
+        self.flush_interval_ms = (flush_interval_ms if flush_interval_ms is not None
+                                  else getattr(store.config, "timer_flush_interval_ms", 1000))
+        if self.flush_interval_ms <= 0 or load_batch < 1:
+            raise ValueError(f"timer_flush_interval_ms must be > 0 and load_batch >= 1, got "
+                             f"{self.flush_interval_ms} and {load_batch}")
+        self.load_batch = load_batch
+        self._slots: dict[int, array] = {}     # slot → flat int64 (deliver_ms, queue_offset, phy, size) * n
+        self._slot_heap: list[int] = []
+        self.loaded_below = 0                  # next timer-queue offset to read into the wheel
+        self.delivered_time = 0                # every loaded entry due before this was delivered
+        self.scan_from = 0
+        self.delivered = 0
+        self.skipped = 0
+        self.persists = 0
+        self.pending = 0
+        self.last_error = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = None
+        self._loaded = False
+        self._delivered_end = 0
+        self._last_persist = time.monotonic()
+
+    @property
+    def progress_path(self) -> str:
+        return os.path.join(self.store.path, "config", PROGRESS_FILE)
+
+    # -- the wheel ------------------------------------------------------------------------------------------
+
+    def _add(self, deliver_ms, queue_offset, phy, size):
+        slot = deliver_ms // SLOT_MS
+        a = self._slots.get(slot)
+        if a is None:
+            a = self._slots[slot] = array("q")
+            heapq.heappush(self._slot_heap, slot)
+        a.extend((deliver_ms, queue_offset, phy, size))
+        self.pending += 1
+
+    def _read(self, skip_below: int = 0, skip_before_ms: int = 0) -> int:
+        """Read new timer-queue entries into the wheel (their TIMER_OUT_MS from the records); entries below
+        ``skip_below`` due before ``skip_before_ms`` were delivered before a restart and are skipped."""
+        store = self.store
+        cq = store.find_consume_queue(TIMER_TOPIC, 0, create=False)
+        if cq is None:
+            return 0
+        if self.loaded_below < cq.min_offset_in_queue:
+            self.loaded_below = cq.min_offset_in_queue
+        n = 0
+        while True:
+            units = cq.get_units(self.loaded_below, self.load_batch)
+            if units is None or len(units) == 0:
+                return n
+            found = select_messages(units.view(np.uint8), store.commit_log.mapped_file_queue.mapped_files,
+                                    store.config.mapped_file_size_commit_log, len(units), 1 << 62,
+                                    len(units) + 1)[0]
+            base = self.loaded_below
+            phys = units["offset"].astype(np.int64)
+            by_phy = {int(p): base + k for k, p in enumerate(phys)}
+            for m in found:
+                qoff = by_phy[m.commitlog_offset]
+                text = m.properties.get(PROPERTY_TIMER_OUT_MS)
+                try:
+                    deliver = _java_long(text, PROPERTY_TIMER_OUT_MS) if text is not None else 0
+                except MessageIllegalError:
+                    deliver = 0                  # unreadable time: deliver at once rather than never
+                if qoff < skip_below and deliver < skip_before_ms:
+                    continue
+                self._add(deliver, qoff, m.commitlog_offset, m.store_size)
+                n += 1
+            self.loaded_below = base + len(units)
+            del units, found
+
+    def load(self) -> None:
+        """Rebuild the wheel from the persisted progress (see the module docstring)."""
+        progress = load_config_file(self.progress_path, decode_progress)
+        if progress:
+            self.scan_from = progress["scanFromOffset"]
+            self.loaded_below = self.scan_from
+            self._read(progress["loadedBelowOffset"], progress["deliveredTimeMs"])
+            self.delivered_time = progress["deliveredTimeMs"]
+        self._loaded = True
+
+    def run_once(self) -> int:
+        """Read what arrived, then deliver every entry whose time has come. Returns how many were delivered."""
+        with self._lock:
+            self._read()
+            now = self.clock()
+            total = 0
+            while self._slot_heap and (self._slot_heap[0] + 1) * SLOT_MS - 1 <= now:
+                slot = heapq.heappop(self._slot_heap)
+                raw = self._slots.pop(slot)
+                entries = np.frombuffer(raw, dtype=np.int64).reshape(-1, 4)
+                entries = entries[np.lexsort((entries[:, 1], entries[:, 0]))]
+                try:
+                    done = self._deliver(entries)
+                except BaseException:
+                    # The put raised (the store closing or not open yet): the slot goes back, nothing is lost.
+                    self._slots[slot] = raw
+                    heapq.heappush(self._slot_heap, slot)
+                    raise
+                total += done
+                if done < len(entries):              # a put failed: keep the rest for the next turn
+                    rest = array("q", entries[done:].ravel().tolist())
+                    self._slots[slot] = rest
+                    heapq.heappush(self._slot_heap, slot)
+                    break
+            else:
+                # Every slot that ended by now is delivered: so is every loaded entry due before the current slot.
+                self.delivered_time = (now + 1) // SLOT_MS * SLOT_MS
+            return total
+
+    def _deliver(self, entries) -> int:
+        units = np.zeros(len(entries), dtype=[("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+        units["offset"] = entries[:, 2]
+        units["size"] = entries[:, 3]
+        found = select_messages(units.view(np.uint8), self.store.commit_log.mapped_file_queue.mapped_files,
+                                self.store.config.mapped_file_size_commit_log, len(units), 1 << 62,
+                                len(units) + 1)[0]
+        batch, sources = [], []
+        for m in found:
+            props = m.properties
+            topic = props.pop(PROPERTY_REAL_TOPIC, None)
+            qid = props.pop(PROPERTY_REAL_QUEUE_ID, None)
+            try:
+                if topic is None or qid is None:
+                    raise MessageIllegalError("properties", "REAL_TOPIC / REAL_QID missing", None)
+                queue_id = parse_java_int(qid, f"properties[{PROPERTY_REAL_QUEUE_ID}]")
+            except MessageIllegalError as e:
+                self.skipped += 1
+                log.error("timer record at %d cannot be delivered (%s); skipped", m.commitlog_offset, e)
+                continue
+            batch.append(Message(topic, m.body, queue_id, None, None, props, flag=m.flag, sys_flag=m.sys_flag,
+                                 born_timestamp=m.born_timestamp, born_host=m.born_host,
+                                 reconsume_times=m.reconsume_times))
+            sources.append(m.commitlog_offset)
+        skipped = len(entries) - len(found)
+        if skipped:
+            self.skipped += skipped
+            log.error("%d timer records no longer readable (deleted commitlog files?); skipped", skipped)
+        if not batch:
+            self.pending -= len(entries)
+            return len(entries)
+        ok, end, illegal = put_in_order(self.store, batch)
+        self.skipped += illegal
+        self._delivered_end = max(self._delivered_end, end)
+        self.delivered += ok - illegal
+        if ok < len(batch):
+            # Entries before the first failed put are done (records no longer readable included); the rest is
+            # retried on the next turn.
+            done = int(np.flatnonzero(entries[:, 2] == sources[ok])[0])
+        else:
+            done = len(entries)
+        self.pending -= done
+        return done
+
+    # -- progress ----------------------------------------------------------------------------------------------
+
+    def persist(self) -> None:
+        with self._lock:
+            scan_from = self.loaded_below
+            for a in self._slots.values():
+                if len(a):
+                    scan_from = min(scan_from, int(np.frombuffer(a, dtype=np.int64)[1::4].min()))
+            state = {"scanFromOffset": scan_from, "loadedBelowOffset": self.loaded_below,
+                     "deliveredTimeMs": self.delivered_time}
+            end = self._delivered_end
+        if state["loadedBelowOffset"] == 0 and not os.path.exists(self.progress_path):
+            return
+        if end and not flush_past(self.store, end):
+            log.warning("timerProgress.json not persisted: the commitlog did not flush past %d", end)
+            return
+        write_config_file(self.progress_path, "{" + ",".join(f'"{k}":{v}' for k, v in state.items()) + "}")
+        self.scan_from = scan_from
+        self.persists += 1
+        self._last_persist = time.monotonic()
+
+    # -- thread ------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        if not self._loaded:
+            self.load()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="TimerMessageService", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            wait_ms = IDLE_POLL_MS
+            try:
+                self.run_once()
+                if self._slot_heap:
+                    wait_ms = max(1, min(IDLE_POLL_MS, (self._slot_heap[0] + 1) * SLOT_MS - 1 - self.clock()))
+                if (time.monotonic() - self._last_persist) * 1000 >= self.flush_interval_ms:
+                    self.persist()
+            except StoreClosedError:
+                if self._stop.is_set() or self.store._closed:
+                    return
+                wait_ms = 10
+            except Exception as e:
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("timer delivery failed")
+                wait_ms = 1000
+            self._wake.wait(wait_ms / 1000)
+            self._wake.clear()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def shutdown(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        self._thread.join()
+        self._thread = None
+        self.persist()
