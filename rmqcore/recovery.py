@@ -19,8 +19,6 @@ from ._dispatch import scan_for_dispatch
 
 log = logging.getLogger(__name__)
 
-LONG_MAX = (1 << 63) - 1
-
 
 def recover(store, last_exit_ok: bool) -> dict:
     t0 = time.monotonic()

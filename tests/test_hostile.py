@@ -9,7 +9,6 @@ import os
 import struct
 import threading
 
-import numpy as np
 import pytest
 
 from rmqcore import GetStatus, Message, MessageIllegalError, MessageStore, StoreClosedError, StoreConfig
