@@ -2,9 +2,11 @@
 
 Normal recovery (no abort file) scans the last three commitlog files; abnormal recovery (abort file present: the
 last run crashed) scans from the last file whose first message is older than the checkpoint (consume-queue and
-index times both count), checking magic, sizes and CRCs (``check_crc_on_recover``, 5.x's ``__CRC32#`` too).
-Everything after the last good record is cut: commitlog, consume queues (units pointing past it) and index files
-newer than the checkpoint. Dispatch then runs from the scan's start before the store is handed out, so units and
+index times both count), checking magic, sizes and CRCs (``check_crc_on_recover``, 5.x's ``__CRC32#`` too), and
+what no CRC covers in a v1 record: the topic and queue id (they become directory names) and the physicalOffset
+field (it must be the record's position). Everything after the last good record is cut: commitlog, consume queues
+(units pointing past it) and index files newer than the checkpoint. Consume-queue units are also checked against
+the records they point at: a queue is cut at the first unit that does not point at its own record. Dispatch then runs from the scan's start before the store is handed out, so units and
 keys missing on disk are rebuilt while those already built are skipped by their repeat checks.
 """
 from __future__ import annotations
