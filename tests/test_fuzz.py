@@ -167,11 +167,14 @@ def apply_damage(path, dmg, expect):
         topics = sorted(os.listdir(cq))
         topic = topics[target % len(topics)]
         if c % 2:
-            os.rename(os.path.join(cq, topic), os.path.join(cq, JUNK_NAMES[a % len(JUNK_NAMES)]))
+            src, dst = os.path.join(cq, topic), os.path.join(cq, JUNK_NAMES[a % len(JUNK_NAMES)])
         else:
             qids = sorted(os.listdir(os.path.join(cq, topic)))
-            if qids:
-                os.rename(os.path.join(cq, topic, qids[0]), os.path.join(cq, topic, JUNK_NAMES[a % len(JUNK_NAMES)]))
+            if not qids:
+                return None
+            src, dst = os.path.join(cq, topic, qids[0]), os.path.join(cq, topic, JUNK_NAMES[a % len(JUNK_NAMES)])
+        if os.path.isdir(src) and not os.path.exists(dst):      # an earlier junk damage may hold the name
+            os.rename(src, dst)
         return None
     raise ValueError(kind)
 
