@@ -164,7 +164,9 @@ def apply_damage(path, dmg, expect):
         return None
     if kind == "rename":
         cq = os.path.join(path, "consumequeue")
-        topics = sorted(os.listdir(cq))
+        topics = sorted(t for t in os.listdir(cq) if os.path.isdir(os.path.join(cq, t)))
+        if not topics:
+            return None
         topic = topics[target % len(topics)]
         if c % 2:
             src, dst = os.path.join(cq, topic), os.path.join(cq, JUNK_NAMES[a % len(JUNK_NAMES)])
