@@ -131,7 +131,10 @@ def apply_damage(path, dmg, expect):
         write_at(f, pos + at, struct.pack(fmt, value))
         return offset + at
     if kind == "cqunit":
-        cqs = [f for f in files if os.sep + "consumequeue" + os.sep in f]
+        cqs = [f for f in files if os.sep + "consumequeue" + os.sep in f and len(os.path.basename(f)) == 20
+               and os.path.getsize(f) >= 20]
+        if not cqs:
+            return None
         f = cqs[target % len(cqs)]
         unit = a % (os.path.getsize(f) // 20)
         choices = [-1, 0, 1 << 62, expect[b % len(expect)][0], expect[b % len(expect)][0] + 1, 91, (1 << 63) - 1]
@@ -154,7 +157,7 @@ def apply_damage(path, dmg, expect):
         roots = [path, os.path.join(path, "consumequeue"), os.path.join(path, "consumequeue", "FzA")]
         where = roots[target % len(roots)]
         name = os.path.join(where, JUNK_NAMES[a % len(JUNK_NAMES)])
-        if os.path.exists(name):
+        if not os.path.isdir(where) or os.path.exists(name):     # renamed away by an earlier damage, or taken
             return None
         if c % 2:
             os.makedirs(os.path.join(name, "0"))
