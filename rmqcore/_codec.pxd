@@ -36,6 +36,9 @@ cdef enum:
     ERR_LENGTH_MISMATCH = -7  # totalSize differs from the sum of the parts
     ERR_BODY_CRC = -8
     ERR_RECORD_CRC = -9       # 5.x __CRC32# property
+    ERR_TOPIC = -10           # empty, too long, or a byte outside RocketMQ's ^[%|a-zA-Z0-9_-]+$
+    ERR_PHYSICAL_OFFSET = -11 # scan_records with a base offset: physicalOffset is not the record's position
+    ERR_QUEUE_ID = -12        # negative: no queue has that id (it would become a directory name)
 
 
 # A record's fields, parsed in place; *_pos are offsets from the record start.

@@ -188,7 +188,11 @@ class MessageEncoder:
                      keys_valid: Buffer, keys_list: Buffer, key_valid: Buffer, key_off: Buffer, key_data: Buffer,
                      props_valid: Buffer, props_list: Buffer, pname_off: Buffer, pname_data: Buffer,
                      pvalue_valid: Buffer, pvalue_off: Buffer, pvalue_data: Buffer, born_ms: Buffer, flag: Buffer,
-                     uniq_out: Buffer, uniq_off: Buffer, first_row: int = 0, check_only: bool = False) -> Any:
+                     uniq_out: Buffer, uniq_off: Buffer, first_row: int = 0, check_only: bool = False,
+                     uniq_valid: Buffer | None = None, uniq_in_off: Buffer | None = None,
+                     uniq_in_data: Buffer | None = None, born_host_idx: Buffer | None = None,
+                     host_table: Buffer | None = None, host_len: Buffer | None = None,
+                     reconsume: Buffer | None = None) -> Any:
         """Encode ``nrows`` Arrow rows from the columns' raw buffers (no Python object per row)."""
 
 class PutResult:
@@ -228,7 +232,13 @@ class AppendMessageCallback:
     def append_batch(self, mf: MappedFile, eb: EncodeBuffer, start: int, results: list[Any],
                      store_timestamp: int = 0) -> Any: ...
 
-def scan_records(data: Buffer, start: int = 0, end: int = -1, check_crc: bool = False) -> tuple[int, int, int]:
+def check_units(units: Buffer, first_index: int, files: list[MappedFile], file_size: int, topic: bytes, queue_id: int,
+                min_phy_offset: int) -> int:
+    """How many consume-queue units are whole before the first that does not point at its own record."""
+def topic_is_legal(name: str | bytes) -> bool:
+    """Whether ``name`` is a topic parse_record accepts (1..32767 UTF-8 bytes in ^[%|a-zA-Z0-9_-]+$)."""
+def scan_records(data: Buffer, start: int = 0, end: int = -1, check_crc: bool = False,
+                 base_offset: int = -1) -> tuple[int, int, int]:
     """Walk records without building objects: (end of the last good record, good records, stop code)."""
 
 RESULT_OK: int

@@ -338,6 +338,18 @@ cdef int parse_record(const unsigned char *p, int64_t avail, RecordView *rv, bin
         return ERR_PROPERTIES_LENGTH
     if cal_msg_length_c(version, rv.sys_flag, rv.body_len, rv.topic_len, rv.props_len) != total:
         return ERR_LENGTH_MISMATCH
+    # The topic becomes a directory name (consumequeue/{topic}) and an index key, and the v1 body CRC does not
+    # cover it: a record is only a record when its topic is one RocketMQ could have written. Java reads the v1
+    # length as a signed byte and the v2 length as a signed short, so 1..127 (v1) and 1..32767 (v2, 5.x's long
+    # retry/LMQ topics); every byte in TopicValidator's ^[%|a-zA-Z0-9_-]+$ (so never '.', '/' or NUL).
+    if rv.topic_len == 0 or rv.topic_len > (127 if version == 1 else 32767):
+        return ERR_TOPIC
+    for i in range(rv.topic_len):
+        if p[rv.topic_pos + i] >= 128 or not _valid_topic_char[p[rv.topic_pos + i]]:
+            return ERR_TOPIC
+    # The queue id names a directory too (consumequeue/{topic}/{queueId}); no broker writes a negative one.
+    if rv.queue_id < 0:
+        return ERR_QUEUE_ID
     if check_crc:
         if rv.body_len > 0 and <int32_t>(rmq_crc32(0, p + rv.body_pos, <size_t>rv.body_len) & 0x7FFFFFFF) != rv.body_crc:
             return ERR_BODY_CRC
@@ -366,7 +378,29 @@ cdef dict _ERROR_FIELDS = {
     ERR_LENGTH_MISMATCH: ("totalSize", "differs from the sum of the record's parts"),
     ERR_BODY_CRC: ("bodyCRC", "does not match the CRC32 of the body"),
     ERR_RECORD_CRC: ("__CRC32#", "the 5.x record CRC property does not match the record"),
+    ERR_TOPIC: ("topic", "empty, longer than 127 bytes (v1) or 32767 (v2), or a byte outside ^[%|a-zA-Z0-9_-]+$"),
+    ERR_PHYSICAL_OFFSET: ("physicalOffset", "differs from the record's own position in the commitlog"),
+    ERR_QUEUE_ID: ("queueId", "negative: no queue has that id"),
 }
+
+
+def topic_is_legal(name):
+    """Whether ``name`` (str or bytes) is a topic parse_record accepts: 1..32767 UTF-8 bytes, each in
+    ^[%|a-zA-Z0-9_-]+$. The check every name read from a file passes before it becomes a path."""
+    cdef const unsigned char[::1] v
+    cdef Py_ssize_t i
+    if isinstance(name, str):
+        try:
+            name = (<str>name).encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    v = name
+    if v.shape[0] == 0 or v.shape[0] > 32767:
+        return False
+    for i in range(v.shape[0]):
+        if v[i] >= 128 or not _valid_topic_char[v[i]]:
+            return False
+    return True
 
 
 def record_error(int code, int64_t offset, path=None):
@@ -378,6 +412,19 @@ def record_error(int code, int64_t offset, path=None):
 # ---------------------------------------------------------------------------------------------------------------
 # Value types
 
+cdef object _java_int(str field, value, int bits):
+    cdef object hi = (<object>1 << (bits - 1)) - 1     # Python ints: 1 << 63 overflows a C int
+    cdef object lo = -hi - 1
+    try:
+        value = value.__index__()
+    except AttributeError:
+        raise TypeError(f"{field} must be an int, got {type(value).__name__}") from None
+    if not lo <= value <= hi:
+        raise MessageIllegalError(field, f"{value} does not fit a Java {'int' if bits == 32 else 'long'} "
+                                         f"[{lo}, {hi}]", (lo, hi))
+    return value
+
+
 @cython.freelist(64)
 cdef class Message:
     """A message to put: topic, body, queue id, and RocketMQ's properties (TAGS, KEYS, UNIQ_KEY, ...).
@@ -386,18 +433,20 @@ cdef class Message:
     ``born_timestamp`` 0 means "now" at put; ``born_host`` None means the store's own host.
     """
 
-    def __init__(self, str topic not None, body=b"", int queue_id=0, tags=None, keys=None, dict properties=None,
-                 *, int flag=0, int sys_flag=0, int64_t born_timestamp=0, born_host=None, int reconsume_times=0,
-                 int64_t prepared_transaction_offset=0):
+    def __init__(self, str topic not None, body=b"", queue_id=0, tags=None, keys=None, dict properties=None,
+                 *, flag=0, sys_flag=0, born_timestamp=0, born_host=None, reconsume_times=0,
+                 prepared_transaction_offset=0):
         self.topic = topic
         self.body = b"" if body is None else body
-        self.queue_id = queue_id
-        self.flag = flag
-        self.sys_flag = sys_flag
-        self.born_timestamp = born_timestamp
+        # Java int and long fields: a value out of range is an illegal message naming the field, not an
+        # OverflowError from the C conversion.
+        self.queue_id = _java_int("queue_id", queue_id, 32)
+        self.flag = _java_int("flag", flag, 32)
+        self.sys_flag = _java_int("sys_flag", sys_flag, 32)
+        self.born_timestamp = _java_int("born_timestamp", born_timestamp, 64)
         self.born_host = born_host
-        self.reconsume_times = reconsume_times
-        self.prepared_transaction_offset = prepared_transaction_offset
+        self.reconsume_times = _java_int("reconsume_times", reconsume_times, 32)
+        self.prepared_transaction_offset = _java_int("prepared_transaction_offset", prepared_transaction_offset, 64)
         self.properties = {} if properties is None else dict(properties)
         if tags is not None:
             self.properties[PROPERTY_TAGS] = tags
@@ -1538,13 +1587,14 @@ cdef class AppendMessageCallback:
         return eb.count
 
 
-def scan_records(data, Py_ssize_t start=0, Py_ssize_t end=-1, bint check_crc=False):
+def scan_records(data, Py_ssize_t start=0, Py_ssize_t end=-1, bint check_crc=False, int64_t base_offset=-1):
     """Walk records from ``start`` without building objects (GIL released): recovery's and verify's inner loop.
 
     Returns ``(position, count, code)``: ``position`` is the end of the last good record, ``count`` how many
     records were good, ``code`` what stopped the walk: RESULT_END (no more data: end of buffer or zeros),
     RESULT_BLANK (the end-of-file padding, which starts at ``position``), or a negative error code for
-    ``record_error``.
+    ``record_error``. With ``base_offset`` >= 0 (the global offset of ``data[0]``) a record whose physicalOffset
+    field is not ``base_offset + position`` is corrupt too (ERR_PHYSICAL_OFFSET): no CRC covers that field.
     """
     cdef _Buffer b = _Buffer()
     cdef RecordView rv
@@ -1563,6 +1613,9 @@ def scan_records(data, Py_ssize_t start=0, Py_ssize_t end=-1, bint check_crc=Fal
             code = parse_record(base + pos, end - pos, &rv, check_crc)
             if code != RECORD_OK:
                 break
+            if base_offset >= 0 and rv.physical_offset != base_offset + pos:
+                code = ERR_PHYSICAL_OFFSET
+                break
             pos += rv.total_size
             count += 1
     return pos, count, code
@@ -1571,6 +1624,79 @@ def scan_records(data, Py_ssize_t start=0, Py_ssize_t end=-1, bint check_crc=Fal
 RESULT_OK = RECORD_OK
 RESULT_BLANK = RECORD_BLANK
 RESULT_END = RECORD_END
+
+
+def check_units(units, int64_t first_index, list files, int64_t file_size, bytes topic not None, int32_t queue_id,
+                int64_t min_phy_offset):
+    """How many of ``units`` (raw consume-queue bytes, 20 per unit; the first is unit ``first_index`` of the queue
+    ``topic``/``queue_id``) are whole before the first that does not point at its own record: a record that
+    parses (no CRC) with exactly the unit's size, whose physicalOffset is the unit's offset, whose topic, queue id
+    and queueOffset are the queue's and the unit's index, and that is not a prepared or rollback transaction.
+
+    Recovery cuts a queue at that unit. Units pointing below ``min_phy_offset`` (files cleaned away) and the blank
+    fillers before a queue's first entry (offset 0, size MAX_INT) are passed over: they point at nothing by design.
+    ``files`` are the commitlog's MappedFiles (consecutive, ``file_size`` each).
+    """
+    cdef _Buffer ub = _Buffer()
+    cdef _Buffer b
+    cdef const unsigned char *u
+    cdef const unsigned char *p
+    cdef int64_t offset, first_from, pos, i, n
+    cdef int32_t size, tran
+    cdef Py_ssize_t findex, nfiles = len(files)
+    cdef RecordView rv
+    cdef MappedFile mf
+    cdef list bufs = [None] * nfiles
+    cdef list views = []
+    cdef list readable = [0] * nfiles
+    cdef const unsigned char *t = <const unsigned char *>PyBytes_AS_STRING(topic)
+    cdef Py_ssize_t tlen = len(topic)
+    ub.acquire(units)
+    n = ub.view.len // 20
+    first_from = (<MappedFile>files[0]).file_from_offset if nfiles else 0
+    try:
+        for i in range(n):
+            u = <const unsigned char *>ub.view.buf + i * 20
+            offset = <int64_t>rmq_load_be64(u)
+            size = <int32_t>rmq_load_be32(u + 8)
+            if offset == 0 and size == 0x7FFFFFFF:
+                continue
+            if offset < min_phy_offset or offset < first_from:
+                if offset < 0 or size <= 0:
+                    return i
+                continue
+            findex = (offset - first_from) // file_size
+            if findex >= nfiles or size <= 0:
+                return i
+            if bufs[findex] is None:
+                mf = <MappedFile>files[findex]
+                v = mf.select(0, mf.read_position_c())
+                if v is None:
+                    return i
+                views.append(v)
+                b = _Buffer()
+                b.acquire(v)
+                bufs[findex] = b
+                readable[findex] = b.view.len
+            b = <_Buffer>bufs[findex]
+            pos = offset - (<MappedFile>files[findex]).file_from_offset
+            if pos + size > <int64_t>readable[findex]:
+                return i
+            p = <const unsigned char *>b.view.buf + pos
+            if parse_record(p, size, &rv, False) != RECORD_OK or rv.total_size != size:
+                return i
+            tran = rv.sys_flag & TRANSACTION_ROLLBACK_TYPE
+            if (rv.physical_offset != offset or rv.queue_id != queue_id or rv.queue_offset != first_index + i
+                    or rv.topic_len != tlen or memcmp(p + rv.topic_pos, t, <size_t>tlen) != 0
+                    or tran == TRANSACTION_PREPARED_TYPE or tran == TRANSACTION_ROLLBACK_TYPE):
+                return i
+        return n
+    finally:
+        for b in bufs:
+            if b is not None:
+                b.release()
+        for v in views:          # mapped-file views hold their file until released
+            v.release()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ def index_key_hash(key: str) -> int:
 
 class IndexFile:
     """One index file, mapped; ``select_phy_offsets`` walks a slot's chain."""
+    def reachable_items(self) -> tuple[bytearray, bytearray, int]:
+        """Every item a selectPhyOffset walk can reach, in one pass over the slots: (key hashes, offsets, defects)."""
     @property
     def file_name(self) -> str: ...
     @property

@@ -580,6 +580,86 @@ cdef class IndexFile:
         finally:
             self.release()
 
+    def reachable_items(self):
+        """Every item a selectPhyOffset walk can reach, in one pass over the slots (verify's linear check).
+
+        Returns ``(key_hashes, phy_offsets, problems)``: two bytearrays of native int32 / int64 (the keyHash and
+        phyOffset of each reachable item whose hash belongs to the slot it hangs from, in item order: commitlog
+        order for a file putKey wrote) and how many defects the walk met: a slot or link past indexCount, an
+        item reached twice (chains that merge or loop), an item hashed to another slot, a negative timeDiff. Each
+        item is visited at most once, so a damaged file costs no more than a sound one.
+        """
+        cdef int64_t count, slot, nslots, n = 0, problems = 0
+        cdef int32_t head, idx, prev, h
+        cdef unsigned char *items
+        cdef unsigned char *item
+        cdef unsigned char *seen
+        cdef int32_t *hp
+        cdef int64_t *pp
+        self._hold_or_raise()
+        try:
+            count = self._index_count
+            if count > self.index_num:
+                count = self.index_num
+            if count < 1:
+                count = 1
+            hashes = bytearray(count * 4)
+            phys = bytearray(count * 8)
+            hp = <int32_t *><char *>hashes
+            pp = <int64_t *><char *>phys
+            seen = <unsigned char *>malloc(<size_t>count)
+            if seen == NULL:
+                raise MemoryError()
+            nslots = self.hash_slot_num
+            items = self.base + _HEADER + nslots * _SLOT
+            try:
+                with nogil:
+                    rmq_index_acquire_fence()
+                    for slot in range(count):
+                        seen[slot] = 0
+                    for slot in range(nslots):
+                        head = <int32_t>rmq_load_be32(self.base + _HEADER + slot * _SLOT)
+                        if head == 0:
+                            continue
+                        if head < 0 or head >= count:
+                            problems += 1
+                            continue
+                        idx = head
+                        while True:
+                            if seen[idx]:
+                                problems += 1
+                                break
+                            seen[idx] = 1
+                            item = items + <int64_t>idx * _ITEM
+                            h = <int32_t>rmq_load_be32(item)
+                            if <int32_t>rmq_load_be32(item + 12) < 0:
+                                problems += 1
+                                break
+                            if h < 0 or h % nslots != slot:
+                                problems += 1
+                            else:
+                                seen[idx] = 2           # reachable by a select for its own key
+                            prev = <int32_t>rmq_load_be32(item + 16)
+                            if prev == 0:
+                                break
+                            if prev < 0 or prev >= count:
+                                problems += 1
+                                break
+                            idx = prev
+                    for idx in range(1, count):
+                        if seen[idx] == 2:
+                            item = items + <int64_t>idx * _ITEM
+                            hp[n] = <int32_t>rmq_load_be32(item)
+                            pp[n] = <int64_t>rmq_load_be64(item + 4)
+                            n += 1
+            finally:
+                free(seen)
+            del hashes[n * 4:]
+            del phys[n * 8:]
+            return hashes, phys, problems
+        finally:
+            self.release()
+
     # -- life cycle --------------------------------------------------------------------------------------------------
 
     def flush(self):

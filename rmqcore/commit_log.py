@@ -76,7 +76,7 @@ class CommitLog:
         for mf in files[index:]:
             view = mf.view()
             try:
-                pos, count, code = scan_records(view, 0, -1, check_crc)
+                pos, count, code = scan_records(view, 0, -1, check_crc, mf.file_from_offset)
             finally:
                 view.release()
             records += count

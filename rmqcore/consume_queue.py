@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from ._codec import offset_in_queue_by_time, pickup_store_timestamp
+from ._codec import check_units, offset_in_queue_by_time, pickup_store_timestamp, topic_is_legal
 from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -22,11 +22,44 @@ CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 _BLANK_UNIT = np.array([(0, 0x7FFFFFFF, 0)], dtype=CQ_DTYPE).tobytes()
 
 
+QUEUE_ID_MAX = (1 << 31) - 1
+
+
+def queue_dirs(root: str) -> list[tuple[str, int]]:
+    """(topic, queue id) of every consume-queue directory under ``root`` (``consumequeue/``), sorted.
+
+    As RocketMQ's loadConsumeQueue, entries that are not a queue directory are skipped (a file among the topics, a
+    queue directory not named by a number), and so are topic names no record could carry (see topic_is_legal):
+    a directory name is only ever joined to ``root`` after that check. Each skip is logged.
+    """
+    out = []
+    if not os.path.isdir(root):
+        return out
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        if not os.path.isdir(tdir) or os.path.islink(tdir) or not topic_is_legal(topic):
+            log.warning("%s: not a consume-queue topic directory, skipped", tdir)
+            continue
+        for qid in sorted(os.listdir(tdir)):
+            if not (qid.isascii() and qid.isdigit() and int(qid) <= QUEUE_ID_MAX
+                    and os.path.isdir(os.path.join(tdir, qid))):
+                log.warning("%s: not a queue directory (named by its queue id), skipped", os.path.join(tdir, qid))
+                continue
+            out.append((topic, int(qid)))
+    return out
+
+
 class ConsumeQueue:
     def __init__(self, topic: str, queue_id: int, root: str, mapped_file_size: int, *, read_only: bool = False,
                  runway: int = 0):
         if mapped_file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"consume queue file size {mapped_file_size} is not a multiple of 20")
+        # The topic and queue id become a path under root: never one that leaves it (they come from records and
+        # directory names, which a damaged or hostile store controls).
+        if not topic_is_legal(topic):
+            raise ValueError(f"topic {topic!r}: not a legal topic name (^[%|a-zA-Z0-9_-]+$, at most 32767 bytes)")
+        if not 0 <= queue_id <= QUEUE_ID_MAX:
+            raise ValueError(f"queue_id {queue_id}: outside [0, {QUEUE_ID_MAX}]")
         self.topic = topic
         self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
@@ -37,6 +70,7 @@ class ConsumeQueue:
         self.min_logic_offset = 0        # byte offset of the first valid unit
         self.repeated_builds = 0
         self.order_errors = 0
+        self.damaged = False             # recover() found units after an invalid one
 
     # -- load / recover -----------------------------------------------------------------------------------------
 
@@ -50,11 +84,15 @@ class ConsumeQueue:
             return
         index = max(0, len(files) - 3)
         process_offset = files[index].file_from_offset
+        self.damaged = False
         for mf in files[index:]:
             units = np.frombuffer(mf.view(), dtype=CQ_DTYPE)
             valid = (units["offset"] >= 0) & (units["size"] > 0)
             bad = np.flatnonzero(~valid)
             count = int(bad[0]) if len(bad) else len(units)
+            # Units after the first invalid one: a damaged queue, not its end (zeros). Recovery rebuilds them.
+            if count < len(units) and np.frombuffer(mf.view(), dtype=np.uint8)[count * CQ_STORE_UNIT_SIZE:].any():
+                self.damaged = True
             real = np.flatnonzero(units["size"][:count] != 0x7FFFFFFF)
             if len(real):
                 last = units[int(real[-1])]
@@ -93,6 +131,38 @@ class ConsumeQueue:
             mf.truncate_to(count * CQ_STORE_UNIT_SIZE)
             self.mapped_file_queue.set_flushed_where(mf.file_from_offset + count * CQ_STORE_UNIT_SIZE)
             return
+
+    def cut_units_not_matching(self, commitlog_files: list, commitlog_file_size: int, min_phy_offset: int):
+        """Recovery's cross-check of the units in the last three files (the ones ``recover`` scans): cut the queue
+        at the first unit that does not point at its own record (see _codec.check_units: no record there, another
+        size, topic, queue or queue offset). Returns the index cut at, or None when every unit matched."""
+        files = self.mapped_file_queue.mapped_files
+        topic = self.topic.encode("utf-8")
+        for mf in files[max(0, len(files) - 3):]:
+            n = mf.read_position // CQ_STORE_UNIT_SIZE
+            view = mf.select(0, n * CQ_STORE_UNIT_SIZE) if n else None
+            if view is None:
+                continue
+            first = mf.file_from_offset // CQ_STORE_UNIT_SIZE
+            try:
+                good = check_units(view, first, commitlog_files, commitlog_file_size, topic, self.queue_id,
+                                   min_phy_offset)
+            finally:
+                view.release()
+            if good < n:
+                log.warning("consume queue %s-%d: unit %d does not point at its record; the queue is cut there",
+                            self.topic, self.queue_id, first + good)
+                self.truncate_units_from(first + good)
+                return first + good
+        return None
+
+    def truncate_units_from(self, index: int) -> None:
+        """Drop unit ``index`` and every unit after it; max_physic_offset follows the last unit kept."""
+        offset = index * CQ_STORE_UNIT_SIZE
+        self.mapped_file_queue.truncate_dirty_files(offset)
+        self.mapped_file_queue.set_flushed_where(offset)
+        prev = self.get_unit(index - 1) if index > 0 else None
+        self.max_physic_offset = prev[0] + prev[1] if prev is not None and prev[1] != 0x7FFFFFFF else -1
 
     # -- append -------------------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ MessageExtEncoder, CommitLog.checkMessageAndReturnSize, ConsumeQueue, IndexFile,
 from __future__ import annotations
 
 import ipaddress
+import re
 import struct
 import zlib
 
@@ -113,6 +114,16 @@ def cal_msg_length(sys_flag: int, body_len: int, topic_len: int, props_len: int,
     store = 8 if sys_flag & STOREHOSTADDRESS_V6 == 0 else 20
     return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8
             + 4 + body_len + (1 if version == 1 else 2) + topic_len + 2 + props_len)
+
+
+TOPIC_PATTERN = re.compile(rb"[%|a-zA-Z0-9_-]+")   # TopicValidator's ^[%|a-zA-Z0-9_-]+$
+
+
+def topic_is_legal(name) -> bool:
+    """A topic as TopicValidator allows it (non-empty, only ^[%|a-zA-Z0-9_-]+$), at most Short.MAX_VALUE bytes
+    (5.x v2 records; v1 records hold at most 127)."""
+    raw = name.encode("utf-8", "surrogatepass") if isinstance(name, str) else bytes(name)
+    return 0 < len(raw) <= 32767 and TOPIC_PATTERN.fullmatch(raw) is not None
 
 
 def encode_message(*, topic: str, body: bytes, queue_id: int = 0, flag: int = 0, queue_offset: int = 0,
@@ -231,6 +242,7 @@ def decode_message(buf, offset: int = 0, check_crc: bool = False) -> dict:
     pos += tlen_size
     if pos + topic_len > total:
         bad("topicLength", "past the record")
+    topic_pos = pos
     topic = rec[pos:pos + topic_len].decode("utf-8", "replace")
     pos += topic_len
     if pos + 2 > total:
@@ -242,6 +254,10 @@ def decode_message(buf, offset: int = 0, check_crc: bool = False) -> dict:
     props_raw = rec[pos:pos + props_len]
     if cal_msg_length(sys_flag, body_len, topic_len, props_len, version) != total:
         bad("totalSize", "differs from the sum of the parts")
+    if not topic_is_legal(rec[topic_pos:topic_pos + topic_len]) or topic_len > (127 if version == 1 else 32767):
+        bad("topic", "not a topic RocketMQ writes")
+    if queue_id < 0:
+        bad("queueId", "negative")
     if check_crc:
         if body_len > 0 and crc32(body) != body_crc:
             bad("bodyCRC", "mismatch")

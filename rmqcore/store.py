@@ -27,7 +27,7 @@ from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
 from .clean import CleanFilesService
-from .consume_queue import CQ_DTYPE, ConsumeQueue
+from .consume_queue import CQ_DTYPE, ConsumeQueue, queue_dirs
 from .dispatch import ReputMessageService
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
 from .geometry import is_store_dir, read_geometry
@@ -62,6 +62,21 @@ def _completion(future, result):
         if not future.done():
             future.set_result(result if flushed else result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT))
     return done
+
+
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _int_arg(name: str, value, lo: int, hi: int) -> int:
+    """An integer argument headed for a Java int/long field: a ValueError naming it, not an OverflowError from C."""
+    try:
+        value = value.__index__()
+    except AttributeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} {value} is outside [{lo}, {hi}]")
+    return value
 
 
 def parse_tag_filter(tags):
@@ -103,6 +118,7 @@ class MessageStore:
         self.commit_log: CommitLog | None = None
         self.index_service: IndexService | None = None
         self.checkpoint: StoreCheckpoint | None = None
+        self.transient_store_pool: TransientStorePool | None = None
         self.reput: ReputMessageService | None = None
         self.group_commit: GroupCommitService | None = None
         self.recovery: dict = {}
@@ -175,11 +191,18 @@ class MessageStore:
         """Take the lock, load and recover, start the services (``open`` calls it; idempotent)."""
         if self._running:
             return
+        if self._closed:
+            raise StoreClosedError(f"message store {self.path} was closed; open it again with MessageStore.open")
         self._take_lock()
         try:
             self._load_and_recover()
             self._start_services()
         except BaseException:
+            # Whatever failed (a directory where the checkpoint belongs, a full disk, a bad file), the caller sees
+            # that error, and the lock, maps, pool and threads taken so far are given back: the next open in this
+            # process does not find the store locked. The abort file stays: the next open recovers abnormally.
+            self._closed = True
+            self._stop_services()
             self._release_everything()
             raise
         self._running = True
@@ -217,19 +240,11 @@ class MessageStore:
 
     def _load_consume_queues(self) -> None:
         root = self._path("consumequeue")
-        if not os.path.isdir(root):
-            return
-        for topic in sorted(os.listdir(root)):
-            tdir = os.path.join(root, topic)
-            if not os.path.isdir(tdir):
-                raise StoreLayoutError(f"{tdir}: consumequeue/ holds a file where a topic directory belongs")
-            for qid in sorted(os.listdir(tdir)):
-                if not qid.isdigit():
-                    raise StoreLayoutError(f"{os.path.join(tdir, qid)}: queue directories are named by queue id")
-                cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue,
-                                  runway=self.config.mapped_file_runway_consume_queue)
-                cq.load()
-                self._consume_queues.setdefault(topic, {})[int(qid)] = cq
+        for topic, qid in queue_dirs(root):
+            cq = ConsumeQueue(topic, qid, root, self.config.mapped_file_size_consume_queue,
+                              runway=self.config.mapped_file_runway_consume_queue)
+            self._consume_queues.setdefault(topic, {})[qid] = cq     # registered first: a failed load releases it
+            cq.load()
 
     def _all_consume_queues(self) -> list[ConsumeQueue]:
         with self._cq_lock:
@@ -366,26 +381,51 @@ class MessageStore:
                       self.reput.behind())
         self._release_everything(clean=dispatched)
 
-    def _release_everything(self, clean: bool = False) -> None:
-        for cq in self._all_consume_queues():
-            cq.close()
-        if self.index_service is not None:
-            self.index_service.shutdown()
-        if self.commit_log is not None:
-            self.commit_log.mapped_file_queue.shutdown()
-        if self.checkpoint is not None:
-            self.checkpoint.shutdown()
-        if self.transient_store_pool is not None:
-            self.transient_store_pool.destroy()
-        if clean:
+    def _stop_services(self) -> None:
+        """Stop the threads a failed start got to start (never raises: the start's own error is the one to see)."""
+        for part in [self.reput, self.group_commit, *self._services]:
+            if part is None:
+                continue
             try:
-                os.unlink(self._path("abort"))
-            except FileNotFoundError:
-                pass
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
+                part.shutdown()
+            except Exception:
+                log.exception("stopping %s after a failed open", getattr(part, "name", part))
+
+    def _release_everything(self, clean: bool = False) -> None:
+        """Give back what open took: maps, files, the write-buffer pool, the lock. Runs with any subset of the
+        parts built (a failed open), and every step runs even when one before it fails: the lock is always
+        released. Errors are logged, not raised, so a failed open raises its own error."""
+        steps = [cq.close for cq in self._all_consume_queues()]
+        if self.index_service is not None:
+            steps.append(self.index_service.shutdown)
+        if self.commit_log is not None:
+            steps.append(self.commit_log.mapped_file_queue.shutdown)
+        if self.checkpoint is not None:
+            steps.append(self.checkpoint.shutdown)
+        if self.transient_store_pool is not None:
+            steps.append(self.transient_store_pool.destroy)
+        if clean:
+            steps.append(self._delete_abort_file)
+        steps.append(self._release_lock)
+        for step in steps:
+            try:
+                step()
+            except Exception:
+                log.exception("releasing %s: %s failed", self.path, getattr(step, "__qualname__", step))
+
+    def _delete_abort_file(self) -> None:
+        try:
+            os.unlink(self._path("abort"))
+        except FileNotFoundError:
+            pass
+
+    def _release_lock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
 
     def __enter__(self) -> "MessageStore":
         return self
@@ -534,11 +574,14 @@ class MessageStore:
             self.group_commit.when_flushed(end, self._sync_timeout, _completion(out, result), loop)
         return out
 
-    def verify(self) -> dict:
-        """Check the open store end to end (see recovery.verify_parts); waits for dispatch to catch up first."""
+    def verify(self, progress=None) -> dict:
+        """Check the open store end to end in one linear pass (see recovery.verify_parts); waits for dispatch to
+        catch up first. ``progress(phase, done, total)`` is called as it goes (phases "commitlog" in bytes,
+        "consumequeue" in queues, "index" in files)."""
         self._check_running()
         self.wait_dispatched()
-        return recovery.verify_parts(self.commit_log, self._all_consume_queues(), self.index_service)
+        return recovery.verify_parts(self.commit_log, self._all_consume_queues(), self.index_service, progress,
+                                     self.config.message_index_enable)
 
     # -- dispatch (called by the ReputMessageService) -----------------------------------------------------------
 
@@ -596,6 +639,9 @@ class MessageStore:
         """Pull up to ``max_count`` messages of one queue from logical ``offset`` (RocketMQ's getMessage, same
         statuses and next_begin_offset). ``tags`` filters by tag ("TagA || TagB"); ``wait`` > 0 long-polls: it
         returns as soon as a message at ``offset`` arrives, or at the timeout."""
+        queue_id = _int_arg("queue_id", queue_id, INT_MIN, INT_MAX)
+        offset = _int_arg("offset", offset, LONG_MIN, LONG_MAX)
+        max_count = _int_arg("max_count", max_count, INT_MIN, INT_MAX)
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
         if max_count <= 0:
@@ -650,16 +696,20 @@ class MessageStore:
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's max logical offset: one past its last message (0 for an unknown queue)."""
+        self._check_running()
         cq = self.find_consume_queue(topic, queue_id, create=False)
         return cq.max_offset_in_queue if cq is not None else 0
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The queue's first logical offset still readable (-1 for an unknown queue)."""
+        self._check_running()
         cq = self.find_consume_queue(topic, queue_id, create=False)
         return cq.min_offset_in_queue if cq is not None else -1
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The queue offset whose message was stored nearest to ``timestamp_ms`` (getOffsetInQueueByTime)."""
+        self._check_running()
+        timestamp_ms = _int_arg("timestamp_ms", timestamp_ms, LONG_MIN, LONG_MAX)
         cq = self.find_consume_queue(topic, queue_id, create=False)
         if cq is None:
             return 0
@@ -668,6 +718,9 @@ class MessageStore:
 
     def pickup_store_timestamp(self, offset: int, size: int) -> int:
         """Store time of the record at ``offset`` read straight from its header, -1 when not readable."""
+        self._check_running()
+        offset = _int_arg("offset", offset, LONG_MIN, LONG_MAX)
+        size = _int_arg("size", size, INT_MIN, INT_MAX)
         if offset < self.commit_log.min_offset:
             return -1
         return pickup_store_timestamp(self.commit_log.mapped_file_queue.mapped_files,
@@ -676,6 +729,7 @@ class MessageStore:
     def look_message(self, commitlog_offset: int):
         """The message whose record starts at ``commitlog_offset``, or None."""
         self._check_running()
+        commitlog_offset = _int_arg("commitlog_offset", commitlog_offset, LONG_MIN, LONG_MAX)
         if commitlog_offset < 0:
             return None
         return self.commit_log.look_message(commitlog_offset)
@@ -686,6 +740,9 @@ class MessageStore:
         self._check_running()
         if end is None:
             end = current_millis() + 1000
+        begin = _int_arg("begin", begin, LONG_MIN, LONG_MAX)
+        end = _int_arg("end", end, LONG_MIN, LONG_MAX)
+        max_num = _int_arg("max_num", max_num, LONG_MIN, LONG_MAX)
         if max_num <= 0:
             return []
         out: list = []
@@ -727,12 +784,14 @@ class MessageStore:
 
     def topics(self) -> dict[str, list[int]]:
         """Every topic with a consume queue, with its queue ids."""
+        self._check_running()
         with self._cq_lock:
             return {t: sorted(q) for t, q in self._consume_queues.items()}
 
     def runtime_info(self) -> dict[str, Any]:
         """Figures of the open store: offsets, files, dispatch and flush state, what recovery found (``recovery``)
         and the file sizes taken from the store instead of the config (``geometry_adopted``)."""
+        self._check_running()
         cl = self.commit_log
         mfq = cl.mapped_file_queue
         return {

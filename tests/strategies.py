@@ -17,3 +17,9 @@ def property_text(max_size: int):
     """Property names/values: any text RocketMQ accepts (no \\x01/\\x02 separators, no lone surrogates)."""
     return st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x01\x02"),
                    max_size=max_size)
+
+
+# Topics as RocketMQ's TopicValidator allows them (^[%|a-zA-Z0-9_-]+$, at most 127 bytes): the decoders treat any
+# other topic read from a file as corruption.
+TOPIC_ALPHABET = "%|_-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+topics = st.text(alphabet=TOPIC_ALPHABET, min_size=1, max_size=127)

@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 from rmqcore import CorruptRecordError, Message, MessageIllegalError, PutStatus
 from rmqcore import _codec as C
 from rmqcore import reference as R
-from strategies import hosts, int32, int64, property_text
+from strategies import hosts, int32, int64, property_text, topics
 
 STORE_HOST = "10.1.2.3:10911"
 
@@ -99,8 +99,7 @@ prop_names = text.filter(lambda s: len(s) > 0)
 
 @st.composite
 def messages(draw):
-    topic = draw(st.text(alphabet=st.characters(exclude_categories=("Cs",)), min_size=1, max_size=30).filter(
-        lambda t: 0 < len(t.encode()) <= 127))
+    topic = draw(topics)
     props = draw(st.dictionaries(prop_names, text, max_size=6))
     props["UNIQ_KEY"] = draw(st.text(alphabet="0123456789ABCDEF", min_size=1, max_size=32))
     return dict(

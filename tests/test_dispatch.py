@@ -7,7 +7,7 @@ from rmqcore import reference as R
 from rmqcore._dispatch import queue_runs, scan_for_dispatch
 from rmqcore.consume_queue import CQ_DTYPE
 
-records = st.lists(st.tuples(st.sampled_from(["A", "B", "Topic_c", "标题"]), st.integers(0, 3),
+records = st.lists(st.tuples(st.sampled_from(["A", "B", "Topic_c", "%RETRY%g|x"]), st.integers(0, 3),
                              st.sampled_from([0x0, 0x4, 0x8, 0xC]), st.integers(0, 5),
                              st.sampled_from([None, "TagA", "TagB"]), st.binary(max_size=50)),
                    max_size=80)

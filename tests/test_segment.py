@@ -15,7 +15,7 @@ from rmqcore import _codec as C
 from rmqcore import _segment as S
 from rmqcore import reference as R
 from rmqcore.errors import CorruptRecordError
-from strategies import hosts, int32, int64, property_text
+from strategies import hosts, int32, int64, property_text, topics
 
 text = property_text(12)
 names = text.filter(lambda s: len(s) > 0)
@@ -32,10 +32,10 @@ def records(draw):
     if draw(st.booleans()):
         props["UNIQ_KEY"] = draw(st.text(alphabet="0123456789ABCDEF", min_size=1, max_size=32))
     return dict(
-        topic=draw(st.text(min_size=1, max_size=20).filter(lambda t: "\x00" not in t and 0 < len(t.encode()) <= 127
-                                                            and not any(0xD800 <= ord(c) <= 0xDFFF for c in t))),
+        topic=draw(topics),
         body=draw(st.one_of(st.just(b""), st.binary(max_size=200), st.binary(min_size=3000, max_size=5000))),
-        queue_id=draw(int32), flag=draw(int32), queue_offset=draw(int64), physical_offset=draw(int64),
+        queue_id=draw(st.integers(0, (1 << 31) - 1)), flag=draw(int32), queue_offset=draw(int64),
+        physical_offset=draw(int64),
         sys_flag=draw(st.integers(0, 0x7FF)),
         born_timestamp=draw(st.integers(-(1 << 40), 1 << 45)), store_timestamp=draw(st.integers(0, 1 << 45)),
         born_host=draw(hosts), store_host=draw(hosts), reconsume_times=draw(int32),
@@ -264,12 +264,16 @@ def test_hosts_are_formatted_like_message_ext(raw):
     assert S.format_host(raw) == C.bytes_to_host(raw) == R.bytes_to_host(raw)
 
 
-def test_invalid_utf8_topic_is_repaired_not_passed_on():
-    rec = bytearray(R.encode_message(topic="Tx", body=b"b"))
-    i = rec.index(b"Tx")
-    rec[i + 1] = 0xC3                    # a lead byte with no continuation
-    got, _ = rows(bytes(rec))
-    assert got[0]["topic"] == "T\ufffd"
+@pytest.mark.parametrize("bad", [b"\xc3", b".", b"/", b"\x00"])
+def test_a_record_with_an_illegal_topic_is_corrupt_not_a_row(bad):
+    # A topic byte outside ^[%|a-zA-Z0-9_-]+$ (invalid UTF-8, a path character, NUL) makes the record corrupt:
+    # the walk stops there with parse_record's code, as recovery and dispatch do.
+    good = R.encode_message(topic="Tx", body=b"a")
+    rec = bytearray(R.encode_message(topic="Tx", body=b"b", physical_offset=len(good)))
+    rec[rec.index(b"Tx") + 1] = bad[0]
+    got, r = rows(good + bytes(rec))
+    assert [g["topic"] for g in got] == ["Tx"]
+    assert r["code"] == -10 and r["next"] == len(good)
 
 
 def test_verify_segment_reports_structure_errors_and_stray_bytes():
