@@ -121,7 +121,9 @@ def apply_damage(path, dmg, expect):
         with open(f, "rb") as fh:
             fh.seek(pos)
             rec = fh.read(size)
-        body_len = struct.unpack_from(">i", rec, 84)[0]
+        body_len = struct.unpack_from(">i", rec, 84)[0] if len(rec) >= 88 else -1
+        if not 0 <= body_len < len(rec) - 89 or 89 + body_len + rec[88 + body_len] + 2 > len(rec):
+            return None                 # an earlier damage of this list already broke the record's layout
         fields = [(0, ">i"), (4, ">i"), (12, ">i"), (20, ">q"), (28, ">q"), (36, ">i"), (84, ">i"),
                   (88 + body_len, ">b"), (89 + body_len + rec[88 + body_len], ">h")]
         at, fmt = fields[c % len(fields)]
