@@ -603,10 +603,10 @@ def case_store(ctx: Ctx) -> None:
         for k in range(0, n, 1000):
             _e2e_messages(k, min(n, k + 1000), body)
 
-    def with_store(fn):
+    def with_store(fn, **config):
         def run(_):
             with W.temp_dir(ctx.dir) as root:
-                store = W.open_store(root, StoreConfig())
+                store = W.open_store(root, StoreConfig(**config))
                 try:
                     t0 = time.perf_counter()
                     fn(store)
@@ -649,7 +649,7 @@ def case_store(ctx: Ctx) -> None:
         ctx.notes.append("put_arrow row skipped: pyarrow is not installed")
 
     variants = {"build": build_only, "batch": with_store(batches), "single": with_store(single),
-                "two": with_store(two_threads)}
+                "two": with_store(two_threads), "nocrc": with_store(batches, enabled_append_prop_crc=False)}
     if table is not None:
         variants["arrow"] = with_store(lambda store: store.put_arrow(table))
     best = {name: float("inf") for name in variants}
@@ -826,6 +826,8 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
                      _n(build), "msgs/s", "what a caller pays before the store"))
         rows.append((f"that loop + MessageStore.put_batch of 1,000, until dispatched (default StoreConfig)", _n(b),
                      "msgs/s", f"{_x(b, build)} the loop alone; {b * W.record_size() / 1e6:,.0f} MB/s"))
+        rows.append(("the same without the record CRC (enabled_append_prop_crc=False)", _n(r["e2e_nocrc_mps"]),
+                     "msgs/s", f"the default __CRC32# costs {(1 - b / r['e2e_nocrc_mps']) * 100:+.0f} %"))
         rows.append(("one MessageStore.put per Message, until dispatched", _n(r["e2e_single_mps"]), "msgs/s",
                      f"{_x(r['e2e_single_mps'], build)} the loop alone"))
         rows.append(("2 producer threads, each loop + put_batch of 1,000, until dispatched", _n(r["e2e_two_mps"]),
