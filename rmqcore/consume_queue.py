@@ -230,6 +230,11 @@ class ConsumeQueue:
     def get_units(self, start_index: int, max_count: int | None = None) -> np.ndarray | None:
         """Zero-copy units from ``start_index`` to the end of the file holding it (RocketMQ's getIndexBuffer),
         at most ``max_count``; None when the index is below the first file or at/after the end."""
+        view = self.get_unit_bytes(start_index, max_count)
+        return None if view is None else np.frombuffer(view, dtype=CQ_DTYPE)
+
+    def get_unit_bytes(self, start_index: int, max_count: int | None = None):
+        """get_units as raw bytes (a zero-copy memoryview of whole units), for the Cython pull loop; None likewise."""
         offset = start_index * CQ_STORE_UNIT_SIZE
         if offset < self.min_logic_offset:
             return None
@@ -242,23 +247,6 @@ class ConsumeQueue:
             return None
         if max_count is not None:
             readable = min(readable, max_count * CQ_STORE_UNIT_SIZE)
-        view = mf.select(pos, readable - readable % CQ_STORE_UNIT_SIZE)
-        if view is None:
-            return None
-        return np.frombuffer(view, dtype=CQ_DTYPE)
-
-    def get_unit_bytes(self, start_index: int):
-        """get_units as raw bytes (a zero-copy memoryview of whole units), for the Cython pull loop; None likewise."""
-        offset = start_index * CQ_STORE_UNIT_SIZE
-        if offset < self.min_logic_offset:
-            return None
-        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
-        if mf is None:
-            return None
-        pos = offset - mf.file_from_offset
-        readable = mf.read_position - pos
-        if readable <= 0:
-            return None
         return mf.select(pos, readable - readable % CQ_STORE_UNIT_SIZE)
 
     def get_unit(self, index: int):
