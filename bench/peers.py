@@ -126,6 +126,20 @@ def log(msg: str) -> None:
 
 # -- the workload ----------------------------------------------------------------------------------------------------
 
+class _Case:
+    """The hooks a store case may need around its writes; by default none (a commit's work is done when it
+    returns)."""
+
+    def writes_done(self) -> None:
+        pass
+
+    def after_writes(self, wl: "Workload") -> None:
+        pass
+
+    def settle(self) -> None:
+        pass
+
+
 class Workload:
     """Message ``i``: its body, key, topic-queue and queue offset (see the module docstring)."""
 
@@ -181,7 +195,7 @@ def sql_rowid(i: int) -> int:
 # scan_queue(tq) -> (count, bytes, first body, last body) (timed, all 16 together);
 # point_args(ids) / key_args(ids) (untimed) and point(arg) / by_key(arg) -> body bytes (timed per call); close().
 
-class RmqcoreCase:
+class RmqcoreCase(_Case):
     name = "rmqcore"
 
     def __init__(self, root: str, durable: bool, config: dict | None = None):
@@ -263,7 +277,7 @@ class RmqcoreCase:
         self.store = None
 
 
-class Sqlite3Case:
+class Sqlite3Case(_Case):
     name = "sqlite3"
 
     def __init__(self, root: str, durable: bool):
@@ -285,15 +299,6 @@ class Sqlite3Case:
         con.execute("BEGIN")
         con.executemany("INSERT INTO msg VALUES (?, ?, ?)", rows)
         con.execute("COMMIT")
-
-    def writes_done(self) -> None:
-        pass
-
-    def after_writes(self, wl: Workload) -> None:
-        pass
-
-    def settle(self) -> None:
-        pass     # no background work: a commit's work is done when it returns
 
     def scan_queue(self, tq: int):
         count = nbytes = 0
@@ -326,7 +331,7 @@ class Sqlite3Case:
         self.con = None
 
 
-class LmdbCase:
+class LmdbCase(_Case):
     name = "lmdb"
 
     def __init__(self, root: str, durable: bool, n: int):
@@ -349,15 +354,6 @@ class LmdbCase:
         with self.env.begin(write=True) as txn:
             txn.cursor(self.msgs).putmulti(zip(pks, wl.bodies(start, end)))
             txn.cursor(self.keys).putmulti(zip(keys, pks))
-
-    def writes_done(self) -> None:
-        pass
-
-    def after_writes(self, wl: Workload) -> None:
-        pass
-
-    def settle(self) -> None:
-        pass     # no background work: a commit's work is done when it returns
 
     def scan_queue(self, tq: int):
         lo, hi = queue_range(tq)
@@ -395,7 +391,7 @@ class LmdbCase:
         self.env = None
 
 
-class RocksdictCase:
+class RocksdictCase(_Case):
     name = "rocksdict"
 
     def __init__(self, root: str, durable: bool):
@@ -420,12 +416,6 @@ class RocksdictCase:
             put(pk, b)
             put(key(i).encode(), pk, cf)
         self.db.write(wb, self.wo)
-
-    def writes_done(self) -> None:
-        pass
-
-    def after_writes(self, wl: Workload) -> None:
-        pass
 
     def settle(self, timeout: float = 600.0) -> None:
         # Memtable flushes and compactions the writes started run in RocksDB's background threads: let them end,
@@ -540,7 +530,7 @@ class AppendLog:
         self.file.close()
 
 
-class AppendLogCase:
+class AppendLogCase(_Case):
     name = "appendlog"
 
     def __init__(self, root: str, durable: bool):
@@ -556,14 +546,8 @@ class AppendLogCase:
             append(i, i % TOPIC_QUEUES, key(i).encode(), b)
         self.log.commit()
 
-    def writes_done(self) -> None:
-        pass
-
     def after_writes(self, wl: Workload) -> None:
         self.log.open_reader()
-
-    def settle(self) -> None:
-        pass     # no background work: a commit's work is done when it returns
 
     def scan_queue(self, tq: int):
         body_at = self.log.body_at

@@ -39,29 +39,27 @@ def is_topic_or_group_illegal(name: str) -> bool:
     return _VALID.fullmatch(name) is None
 
 
+def _validate_name(kind: str, name, max_length: int) -> str:
+    # TopicValidator.validateTopic / validateGroup: blank, then the characters, then the length.
+    if not isinstance(name, str) or not name.strip():
+        raise IllegalNameError(f"{kind}: the specified {kind} is blank ({name!r})")
+    if is_topic_or_group_illegal(name):
+        raise IllegalNameError(f"{kind} {name[:140]!r}: contains illegal characters, allowing only "
+                               "^[%|a-zA-Z0-9_-]+$")
+    if len(name) > max_length:
+        raise IllegalNameError(f"{kind} {name[:40]!r}...: {len(name)} characters, longer than the {kind} max "
+                               f"length {max_length}")
+    return name
+
+
 def validate_topic(topic) -> str:
     """The topic, or IllegalNameError saying which rule it broke (as TopicValidator.validateTopic)."""
-    if not isinstance(topic, str) or not topic.strip():
-        raise IllegalNameError(f"topic: the specified topic is blank ({topic!r})")
-    if is_topic_or_group_illegal(topic):
-        raise IllegalNameError(f"topic {topic[:140]!r}: contains illegal characters, allowing only "
-                               "^[%|a-zA-Z0-9_-]+$")
-    if len(topic) > TOPIC_MAX_LENGTH:
-        raise IllegalNameError(f"topic {topic[:40]!r}...: {len(topic)} characters, longer than the topic max "
-                               f"length {TOPIC_MAX_LENGTH}")
-    return topic
+    return _validate_name("topic", topic, TOPIC_MAX_LENGTH)
 
 
 def validate_group(group) -> str:
-    if not isinstance(group, str) or not group.strip():
-        raise IllegalNameError(f"group: the specified group is blank ({group!r})")
-    if is_topic_or_group_illegal(group):
-        raise IllegalNameError(f"group {group[:300]!r}: contains illegal characters, allowing only "
-                               "^[%|a-zA-Z0-9_-]+$")
-    if len(group) > GROUP_MAX_LENGTH:
-        raise IllegalNameError(f"group {group[:40]!r}...: {len(group)} characters, longer than the group max "
-                               f"length {GROUP_MAX_LENGTH}")
-    return group
+    """The group, or IllegalNameError saying which rule it broke."""
+    return _validate_name("group", group, GROUP_MAX_LENGTH)
 
 
 def is_system_topic(topic: str) -> bool:
