@@ -35,6 +35,7 @@ cdef class MappedFile:
     # page, as mapped writes do) into runway blocks written with zeros ahead of time; _extend_mu keeps the zeroing
     # of a stretch from racing with data written there.
     cdef bint _sync_writes
+    cdef int64_t _pwrite_min            # appends of at least this many bytes go through pwrite (-1: none do)
     cdef bint _crc_records              # commitlog records carry __CRC32#: a torn pwrite is caught, no size-last
     cdef pthread_mutex_t _extend_mu
     cdef rmq_event *_poke

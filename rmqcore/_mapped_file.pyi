@@ -28,7 +28,8 @@ class MappedFile:
     @property
     def read_only(self) -> bool: ...
     def __init__(self, file_name: str, file_size: int, *, read_only: bool = False, pool: Any = None,
-                 runway: int = 0, populate: bool = True) -> None: ...
+                 runway: int = 0, populate: bool = True, sync_writes: bool = False, crc_records: bool = False,
+                 pwrite_min: int = 0) -> None: ...
     @property
     def allocated_position(self) -> int:
         """Bytes from the start known to be allocated on disk (the runway's end)."""

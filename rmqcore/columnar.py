@@ -40,7 +40,7 @@ def _pa():
 def _batches(data):
     pa, _ = _pa()
     if isinstance(data, pa.Table):
-        return data.combine_chunks().to_batches() or []
+        return data.to_batches()      # chunk by chunk: combining them would copy every body
     if isinstance(data, pa.RecordBatch):
         return [data]
     raise TypeError(f"put_arrow takes a pyarrow RecordBatch or Table, got {type(data).__name__}")
@@ -53,10 +53,27 @@ def _cast(col, name, typ):
         raise MessageIllegalError(name, f"column of type {col.type} cannot be read as {typ}: {e}", None) from None
 
 
+def _text(col, name, binary: bool = False):
+    """A string column (``binary``: a binary one, where strings are taken too) as Arrow holds it when its layout
+    is already offsets + bytes (32- or 64-bit offsets), else cast to the large type: casting string to
+    large_string copied every byte (every body, for the body column)."""
+    pa, _ = _pa()
+    t = col.type
+    if (pa.types.is_string(t) or pa.types.is_large_string(t)
+            or (binary and (pa.types.is_binary(t) or pa.types.is_large_binary(t)))):
+        return col
+    return _cast(col, name, pa.large_binary() if binary else pa.large_string())
+
+
 def _varlen(arr):
-    """(offsets int64[len + 1] into data, data uint8) of a large_string/large_binary array, zero-copy."""
+    """(offsets int64[len + 1] into data, data uint8) of a string/binary array (32- or 64-bit offsets): the data
+    zero-copy, 32-bit offsets widened (4 bytes a row)."""
+    pa, _ = _pa()
     bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    offsets = np.frombuffer(bufs[1], dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + len(arr) + 1]
+    if not wide:
+        offsets = offsets.astype(np.int64)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size else np.zeros(1, np.uint8)
     return offsets, data
 
@@ -83,7 +100,7 @@ def _columns(batch, first_row: int = 0):
     if unknown:
         raise MessageIllegalError(unknown[0], f"unknown column; known: {', '.join(REQUIRED + OPTIONAL)}", None)
     col = {n: batch.column(n) for n in names}
-    topic = _cast(col["topic"], "topic", pa.large_string())
+    topic = _text(col["topic"], "topic")
     if topic.null_count:
         raise MessageIllegalError(f"topic[{first_row + _first_null(topic)}]", "must not be null", None)
     queue_id = col["queue_id"]
@@ -95,21 +112,23 @@ def _columns(batch, first_row: int = 0):
             bad = int(np.flatnonzero((queue_id.to_numpy() < -(1 << 31)) | (queue_id.to_numpy() >= (1 << 31)))[0])
             raise MessageIllegalError(f"queue_id[{first_row + bad}]", "outside the Java int range", (1 << 31) - 1)
     queue_id = np.ascontiguousarray(_cast(queue_id, "queue_id", pa.int32()).to_numpy(), dtype=np.int32)
-    body = _cast(col["body"], "body", pa.large_binary())
+    body = _text(col["body"], "body", binary=True)
     if body.null_count:
         body = pc.fill_null(body, b"")
     args = [_varlen(topic), queue_id, _varlen(body)]
 
     tags = col.get("tags")
     if tags is not None:
-        tags = _cast(tags, "tags", pa.large_string())
+        tags = _text(tags, "tags")
         args.append((_valid(tags),) + _varlen(tags))
     else:
         args.append((None, None, None))
 
     keys = col.get("keys")
     if keys is not None:
-        keys = _cast(keys, "keys", pa.large_list(pa.large_string()))
+        if not ((pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type))
+                and (pa.types.is_string(keys.type.value_type) or pa.types.is_large_string(keys.type.value_type))):
+            keys = _cast(keys, "keys", pa.large_list(pa.large_string()))
         values = keys.values
         args.append((_valid(keys), np.ascontiguousarray(keys.offsets.to_numpy(), dtype=np.int64), _valid(values))
                     + _varlen(values))
@@ -143,7 +162,7 @@ def _columns(batch, first_row: int = 0):
     extra = {}
     uniq = col.get("uniq_key")
     if uniq is not None:
-        uniq = _cast(uniq, "uniq_key", pa.large_string())
+        uniq = _text(uniq, "uniq_key")
         extra["uniq_valid"] = _valid(uniq)
         extra["uniq_in_off"], extra["uniq_in_data"] = _varlen(uniq)
     host = col.get("born_host")

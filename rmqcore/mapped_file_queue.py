@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class MappedFileQueue:
     def __init__(self, store_path: str, mapped_file_size: int, *, allocate: bool = False, warm: bool = False,
                  warm_flush: bool = False, pool=None, read_only: bool = False, runway: int = 0,
-                 sync_writes: bool = False, crc_records: bool = False):
+                 sync_writes: bool = False, crc_records: bool = False, pwrite_min: int = 0):
         if mapped_file_size <= 0:
             raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
         self.store_path = store_path
@@ -39,6 +39,7 @@ class MappedFileQueue:
         self._runway_size = runway
         self._sync_writes = sync_writes
         self._crc_records = crc_records
+        self._pwrite_min = pwrite_min       # MappedFile's: appends this large go through pwrite (-1: none)
         # The next file, made ahead by the allocate thread; _create_lock orders its making against the writer's
         # taking it (lock order: _lock, then _create_lock; the allocate thread takes only _create_lock).
         self._pending: dict[int, MappedFile] = {}
@@ -89,7 +90,8 @@ class MappedFileQueue:
                     raise StoreLayoutError(f"{path}: size {size} differs from the configured mapped file size "
                                            f"{self.mapped_file_size}")
                 mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only, runway=self._runway_size,
-                                sync_writes=self._sync_writes, crc_records=self._crc_records)
+                                sync_writes=self._sync_writes, crc_records=self._crc_records,
+                                pwrite_min=self._pwrite_min)
                 mf.set_positions(self.mapped_file_size)
                 files.append(mf)
                 expected = start + self.mapped_file_size
@@ -140,7 +142,8 @@ class MappedFileQueue:
     def _new_file(self, offset: int) -> MappedFile:
         os.makedirs(self.store_path, exist_ok=True)
         mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size,
-                        sync_writes=self._sync_writes, crc_records=self._crc_records)
+                        sync_writes=self._sync_writes, crc_records=self._crc_records,
+                                pwrite_min=self._pwrite_min)
         if self._warm:
             mf.warm_up(self._warm_flush)      # RocketMQ's warmMappedFile: the whole file, off by default
         return mf

@@ -234,7 +234,7 @@ from rmqcore import Message
 from rmqcore._codec import AppendMessageCallback, MessageEncoder
 from rmqcore._mapped_file import MappedFile
 page = mmap.PAGESIZE
-mf = MappedFile(sys.argv[1], 4 * page)
+mf = MappedFile(sys.argv[1], 4 * page, pwrite_min=-1)     # the copy through the mapping (one message's path)
 mf.append(bytes(page - 1000))                    # the next record starts 1,000 bytes before the first page ends
 base = np.frombuffer(mf.view(), np.uint8).ctypes.data
 libc = ctypes.CDLL(None, use_errno=True)
