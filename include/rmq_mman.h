@@ -32,23 +32,6 @@ static inline int rmq_prefault_write(unsigned char *p, size_t len)
     return 0;
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-
-/* Map [p, p+len) of a file mapping for reading (page cache pages the write path already filled): readers of
- * freshly appended bytes then take no fault. Read-only entries are what keeps appends by pwrite cheap: writeback
- * must write-protect every writable entry of a page it cleans, with a TLB shootdown IPI to each CPU running the
- * process. Best effort: 0 also where the kernel lacks it (readers fault as usual). */
-static inline int rmq_prefault_read(unsigned char *p, size_t len)
-{
-    if (len == 0 || madvise(p, len, MADV_POPULATE_READ) == 0)
-        return 0;
-    if (errno == EINVAL || errno == EOPNOTSUPP)
-        return 0;
-    return errno;
-}
-
 /* msync over [from, to) of a mapping: the start is rounded down to the page, as msync requires. */
 static inline int rmq_msync_range(unsigned char *base, int64_t from, int64_t to)
 {
