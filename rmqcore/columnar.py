@@ -199,24 +199,84 @@ def reroutes(props) -> bool:
     return bool(pc.any(pc.is_in(props.keys, pa.array(REROUTING_PROPERTIES, pa.large_string()))).as_py() or False)
 
 
-def encode_batch(encoder, batch, eb=None, first_row: int = 0, check_only: bool = False):
-    """Encode one RecordBatch into ``eb`` (cleared first; a new one when None): (EncodeBuffer, uniq key bytes,
-    their offsets), or None when a row needs the Message path (see REROUTING_PROPERTIES). ``check_only``: run
-    every check without writing; returns (row of the longest record, its length)."""
-    args, props = _columns(batch, first_row)
-    if reroutes(props):
+def _rows(a, start: int, n: int, offsets: bool = False):
+    """Rows [start, start + n) of a per-row array (an offsets array: n + 1 entries), None stays None."""
+    if a is None:
         return None
-    (t_off, t_data), queue_id, (b_off, b_data), (tg_v, tg_off, tg_data), keys, prop, born, flag, extra = args
-    n = batch.num_rows
-    if eb is None:
-        eb = EncodeBuffer()
-    else:
+    return a[start:start + n + 1] if offsets else a[start:start + n]
+
+
+class Columns:
+    """One RecordBatch read for the encoder once (the checks that need no row loop, the raw buffers), then
+    encoded slice by slice: ``encode(encoder, eb, start, n)`` passes views of rows [start, start + n) and reads the
+    data buffers in place. ``reroute``: some row names a delay, timer or transaction property, so the batch goes
+    the Message way (``messages``)."""
+
+    def __init__(self, batch, first_row: int = 0):
+        self.batch = batch
+        self.first_row = first_row
+        self.num_rows = batch.num_rows
+        self.args, props = _columns(batch, first_row)
+        self.reroute = reroutes(props)
+
+    def _slice(self, start: int, n: int):
+        (t_off, t_data), queue_id, (b_off, b_data), tags, keys, prop, born, flag, extra = self.args
+        tags = (_rows(tags[0], start, n), _rows(tags[1], start, n, True), tags[2])
+        keys = (_rows(keys[0], start, n), _rows(keys[1], start, n, True)) + tuple(keys[2:])
+        prop = (_rows(prop[0], start, n), _rows(prop[1], start, n, True)) + tuple(prop[2:])
+        extra = {k: (_rows(v, start, n, k == "uniq_in_off") if k in _PER_ROW else v) for k, v in extra.items()}
+        return ([_rows(t_off, start, n, True), t_data, _rows(queue_id, start, n), _rows(b_off, start, n, True),
+                 b_data, *tags, *keys, *prop, _rows(born, start, n), _rows(flag, start, n)], extra)
+
+    def check(self, encoder):
+        """Every check on every row, nothing written: (row of the longest record, its length)."""
+        args, extra = self._slice(0, self.num_rows)
+        return encoder.encode_arrow(EncodeBuffer(), self.num_rows, *args, None, None, self.first_row, True,
+                                    **extra)
+
+    def encode(self, encoder, eb, start: int, n: int, uniq, uniq_off):
+        """Rows [start, start + n) into ``eb`` (cleared first); their UNIQ_KEYs into ``uniq``/``uniq_off``."""
+        args, extra = self._slice(start, n)
         eb.clear()
-    uniq = np.empty(max(1, n * 64), np.uint8) if not check_only else None
-    uniq_off = np.empty(n + 1, np.int64) if not check_only else None
-    done = encoder.encode_arrow(eb, n, t_off, t_data, queue_id, b_off, b_data, tg_v, tg_off, tg_data, *keys,
-                                *prop, born, flag, uniq, uniq_off, first_row, check_only, **extra)
-    return done if check_only else (eb, uniq, uniq_off)
+        encoder.encode_arrow(eb, n, *args, uniq, uniq_off, self.first_row + start, False, **extra)
+
+
+_PER_ROW = ("uniq_valid", "uniq_in_off", "born_host_idx", "reconsume")
+
+
+class Results:
+    """The put_arrow result, filled slice by slice and built once at the end: rows of (store time, commitlog
+    offset, queue offset, size) as the writer fills them and UNIQ_KEY bytes, or, for a slice that went the
+    Message way, its PutResults."""
+
+    def __init__(self):
+        self._parts: list = []          # (raw rows, uniq bytes, uniq lengths) or a list of PutResults
+
+    def add_rows(self, raw, uniq, uniq_off):
+        n = len(raw)
+        self._parts.append((raw, uniq[:uniq_off[n]].copy(), np.diff(uniq_off[:n + 1])))
+
+    def add_put_results(self, results):
+        self._parts.append(list(results))
+
+    def batch(self):
+        out = []
+        run: list = []
+        for part in self._parts + [None]:
+            if isinstance(part, tuple):
+                run.append(part)
+                continue
+            if run:
+                raw = np.concatenate([r[0] for r in run]) if len(run) > 1 else run[0][0]
+                uniq = np.concatenate([r[1] for r in run]) if len(run) > 1 else run[0][1]
+                lens = np.concatenate([r[2] for r in run]) if len(run) > 1 else run[0][2]
+                offsets = np.zeros(len(lens) + 1, np.int64)
+                np.cumsum(lens, out=offsets[1:])
+                out.append(result_batch(raw, uniq, offsets))
+                run = []
+            if part is not None:
+                out.append(results_from_put_results(part))
+        return concat(out)
 
 
 def result_batch(raw: np.ndarray, uniq: np.ndarray, uniq_off: np.ndarray, ok_status=PutStatus.PUT_OK):
@@ -226,10 +286,15 @@ def result_batch(raw: np.ndarray, uniq: np.ndarray, uniq_off: np.ndarray, ok_sta
     n = len(raw)
     codes = (raw[:, 1] < 0).astype(np.int8)
     names = pa.array([ok_status.name, PutStatus.CREATE_MAPPED_FILE_FAILED.name])
-    uniq_arr = pa.LargeStringArray.from_buffers(n, pa.py_buffer(uniq_off[:n + 1]), pa.py_buffer(uniq))
+    if uniq_off[n] < (1 << 31):        # the result's string type, built in place
+        uniq_arr = pa.StringArray.from_buffers(n, pa.py_buffer(uniq_off[:n + 1].astype(np.int32)),
+                                               pa.py_buffer(uniq))
+    else:
+        uniq_arr = pa.LargeStringArray.from_buffers(n, pa.py_buffer(uniq_off[:n + 1]),
+                                                    pa.py_buffer(uniq)).cast(pa.string())
     return pa.RecordBatch.from_arrays(
         [pa.DictionaryArray.from_arrays(pa.array(codes), names), pa.array(raw[:, 1]), pa.array(raw[:, 2]),
-         pa.array(raw[:, 3].astype(np.int32)), pa.array(raw[:, 0]), uniq_arr.cast(pa.string())],
+         pa.array(raw[:, 3].astype(np.int32)), pa.array(raw[:, 0]), uniq_arr],
         names=["status", "commitlog_offset", "queue_offset", "wrote_bytes", "store_timestamp", "uniq_key"])
 
 

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from ._codec import (AppendMessageCallback, CommitLogWriter, MessageEncoder, PutResult, RESULT_BLANK, RESULT_END, RecordIterator,
+from ._codec import (AppendMessageCallback, CommitLogWriter, EncodeBuffer, MessageEncoder, PutResult, RESULT_BLANK, RESULT_END, RecordIterator,
                      current_millis, decode_message, record_error, scan_records)
 from .config import StoreConfig
 from .errors import CorruptRecordError, StoreClosedError
@@ -162,35 +162,36 @@ class CommitLog:
         from . import columnar
         if self._closed or self.read_only:
             self._check_open()
-        batches = columnar._batches(data)
+        batches = []
+        rows_before = 0
+        for batch in columnar._batches(data):
+            batches.append(columnar.Columns(batch, rows_before))
+            rows_before += batch.num_rows
         # First pass: every check on every row, nothing written, so a bad row fails the call before any is stored
         # (put_batch's promise); it costs a fraction of the encoding, which the second pass does slice by slice.
-        rows_before = 0
-        for batch in batches:
-            checked = columnar.encode_batch(self.encoder, batch, None, rows_before, check_only=True)
-            if checked is not None:
-                self.writer.check_record_length(checked[1], checked[0])
-            rows_before += batch.num_rows
-        out = []
-        eb = None
-        rows_before = 0
-        for batch in batches:
+        for cols in batches:
+            if not cols.reroute:
+                longest_row, longest = cols.check(self.encoder)
+                self.writer.check_record_length(longest, longest_row)
+        results = columnar.Results()
+        eb = EncodeBuffer()
+        uniq = np.empty(columnar.ARROW_ROWS * 64, np.uint8)
+        uniq_off = np.empty(columnar.ARROW_ROWS + 1, np.int64)
+        for cols in batches:
             # Slices of ARROW_ROWS rows through one reused buffer: its pages stay warm (a whole batch in one buffer
             # page-faulted a fresh allocation per call, slower than the encoding itself).
-            for start in range(0, batch.num_rows, columnar.ARROW_ROWS):
-                part = batch.slice(start, columnar.ARROW_ROWS)
-                first_row = rows_before + start
-                encoded = columnar.encode_batch(self.encoder, part, eb, first_row)
-                if encoded is None:
+            for start in range(0, cols.num_rows, columnar.ARROW_ROWS):
+                n = min(columnar.ARROW_ROWS, cols.num_rows - start)
+                if cols.reroute:
+                    part = cols.batch.slice(start, n)
                     put = put_messages or self.put_messages
-                    out.append(columnar.results_from_put_results(put(columnar.messages(part))))
+                    results.add_put_results(put(columnar.messages(part)))
                     continue
-                eb, uniq, uniq_off = encoded
-                raw = np.empty((part.num_rows, 4), np.int64)
-                self.writer.put_arrow_rows(eb, raw, first_row)
-                out.append(columnar.result_batch(raw, uniq, uniq_off))
-            rows_before += batch.num_rows
-        return columnar.concat(out)
+                cols.encode(self.encoder, eb, start, n, uniq, uniq_off)
+                raw = np.empty((n, 4), np.int64)
+                self.writer.put_arrow_rows(eb, raw, cols.first_row + start)
+                results.add_rows(raw, uniq, uniq_off)
+        return results.batch()
 
     @property
     def topic_queue_table(self) -> dict:
