@@ -248,6 +248,8 @@ SELECT_FOUND: int
 SELECT_NO_MATCHED_MESSAGE: int
 SELECT_MESSAGE_WAS_REMOVING: int
 
+def look_record(files: list[MappedFile], file_size: int, offset: int, check_crc: bool = ...) -> MessageExt | None:
+    """The zero-copy MessageExt of the record that starts at ``offset``, or None."""
 def query_records(files: list[MappedFile], file_size: int, offsets: list[int], topic: str, key: str, max_num: int,
                   seen: set[int] | None = None) -> tuple[list[MessageExt], int]:
     """The messages at index hits that are whole records of ``topic`` carrying ``key`` (KEYS or UNIQ_KEY):

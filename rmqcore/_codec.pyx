@@ -2073,6 +2073,39 @@ cdef bint _has_key(const unsigned char *props, int32_t props_len, const char *ke
     return False
 
 
+def look_record(list files, int64_t file_size, int64_t offset, bint check_crc=False):
+    """The zero-copy MessageExt of the record that starts at global ``offset`` in ``files`` (a mapped file queue's
+    list, equal-size files from the first's offset on), or None when no whole valid record starts there (a bad one
+    included: CommitLog.lookMessageByOffset's null). One call, no Python frame, no view object per read."""
+    cdef Py_ssize_t nfiles = len(files), findex
+    cdef int64_t first_from, pos, readable
+    cdef MappedFile mf
+    cdef RecordView rv
+    cdef const unsigned char *p
+    if nfiles == 0 or file_size <= 0:
+        return None
+    first_from = (<MappedFile>files[0]).file_from_offset
+    if offset < first_from:
+        return None
+    findex = (offset - first_from) // file_size
+    if findex >= nfiles:
+        return None
+    mf = <MappedFile>files[findex]
+    pos = offset - mf.file_from_offset
+    if pos < 0 or pos >= mf.file_size or not mf.hold():     # closed or being deleted: the record is gone
+        return None
+    try:
+        readable = mf.read_position_c()
+        if pos >= readable:
+            return None
+        p = mf.base + pos
+        if parse_record(p, readable - pos, &rv, check_crc) != RECORD_OK:
+            return None
+        return _make_ext(mf, pos, p, &rv)       # the MessageExt holds the file through its buffer
+    finally:
+        mf.release()
+
+
 def query_records(list files, int64_t file_size, list offsets, str topic not None, str key not None, int max_num,
                   set seen=None):
     """The messages an index query found: for each commitlog offset (newest first), the record there when it is a

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from ._codec import (AppendMessageCallback, CommitLogWriter, EncodeBuffer, MessageEncoder, PutResult, RESULT_BLANK, RESULT_END, RecordIterator,
-                     current_millis, decode_message, record_error, scan_records)
+                     current_millis, look_record, record_error, scan_records)
 from .config import StoreConfig
 from .errors import CorruptRecordError, StoreClosedError
 from .mapped_file_queue import MappedFileQueue
@@ -217,19 +217,7 @@ class CommitLog:
 
     def look_message(self, offset: int, check_crc: bool = False):
         """The message whose record starts at ``offset``, or None when no readable record starts there."""
-        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
-        if mf is None:
-            return None
-        pos = offset - mf.file_from_offset
-        if pos < 0 or pos >= mf.read_position:
-            return None
-        view = mf.select(0, mf.read_position)
-        if view is None:
-            return None
-        try:
-            return decode_message(view, pos, check_crc, mf.file_from_offset)
-        except CorruptRecordError:
-            return None
+        return look_record(self.mapped_file_queue._files, self.mapped_file_queue.mapped_file_size, offset, check_crc)
 
     def iterate(self, from_offset: int = 0, check_crc: bool = False):
         """Every message from ``from_offset`` (a record start) to the end, across files. A corrupt record raises

@@ -343,13 +343,17 @@ class IndexService:
         """IndexService.queryOffset: (phy_offsets, index_last_update_timestamp, index_last_update_phy_offset).
         Newest file first; maxNum is capped at maxMsgsNumBatch; stops at a file that began before ``begin`` or when
         maxNum offsets are found."""
-        max_num = min(max_num, self.max_msgs_num_batch)
         with self.lock:
             files = self.index_file_list
             if not files:
                 return [], 0, 0
-            return (query_files(files, topic, key, max_num, begin, end), files[-1].end_timestamp,
+            return (self.query_offsets(topic, key, max_num, begin, end), files[-1].end_timestamp,
                     files[-1].end_phy_offset)
+
+    def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """query_offset's offsets alone (MessageStore.query_message's per-call path)."""
+        with self.lock:
+            return query_files(self.index_file_list, topic, key, min(max_num, self.max_msgs_num_batch), begin, end)
 
     # -- clean -------------------------------------------------------------------------------------------------------
 

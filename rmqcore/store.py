@@ -70,6 +70,8 @@ LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 def _int_arg(name: str, value, lo: int, hi: int) -> int:
     """An integer argument headed for a Java int/long field: a ValueError naming it, not an OverflowError from C."""
+    if type(value) is int and lo <= value <= hi:      # the common case, without a method call
+        return value
     try:
         value = value.__index__()
     except AttributeError:
@@ -753,7 +755,7 @@ class MessageStore:
         # DefaultMessageStore.queryMessage: up to three rounds, each ending the window at the store time of the
         # newest hit of the round before (older hits past maxMsgsNumBatch are reached that way).
         for _ in range(3):
-            offsets, _, _ = self.index_service.query_offset(topic, key, max_num, begin, last_query_time)
+            offsets = self.index_service.query_offsets(topic, key, max_num, begin, last_query_time)
             if not offsets:
                 break
             found, first_ts = query_records(files, file_size, offsets, topic, key, max_num - len(out), seen)
