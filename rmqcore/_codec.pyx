@@ -571,7 +571,10 @@ cdef class MessageExt:
 
     @property
     def body(self):
-        return memoryview(self._src)[self._pos + self.rv.body_pos:self._pos + self.rv.body_pos + self.rv.body_len]
+        cdef Py_ssize_t start = self._pos + self.rv.body_pos
+        if type(self._src) is memoryview:       # a pull's view of a file: slice it (one object, not two)
+            return self._src[start:start + self.rv.body_len]
+        return memoryview(self._src)[start:start + self.rv.body_len]
 
     @property
     def born_host(self):
