@@ -67,7 +67,20 @@ cdef struct RecordView:
     int32_t props_len
 
 
+# The properties dispatch reads (value positions from the properties' start; pos -1: absent), found in one walk.
+cdef struct DispatchProps:
+    int32_t tags_pos
+    int32_t tags_len
+    int32_t keys_pos
+    int32_t keys_len
+    int32_t uniq_pos
+    int32_t uniq_len
+    int32_t delay_pos
+    int32_t delay_len
+
+
 cdef int parse_record(const unsigned char *p, int64_t avail, RecordView *rv, bint check_crc) noexcept nogil
+cdef void dispatch_properties(const unsigned char *props, int32_t props_len, DispatchProps *out) noexcept nogil
 cdef int64_t tags_code_of(const unsigned char *props, int32_t props_len) noexcept nogil
 cdef bint find_property(const unsigned char *props, int32_t props_len, const char *name, int32_t name_len,
                         int32_t *value_pos, int32_t *value_len) noexcept nogil

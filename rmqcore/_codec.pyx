@@ -109,6 +109,36 @@ cdef bint find_property(const unsigned char *props, int32_t props_len, const cha
     return found
 
 
+cdef void dispatch_properties(const unsigned char *props, int32_t props_len, DispatchProps *out) noexcept nogil:
+    # find_property's rules (a pair counts with a non-empty name and value, the last of a name wins) for the four
+    # names dispatch reads, in one walk over the pairs instead of one walk per name.
+    cdef int32_t index = 0, nxt, kv, n
+    cdef const unsigned char *name
+    out.tags_pos = out.keys_pos = out.uniq_pos = out.delay_pos = -1
+    out.tags_len = out.keys_len = out.uniq_len = out.delay_len = 0
+    while index < props_len:
+        nxt = rmq_find_byte(props, index, props_len, 2)
+        if nxt < 0:
+            nxt = props_len
+        kv = rmq_find_byte(props, index, nxt, 1)
+        if kv > index and kv < nxt - 1:
+            n = kv - index
+            name = props + index
+            if n == 4 and memcmp(name, "TAGS", 4) == 0:
+                out.tags_pos = kv + 1
+                out.tags_len = nxt - kv - 1
+            elif n == 4 and memcmp(name, "KEYS", 4) == 0:
+                out.keys_pos = kv + 1
+                out.keys_len = nxt - kv - 1
+            elif n == 8 and memcmp(name, "UNIQ_KEY", 8) == 0:
+                out.uniq_pos = kv + 1
+                out.uniq_len = nxt - kv - 1
+            elif n == 5 and memcmp(name, "DELAY", 5) == 0:
+                out.delay_pos = kv + 1
+                out.delay_len = nxt - kv - 1
+        index = nxt + 1
+
+
 cdef int64_t tags_code_of(const unsigned char *props, int32_t props_len) noexcept nogil:
     cdef int32_t vpos = 0, vlen = 0
     if find_property(props, props_len, "TAGS", 4, &vpos, &vlen):

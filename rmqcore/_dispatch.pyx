@@ -15,10 +15,13 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
 from rmqcore._c cimport rmq_java_hash_utf8, rmq_store_be32, rmq_store_be64
-from rmqcore._codec cimport (RECORD_OK, RecordView, TRANSACTION_ROLLBACK_TYPE, find_property, parse_record,
-                             tags_code_of)
+from rmqcore._codec cimport (DispatchProps, RECORD_OK, RecordView, TRANSACTION_ROLLBACK_TYPE, dispatch_properties,
+                             parse_record)
 
 cnp.import_array()
+
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) nogil
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 cdef bytes _SCHEDULE_TOPIC_B = b"SCHEDULE_TOPIC_XXXX"
@@ -26,6 +29,9 @@ cdef bytes _SCHEDULE_TOPIC_B = b"SCHEDULE_TOPIC_XXXX"
 cdef enum:
     # The scratch key is topic (≤ 32767 bytes in v2) + '#' + a key (≤ the properties' 32767 bytes).
     KEY_SCRATCH = 65536 + 16
+    # How many records ahead the scan prefetches (1 KiB bodies: 9 KB ahead). Measured on a 23 MB commitlog
+    # stretch out of cache: 440 ns a record without, 150-300 with 8 (2 and 4 were between).
+    PREFETCH_AHEAD = 8
 
 
 cdef inline int32_t _index_hash(const unsigned char *topic, int32_t topic_len, const unsigned char *key,
@@ -96,6 +102,8 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
     cdef Py_ssize_t pos
     cdef int n = 0, nk = 0, code = RECORD_OK, i
     cdef RecordView rv
+    cdef DispatchProps dp
+    cdef const unsigned char *ahead
     cdef const unsigned char *base
     cdef const unsigned char *rec
     cdef int32_t vpos = 0, vlen = 0, kstart, kend
@@ -138,16 +146,19 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
                 code = parse_record(rec, end - pos, &rv, check_crc)
                 if code != RECORD_OK:
                     break
+                dispatch_properties(rec + rv.props_pos, rv.props_len, &dp)
                 # Reserve room for this record's keys first: a record never splits across batches.
                 if (rv.sys_flag & TRANSACTION_ROLLBACK_TYPE) != TRANSACTION_ROLLBACK_TYPE:
                     kstart = nk
-                    if find_property(rec + rv.props_pos, rv.props_len, "UNIQ_KEY", 8, &vpos, &vlen):
+                    if dp.uniq_pos >= 0:
                         if nk >= max_keys:
                             break
-                        kh[nk] = _index_hash(rec + rv.topic_pos, rv.topic_len, rec + rv.props_pos + vpos, vlen,
-                                             scratch)
+                        kh[nk] = _index_hash(rec + rv.topic_pos, rv.topic_len, rec + rv.props_pos + dp.uniq_pos,
+                                             dp.uniq_len, scratch)
                         nk += 1
-                    if find_property(rec + rv.props_pos, rv.props_len, "KEYS", 4, &vpos, &vlen):
+                    if dp.keys_pos >= 0:
+                        vpos = dp.keys_pos
+                        vlen = dp.keys_len
                         kend = 0
                         i = 0
                         while i <= vlen:
@@ -169,7 +180,8 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
                         kr[i] = n
                 phys[n] = base_offset + pos
                 size[n] = rv.total_size
-                tags[n] = tags_code_of(rec + rv.props_pos, rv.props_len)
+                tags[n] = (<int64_t>rmq_java_hash_utf8(rec + rv.props_pos + dp.tags_pos, <size_t>dp.tags_len)
+                           if dp.tags_pos >= 0 else 0)
                 ts[n] = rv.store_timestamp
                 qo[n] = rv.queue_offset
                 qid[n] = rv.queue_id
@@ -185,7 +197,9 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
                 # time (store time + the DELAY level's delay; levels past the last are the last).
                 if (delay_rule and rv.topic_len == 19
                         and memcmp(rec + rv.topic_pos, <const char *>"SCHEDULE_TOPIC_XXXX", 19) == 0
-                        and find_property(rec + rv.props_pos, rv.props_len, "DELAY", 5, &vpos, &vlen)):
+                        and dp.delay_pos >= 0):
+                    vpos = dp.delay_pos
+                    vlen = dp.delay_len
                     level = 0
                     j = 1 if vlen > 1 and rec[rv.props_pos + vpos] == 43 else 0      # Integer.parseInt's '+'
                     while j < vlen and j < 10 and 48 <= rec[rv.props_pos + vpos + j] <= 57:
@@ -198,6 +212,16 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
                             tags[n] = rv.store_timestamp + delay_ms[level]
                 n += 1
                 pos += rv.total_size
+                # The scan touches two spots per record, its header and its properties a body's length further:
+                # each a cache miss once records stream past the caches, which the hardware prefetcher does not
+                # follow. Ask for both of a record PREFETCH_AHEAD records on, guessed from this one's layout
+                # (records of one producer look alike; a wrong guess costs a useless prefetch, never a fault).
+                if pos + PREFETCH_AHEAD * <Py_ssize_t>rv.total_size < end:
+                    ahead = rec + PREFETCH_AHEAD * rv.total_size
+                    __builtin_prefetch(ahead)
+                    __builtin_prefetch(ahead + 64)
+                    __builtin_prefetch(ahead + rv.props_pos)
+                    __builtin_prefetch(ahead + rv.props_pos + 64)
     finally:
         free(scratch)
 

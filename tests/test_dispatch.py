@@ -81,3 +81,28 @@ def test_schedule_topic_units_carry_their_delivery_time():
     assert [batch.topics[i] for i in batch.topic_idx] == [c[0] for c in cases]
     plain = scan_for_dispatch(bytes(buf), 0, 0, -1, 100, 400)      # no delay table: tags hashes throughout
     assert plain.tags_code.tolist() == [R.tags_code("T")] * len(cases)
+
+
+prop_names = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "a", "", "x\x02TAGS", "KEYS\x02KEYS", "\x02UNIQ_KEY"])
+prop_values = st.text(st.sampled_from("ab \x01é"), max_size=6)
+
+
+@given(st.lists(st.dictionaries(prop_names, prop_values, max_size=5), min_size=1, max_size=20))
+def test_scan_reads_tags_and_keys_as_string2messageProperties_does(props_list):
+    # One walk over the pairs finds TAGS, KEYS, UNIQ_KEY and DELAY (dispatch_properties): the same values as the
+    # reference parse, including repeated names (the last wins), empty names or values and pairs without \x01.
+    buf = bytearray()
+    want_tags, want_keys = [], []
+    for i, props in enumerate(props_list):
+        topic = "T%d" % (i % 2)
+        buf += R.encode_message(topic=topic, body=b"b", physical_offset=len(buf), store_timestamp=1000 + i,
+                                properties=props)
+        parsed = R.string_to_properties(R.properties_to_string(props))
+        want_tags.append(R.tags_code(parsed.get("TAGS")))
+        keys = ([parsed["UNIQ_KEY"]] if "UNIQ_KEY" in parsed else []) + \
+            [k for k in parsed.get("KEYS", "").split(" ") if k]
+        want_keys += [R.index_key_hash(f"{topic}#{k}") for k in keys]
+    batch = scan_for_dispatch(bytes(buf), 0, 0, -1, 1000, 4000)
+    assert batch.n == len(props_list)
+    assert list(batch.tags_code) == want_tags
+    assert list(batch.key_hash) == want_keys
