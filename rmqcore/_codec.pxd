@@ -104,6 +104,7 @@ cdef class Message:
     cdef public int reconsume_times
     cdef public int64_t prepared_transaction_offset
     cdef public dict properties
+    cdef _set_keys(self, value)
 
 
 cdef class MessageExt:
