@@ -123,6 +123,8 @@ cdef struct EncodedRecord:
     int32_t store_ts_pos    # 56, or 68 with an IPv6 born host
     int32_t queue_id
     bint record_crc         # ends with the 5.x __CRC32# property, filled in once the per-put fields are set
+    int32_t body_crc_pos    # > 0: the body (from here, body_crc_len bytes) still needs its CRC (deferred)
+    int32_t body_crc_len
 
 
 cdef class EncodeBuffer:
@@ -134,6 +136,7 @@ cdef class EncodeBuffer:
     cdef Py_ssize_t rec_capacity
     cdef list topics            # topic per record (with EncodedRecord.queue_id: the topic-queue key)
     cdef list uniq_keys
+    cdef bint defer_body_crc    # encode_into leaves body CRCs to fill_body_crcs (put_batch: one GIL-free pass)
     cdef int reserve(self, Py_ssize_t nbytes) except -1
 
 

@@ -811,6 +811,18 @@ cdef inline unsigned char *_put_crc_placeholder(unsigned char *q) noexcept nogil
     return q + CRC32_RESERVED_LEN
 
 
+cdef void fill_body_crcs(EncodeBuffer b) noexcept nogil:
+    # The body CRCs encode_into deferred (EncodeBuffer.defer_body_crc), in one pass without the GIL: put_batch's
+    # producer then holds the GIL only for what needs Python objects, and a second producer runs meanwhile.
+    cdef Py_ssize_t i
+    cdef unsigned char *p
+    for i in range(b.count):
+        if b.rec[i].body_crc_pos > 0:
+            p = b.data + b.rec[i].pos
+            rmq_store_be32(p + 8, rmq_crc32(0, p + b.rec[i].body_crc_pos, <size_t>b.rec[i].body_crc_len) & 0x7FFFFFFF)
+            b.rec[i].body_crc_pos = 0
+
+
 cdef inline void _fill_record_crc(unsigned char *rec, int32_t total) noexcept nogil:
     # MessageDecoder.createCrc32 after DefaultAppendMessageCallback's CRC of the record before the property (all
     # per-put fields set): 10 decimal digits, least significant first, of crc32 & 0x7FFFFFFF.
@@ -1092,7 +1104,7 @@ cdef class MessageEncoder:
 
         out.reserve(total)
         p = out.data + out.size
-        if body_n:
+        if body_n and not out.defer_body_crc:
             if body_n >= 65536:
                 with nogil:
                     crc = rmq_crc32(0, body.view.buf, <size_t>body_n) & 0x7FFFFFFF
@@ -1151,6 +1163,10 @@ cdef class MessageEncoder:
         rec.store_ts_pos = 48 + <int32_t>len(born)
         rec.queue_id = msg.queue_id
         rec.record_crc = self.append_prop_crc
+        rec.body_crc_pos = 0
+        if body_n and out.defer_body_crc:
+            rec.body_crc_pos = 48 + <int32_t>len(born) + 8 + <int32_t>len(store) + 16
+            rec.body_crc_len = <int32_t>body_n
         out.topics.append(topic)
         out.uniq_keys.append(uniq)
         out.size += total
@@ -1431,6 +1447,7 @@ cdef class MessageEncoder:
             rec.store_ts_pos = 48 + <int32_t>born_n
             rec.queue_id = qid
             rec.record_crc = self.append_prop_crc
+            rec.body_crc_pos = 0
             out.topics.append(topic_obj)
             out.size += total
             out.count += 1
@@ -1894,6 +1911,7 @@ cdef class CommitLogWriter:
             b.count = 0
             b.topics = []
             b.uniq_keys = []
+            b.defer_body_crc = False
             return b
         return EncodeBuffer()
 
@@ -1948,9 +1966,13 @@ cdef class CommitLogWriter:
     cpdef list put_batch(self, messages):
         cdef EncodeBuffer b = self._take()
         cdef list out = []
+        b.defer_body_crc = True
         for m in messages:
             self.encoder.encode_into(<Message?>m, b)
+        b.defer_body_crc = False
         self._check(b, True)
+        with nogil:
+            fill_body_crcs(b)
         self._append_all(b, out, None)
         self._give(b)
         return out
