@@ -36,6 +36,9 @@ cdef class MappedFile:
     # of a stretch from racing with data written there.
     cdef bint _sync_writes
     cdef int64_t _pwrite_min            # appends of at least this many bytes go through pwrite (-1: none do)
+    cdef int64_t _copied                # bytes appended through the mapping since the last runway stretch
+    cdef int64_t _pwritten              # ... and through pwrite: which is more decides how the next is made
+    cdef bint _runway_mapped
     cdef bint _crc_records              # commitlog records carry __CRC32#: a torn pwrite is caught, no size-last
     cdef pthread_mutex_t _extend_mu
     cdef rmq_event *_poke

@@ -67,7 +67,8 @@ cdef class MappedFile:
     """
 
     def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
-                  bint populate=True, bint sync_writes=False, bint crc_records=False, int64_t pwrite_min=0):
+                  bint populate=True, bint sync_writes=False, bint crc_records=False, int64_t pwrite_min=0,
+                  bint copies_expected=True):
         self.fd = -1
         self.base = NULL
         self.write_buffer = NULL
@@ -75,7 +76,8 @@ cdef class MappedFile:
         pthread_mutex_init(&self._extend_mu, NULL)
 
     def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
-                 bint populate=True, bint sync_writes=False, bint crc_records=False, int64_t pwrite_min=0):
+                 bint populate=True, bint sync_writes=False, bint crc_records=False, int64_t pwrite_min=0,
+                 bint copies_expected=True):
         cdef struct_stat st
         cdef int flags
         cdef int err
@@ -103,6 +105,7 @@ cdef class MappedFile:
         self._crc_records = crc_records
         self._populate = populate
         self._pwrite_min = pwrite_min if not read_only else -1
+        self._copied = 1 if copies_expected else 0        # decides how the first stretch of runway is made
         if st.st_size == 0 and not read_only:
             # Allocate blocks now: a sparse file would turn a full disk into SIGBUS on the put path; this way it
             # is an error here, when the file is made (CREATE_MAPPED_FILE_FAILED). With a runway only its first
@@ -286,8 +289,15 @@ cdef class MappedFile:
             if have < need or need <= 0:
                 err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, 0)
                 # Appends by pwrite (not SYNC) fill the page cache themselves: zeros ahead of them would be copied
-                # twice, and pages mapped writable would cost an IPI each at writeback (``pwrite_min``).
-                mapped = self._pwrite_min < 0 or self._sync_writes
+                # twice, and pages mapped writable would cost an IPI each at writeback (``pwrite_min``). Appends
+                # copied into the mapping (one message a put) want the stretch written and mapped, or each page
+                # faults through the read path (readahead zeroing unwritten blocks: a third of a put's CPU). Which
+                # kind came since the last stretch decides (a new file: what the file before it ended with).
+                mapped = (self._pwrite_min < 0 or self._sync_writes
+                          or rmq_atomic_load_i64(&self._copied) > rmq_atomic_load_i64(&self._pwritten))
+                self._runway_mapped = mapped
+                rmq_atomic_store_i64(&self._copied, 0)
+                rmq_atomic_store_i64(&self._pwritten, 0)
                 if err == 0 and mapped:
                     err = rmq_runway_write_zeros(self.fd, self.file_size, have, end, self._sync_writes)
                 # From the next page: the page holding ``have`` may hold data (and rmq_prefault_write's fallback for
@@ -311,19 +321,28 @@ cdef class MappedFile:
         """The allocate thread's step: when the write position is within half a runway of the allocated end, extend
         the runway a full length past it (GIL released). Returns True once the runway reaches the end of the file."""
         cdef int err = 0
-        cdef int64_t wrote
+        cdef int64_t wrote, have
         if self.read_only or not self.hold():
             return True
         try:
             wrote = rmq_atomic_load_i64(&self._wrote)
-            if self._runway and wrote + self._runway // 2 >= rmq_atomic_load_i64(&self._allocated):
+            have = rmq_atomic_load_i64(&self._allocated)
+            if self._runway and wrote + self._runway // 2 >= have:
+                # Past the allocated end (asking for wrote + 1, which is allocated already, did nothing: the
+                # writer then extended on the put path when it reached the end, a 32 MiB stall).
                 with nogil:
-                    err = self.extend_c(wrote + 1)
+                    err = self.extend_c(have + 1)
                 if err != 0:
                     _raise_os(err, "allocate", self.file_name)
             return rmq_atomic_load_i64(&self._allocated) >= self.file_size
         finally:
             self.release()
+
+    @property
+    def runway_mapped(self):
+        """Whether the last stretch of runway was written and mapped for appends copied into the mapping (else
+        left to pwrite): what a next file's first stretch is made for (``copies_expected``)."""
+        return self._runway_mapped
 
     def set_allocator(self, Runway runway):
         """Poke ``runway`` (the allocate thread's event) whenever appends come within half a runway of its end."""
@@ -359,11 +378,13 @@ cdef class MappedFile:
             # of every blocking SYNC_FLUSH put; pwrite does not.
             # One pwrite when every record carries a whole-record CRC (a write cut by a kill at a page boundary is
             # caught by recovery's CRC check); else the size goes last, in a second pwrite.
+            rmq_atomic_store_i64(&self._pwritten, rmq_atomic_load_i64(&self._pwritten) + n)
             return rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last and not self._crc_records)
         elif size_last:
             rmq_copy_size_last(self.base + pos, src, <size_t>n)
         else:
             memcpy(self.base + pos, src, <size_t>n)
+        rmq_atomic_store_i64(&self._copied, rmq_atomic_load_i64(&self._copied) + n)
         return 0
 
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil:

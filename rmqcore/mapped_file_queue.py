@@ -141,9 +141,12 @@ class MappedFileQueue:
 
     def _new_file(self, offset: int) -> MappedFile:
         os.makedirs(self.store_path, exist_ok=True)
+        files = self._files
+        # The first stretch of runway made for the appends the file before saw (copies or pwrites: MappedFile).
+        copies_expected = files[-1].runway_mapped if files else True
         mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size,
-                        sync_writes=self._sync_writes, crc_records=self._crc_records,
-                                pwrite_min=self._pwrite_min)
+                        sync_writes=self._sync_writes, crc_records=self._crc_records, pwrite_min=self._pwrite_min,
+                        copies_expected=copies_expected)
         if self._warm:
             mf.warm_up(self._warm_flush)      # RocketMQ's warmMappedFile: the whole file, off by default
         return mf

@@ -194,3 +194,32 @@ def test_background_allocation_precreates_next_file(tmp_path):
         time.sleep(0.01)
     assert os.path.exists(tmp_path / "q" / offset_to_file_name(SIZE))
     q.shutdown()
+
+
+def test_runway_is_made_for_the_appends_that_came(tmp_path):
+    # Appends copied into the mapping (one message a put) get the next stretch of runway written and mapped;
+    # appends by pwrite (put_batch) get it left to the page cache (no zeros copied twice, no writable mappings).
+    mib = 1 << 20
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), 16 * mib, runway=mib, pwrite_min=4096)
+    try:
+        assert mf.runway_mapped                      # a new file expects copies unless told otherwise
+        while mf.wrote_position < mib // 2 + 1:
+            mf.append(b"s" * 1000)                   # small: copied
+        mf.prepare_runway()
+        assert mf.allocated_position > mib and mf.runway_mapped
+        big = os.urandom(64 * 1024)
+        while mf.wrote_position < mf.allocated_position - mib // 2 + 1:
+            mf.append(big)                           # large: pwrite
+        mf.prepare_runway()
+        assert not mf.runway_mapped
+        start = mf.wrote_position
+        mf.append(big)
+        assert bytes(mf.select(start, len(big))) == big      # readable through the mapping all the same
+    finally:
+        mf.close()
+    nxt = MappedFile(str(tmp_path / offset_to_file_name(16 * mib)), 16 * mib, runway=mib, pwrite_min=4096,
+                     copies_expected=False)
+    try:
+        assert not nxt.runway_mapped
+    finally:
+        nxt.close()
