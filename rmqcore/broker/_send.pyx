@@ -10,7 +10,7 @@ any refusal — goes to the broker's ``check`` callable, which holds every rule 
 module holds none of them, only the test of whether a message may skip them. The cache is the broker's: it is
 emptied whenever the topic table or the broker's permission changes, so an entry here is always current.
 """
-from cpython.dict cimport PyDict_GetItem
+from cpython.dict cimport PyDict_GetItemWithError
 from cpython.object cimport PyObject
 
 from rmqcore._codec cimport Message
@@ -64,7 +64,7 @@ cdef class Sender:
         self.put_transaction = put_transaction
 
     cdef inline int _check(self, Message msg) except -1:
-        cdef PyObject *found = PyDict_GetItem(self.cache, msg.topic)   # borrowed; NULL when absent
+        cdef PyObject *found = PyDict_GetItemWithError(self.cache, msg.topic)   # borrowed; NULL: absent
         cdef SendEntry entry
         if found is not NULL:
             entry = <SendEntry>found
@@ -99,7 +99,7 @@ cdef class Sender:
             msg = <Message>obj
             self._check(msg)
             props = self._properties(msg)
-            prepared = PyDict_GetItem(props, PROPERTY_TRANSACTION_PREPARED)
+            prepared = PyDict_GetItemWithError(props, PROPERTY_TRANSACTION_PREPARED)
             if prepared is not NULL and <object>prepared == "true":
                 raise NoPermissionError(f"topic[{msg.topic}]: a batch may not carry prepared transaction messages")
             props[PROPERTY_CLUSTER] = self.cluster
