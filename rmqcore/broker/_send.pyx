@@ -23,6 +23,9 @@ cdef str PROPERTY_CLUSTER = mix_all.PROPERTY_CLUSTER
 cdef str PROPERTY_TRANSACTION_PREPARED = mix_all.PROPERTY_TRANSACTION_PREPARED
 
 
+_NONE = object()      # no topic yet
+
+
 cdef class SendEntry:
     """The checks of a send that depend on its topic alone, done once per topic until the topic table changes: the
     TopicConfig they passed, the queue id limit (msgCheck's max of read and write queue numbers), the write queue
@@ -44,6 +47,12 @@ cdef class SendEntry:
                 f"write_queue_nums={self.write_queue_nums}, slow={self.slow})")
 
 
+cdef inline bint _clears(SendEntry entry, Message msg):
+    """Whether the topic's cached checks clear ``msg`` of every other rule: a cached topic that needs no per-message
+    handling, and a queue id in its range."""
+    return entry is not None and not entry.slow and 0 <= msg.queue_id < entry.queue_id_limit
+
+
 cdef class Sender:
     """Broker.send / send_batch over one store. ``cache`` maps topic -> SendEntry (filled and emptied by the broker);
     ``check(msg)`` runs every rule for a message the cache does not clear (raising the refusal, or adjusting the
@@ -63,15 +72,9 @@ cdef class Sender:
         self.check = check
         self.put_transaction = put_transaction
 
-    cdef inline int _check(self, Message msg) except -1:
-        cdef PyObject *found = PyDict_GetItemWithError(self.cache, msg.topic)   # borrowed; NULL: absent
-        cdef SendEntry entry
-        if found is not NULL:
-            entry = <SendEntry>found
-            if not entry.slow and 0 <= msg.queue_id < entry.queue_id_limit:
-                return 0
-        self.check(msg)
-        return 0
+    cdef inline SendEntry _entry(self, object topic):
+        cdef PyObject *found = PyDict_GetItemWithError(self.cache, topic)   # borrowed; NULL: not cached
+        return None if found is NULL else <SendEntry>found
 
     cdef inline dict _properties(self, Message msg):
         if msg.properties is None:
@@ -80,7 +83,8 @@ cdef class Sender:
 
     def send(self, Message msg not None):
         """Broker.send (see its docstring)."""
-        self._check(msg)
+        if not _clears(self._entry(msg.topic), msg):
+            self.check(msg)
         cdef dict props = self._properties(msg)
         props[PROPERTY_CLUSTER] = self.cluster
         if PROPERTY_TRANSACTION_PREPARED in props:
@@ -93,11 +97,18 @@ cdef class Sender:
         cdef Message msg
         cdef dict props
         cdef PyObject *prepared
+        cdef object topic = _NONE
+        cdef SendEntry entry = None
         for obj in batch:
             if type(obj) is not Message and not isinstance(obj, Message):
                 raise TypeError(f"send_batch needs Message objects, got {type(obj).__name__}")
             msg = <Message>obj
-            self._check(msg)
+            if msg.topic is not topic:          # a batch is mostly one topic (one str): one lookup for its run
+                topic = msg.topic
+                entry = self._entry(topic)
+            if not _clears(entry, msg):
+                self.check(msg)
+                topic = _NONE                   # Python ran (and may have cached or changed it): look up again
             props = self._properties(msg)
             prepared = PyDict_GetItemWithError(props, PROPERTY_TRANSACTION_PREPARED)
             if prepared is not NULL and <object>prepared == "true":
