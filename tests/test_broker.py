@@ -197,6 +197,27 @@ def test_retry_topic_sends_see_group_changes_at_once(open_broker):
     assert msg.topic == "%DLQ%g"
 
 
+def test_send_batch_of_mixed_topics_checks_each_message(open_broker):
+    # Runs of one topic share a lookup in send_batch; a message needing the full checks in the middle of a run
+    # (a queue id to pick, a first send, a MULTI_TAG topic) must still get them, and so must the ones after it.
+    b = open_broker()
+    b.update_topic(TopicConfig("mt", read_queue_nums=2, write_queue_nums=2, topic_filter_type="MULTI_TAG"))
+    batch = [Message("fresh", b"0", queue_id=0), Message("fresh", b"1", queue_id=-1),
+             Message("mt", b"2", queue_id=1), Message("fresh", b"3", queue_id=3), Message("mt", b"4", queue_id=0),
+             Message("fresh", b"5", queue_id=2)]
+    results = b.send_batch(batch)
+    assert [r.status for r in results] == [PutStatus.PUT_OK] * 6
+    assert 0 <= batch[1].queue_id < 4
+    assert [bool(m.sys_flag & 0x2) for m in batch] == [False, False, True, False, True, False]
+    assert b.topics()["fresh"].write_queue_nums == 4                 # auto-created by the batch's first message
+    with pytest.raises(QueueIdIllegalError, match=r"queueId\[4\]"):
+        b.send_batch([Message("fresh", b"6", queue_id=0), Message("mt", b"7", queue_id=0),
+                      Message("fresh", b"8", queue_id=1), Message("fresh", b"9", queue_id=4)])
+    b.store.wait_dispatched()
+    assert sum(b.store.max_offset("fresh", q) for q in range(4)) == 4
+    assert sum(b.store.max_offset("mt", q) for q in range(2)) == 2
+
+
 def test_send_takes_only_messages_and_fills_missing_properties(open_broker):
     b = open_broker()
     b.create_topic("t", queue_nums=1)
