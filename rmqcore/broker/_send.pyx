@@ -27,10 +27,10 @@ _NONE = object()      # no topic yet
 
 
 cdef class SendEntry:
-    """The checks of a send that depend on its topic alone, done once per topic until the topic table changes: the
-    TopicConfig they passed, the queue id limit (msgCheck's max of read and write queue numbers), the write queue
-    count (for a queue id to pick), and whether every send to it needs the broker's slow path (a retry topic: DLQ
-    diversion; a MULTI_TAG topic: the sys flag)."""
+    """The checks of a send that depend on its topic alone, done once per topic until the topic table or the
+    broker's permission changes: the TopicConfig they passed, the queue id limit (msgCheck's max of read and write
+    queue numbers), the write queue count (for a queue id to pick), and whether every send to it needs the broker's
+    slow path (a retry topic: DLQ diversion; a MULTI_TAG topic: the sys flag)."""
     cdef readonly object topic_config
     cdef readonly int queue_id_limit
     cdef readonly int write_queue_nums
