@@ -16,14 +16,15 @@ if os.environ.get("RMQCORE_DEBUG"):
     CFLAGS = ["-O0", "-g", "-std=c11", "-Wall"]
     LDFLAGS = []
 
-MODULES = ["_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment"]
+# Dotted names under rmqcore (broker._send is rmqcore/broker/_send.pyx).
+MODULES = ["_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "broker._send"]
 HEADERS = sorted(glob.glob("include/*.h"))
 PXDS = sorted(glob.glob("rmqcore/*.pxd"))
 
 extensions = [
     Extension(
         f"rmqcore.{name}",
-        [f"rmqcore/{name}.pyx"],
+        [f"rmqcore/{name.replace('.', '/')}.pyx"],
         include_dirs=["include", numpy.get_include()],
         extra_compile_args=CFLAGS,
         extra_link_args=LDFLAGS,

@@ -114,6 +114,125 @@ def test_topic_change_reaches_the_send_path_at_once(open_broker):
         b.send(Message("t", b"x", queue_id=0))
 
 
+def test_permission_changed_after_cached_sends_applies_to_the_next_send_and_batch(open_broker):
+    # The topic's checks are cached after its first send: every change of the topic table must reach the very
+    # next send, whichever way it is made (update_topic, the manager itself, a reload of topics.json).
+    b = open_broker()
+    b.create_topic("t", queue_nums=2)
+    fill(b, "t", 3)
+    b.update_topic(TopicConfig("t", read_queue_nums=2, write_queue_nums=2, perm=4))
+    with pytest.raises(NoPermissionError, match=r"topic\[t\]"):
+        b.send(Message("t", b"x", queue_id=0))
+    with pytest.raises(NoPermissionError, match=r"topic\[t\]"):
+        b.send_batch([Message("t", b"x", queue_id=0)])
+    b.update_topic(TopicConfig("t", read_queue_nums=2, write_queue_nums=2, perm=6))
+    assert b.send(Message("t", b"x", queue_id=1)).status is PutStatus.PUT_OK
+    b.topic_config_manager.update_topic_config(TopicConfig("t", read_queue_nums=2, write_queue_nums=2, perm=2))
+    with pytest.raises(NoPermissionError, match="pulling"):
+        b.pull("g", "t", 0, 0)
+    assert b.send(Message("t", b"x", queue_id=1)).status is PutStatus.PUT_OK     # write-only still takes sends
+    # topics.json edited on disk and loaded again: the reload replaces the cached topic too.
+    path = b.topic_config_manager.config_file_path()
+    doc = fastjson.loads(open(path).read())
+    doc["topicConfigTable"]["t"]["perm"] = 4
+    with open(path, "w") as f:
+        f.write(fastjson.dumps(doc, True))
+    b.topic_config_manager.load()
+    with pytest.raises(NoPermissionError, match=r"topic\[t\]"):
+        b.send(Message("t", b"x", queue_id=0))
+    b.store.wait_dispatched()
+    assert b.store.max_offset("t", 0) == 3 and b.store.max_offset("t", 1) == 2
+
+
+def test_queue_count_and_filter_type_changed_after_cached_sends(open_broker):
+    b = open_broker()
+    b.create_topic("t", queue_nums=1)
+    fill(b, "t", 2)
+    with pytest.raises(QueueIdIllegalError):
+        b.send(Message("t", b"x", queue_id=2))
+    b.create_topic("t", queue_nums=4)                   # more queues: the id refused before is taken now
+    assert b.send(Message("t", b"x", queue_id=2)).status is PutStatus.PUT_OK
+    assert b.send_batch([Message("t", b"x", queue_id=3)])[0].status is PutStatus.PUT_OK
+    b.update_topic(TopicConfig("t", read_queue_nums=4, write_queue_nums=4, topic_filter_type="MULTI_TAG"))
+    msg = Message("t", b"x", queue_id=0)
+    b.send(msg)
+    assert msg.sys_flag & 0x2                            # the MULTI_TAG flag of a topic cached without it
+    batch = [Message("t", b"x", queue_id=1)]
+    b.send_batch(batch)
+    assert batch[0].sys_flag & 0x2
+    b.update_topic(TopicConfig("t", read_queue_nums=4, write_queue_nums=4))
+    msg = Message("t", b"x", queue_id=0)
+    b.send(msg)
+    assert not msg.sys_flag & 0x2
+
+
+def test_a_topic_change_during_the_first_checks_is_not_cached_over(open_broker, monkeypatch):
+    # The checks of a topic's first send read its config, then another thread changes it before the entry is
+    # stored: the stale entry must not be kept (it would let every later send bypass the change).
+    b = open_broker()
+    b.create_topic("t", queue_nums=2)
+    checks = b._topic_for_send
+
+    def checks_then_a_concurrent_change(topic):
+        tc = checks(topic)
+        b.create_topic("t", queue_nums=2, perm=4)       # what another thread does meanwhile
+        return tc
+    monkeypatch.setattr(b, "_topic_for_send", checks_then_a_concurrent_change)
+    assert b.send(Message("t", b"x", queue_id=0)).status is PutStatus.PUT_OK     # raced: checked before the change
+    monkeypatch.undo()
+    with pytest.raises(NoPermissionError, match=r"topic\[t\]"):
+        b.send(Message("t", b"x", queue_id=0))
+
+
+def test_retry_topic_sends_see_group_changes_at_once(open_broker):
+    # A retry topic's entry is cached like any other, but its sends always read the group's retry_max_times.
+    b = open_broker()
+    b.update_group(SubscriptionGroupConfig("g", retry_max_times=16))
+    msg = Message("%RETRY%g", b"x", reconsume_times=3)
+    b.send(msg)
+    assert msg.topic == "%RETRY%g"
+    b.update_group(SubscriptionGroupConfig("g", retry_max_times=3))
+    msg = Message("%RETRY%g", b"x", reconsume_times=3)
+    b.send(msg)
+    assert msg.topic == "%DLQ%g"
+
+
+def test_send_batch_of_mixed_topics_checks_each_message(open_broker):
+    # Runs of one topic share a lookup in send_batch; a message needing the full checks in the middle of a run
+    # (a queue id to pick, a first send, a MULTI_TAG topic) must still get them, and so must the ones after it.
+    b = open_broker()
+    b.update_topic(TopicConfig("mt", read_queue_nums=2, write_queue_nums=2, topic_filter_type="MULTI_TAG"))
+    batch = [Message("fresh", b"0", queue_id=0), Message("fresh", b"1", queue_id=-1),
+             Message("mt", b"2", queue_id=1), Message("fresh", b"3", queue_id=3), Message("mt", b"4", queue_id=0),
+             Message("fresh", b"5", queue_id=2)]
+    results = b.send_batch(batch)
+    assert [r.status for r in results] == [PutStatus.PUT_OK] * 6
+    assert 0 <= batch[1].queue_id < 4
+    assert [bool(m.sys_flag & 0x2) for m in batch] == [False, False, True, False, True, False]
+    assert b.topics()["fresh"].write_queue_nums == 4                 # auto-created by the batch's first message
+    with pytest.raises(QueueIdIllegalError, match=r"queueId\[4\]"):
+        b.send_batch([Message("fresh", b"6", queue_id=0), Message("mt", b"7", queue_id=0),
+                      Message("fresh", b"8", queue_id=1), Message("fresh", b"9", queue_id=4)])
+    b.store.wait_dispatched()
+    assert sum(b.store.max_offset("fresh", q) for q in range(4)) == 4
+    assert sum(b.store.max_offset("mt", q) for q in range(2)) == 2
+
+
+def test_send_takes_only_messages_and_fills_missing_properties(open_broker):
+    b = open_broker()
+    b.create_topic("t", queue_nums=1)
+    with pytest.raises(TypeError):
+        b.send(None)
+    with pytest.raises(TypeError):
+        b.send_batch([Message("t", b"ok"), "not a message"])
+    msg = Message("t", b"x")
+    msg.properties = None
+    assert b.send(msg).status is PutStatus.PUT_OK
+    assert msg.properties["CLUSTER"] == "DefaultCluster"
+    b.store.wait_dispatched()
+    assert b.store.max_offset("t", 0) == 1              # the refused batch stored nothing
+
+
 def test_send_batch_checks_every_message_before_storing_any(open_broker):
     b = open_broker()
     b.create_topic("two", queue_nums=2)

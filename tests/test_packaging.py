@@ -16,6 +16,8 @@ import rmqcore
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.dirname(os.path.abspath(rmqcore.__file__))
 IN_SOURCE_TREE = os.path.exists(os.path.join(ROOT, "setup.py"))
+# The compiled modules, dotted under rmqcore (setup.py's MODULES).
+COMPILED = ["_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "broker._send"]
 
 
 def test_license_is_an_spdx_string():
@@ -65,8 +67,8 @@ def _elf_section_names(path: str) -> set[str]:
 def test_compiled_modules_carry_no_debug_info():
     if os.environ.get("RMQCORE_DEBUG"):
         pytest.skip("a debug build on purpose")
-    sos = glob.glob(os.path.join(PKG, "_*.so"))
-    assert len(sos) >= 7
+    sos = glob.glob(os.path.join(PKG, "_*.so")) + glob.glob(os.path.join(PKG, "*", "_*.so"))
+    assert len(sos) >= len(COMPILED)
     for so in sos:
         debug = sorted(n for n in _elf_section_names(so) if n.startswith(".debug"))
         assert debug == [], f"{os.path.basename(so)}: {debug}"
@@ -87,8 +89,9 @@ def test_sdist_holds_what_its_tests_need(tmp_path):
     needed |= {"tests/stubtest_allowlist.txt", "LICENSE", "README.md", "wheels.yml", ".github/workflows/wheels.yml",
                "pyspark_rmqcore.py"}
     needed |= {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "include", "*.h"))}
-    needed |= {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "rmqcore", "*.pyi"))}
-    needed |= {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "rmqcore", "*.pxd"))}
+    for pattern in ("*.pyi", "*.pxd", "*.pyx"):
+        needed |= {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "rmqcore", "**", pattern),
+                                                              recursive=True)}
     assert sorted(needed - sources) == []
     assert not [s for s in sources if s.endswith((".so", ".c")) and s.startswith("rmqcore/")]
 
@@ -103,15 +106,15 @@ def test_a_second_build_reuses_the_modules_compiled_in_place(tmp_path):
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     inputs = glob.glob(os.path.join(ROOT, "include", "*.h")) + glob.glob(os.path.join(ROOT, "rmqcore", "*.pxd"))
     inputs.append(os.path.join(ROOT, "setup.py"))
-    for m in ("_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment"):
-        so = os.path.join(ROOT, "rmqcore", m + suffix)
-        newest = max(os.path.getmtime(p) for p in inputs + [os.path.join(ROOT, "rmqcore", m + ".pyx")])
+    for m in COMPILED:
+        so = os.path.join(ROOT, "rmqcore", *m.split(".")) + suffix
+        newest = max(os.path.getmtime(p) for p in inputs + [os.path.join(ROOT, "rmqcore", *m.split(".")) + ".pyx"])
         if not os.path.exists(so) or os.path.getmtime(so) <= newest:
             pytest.skip(f"{m}{suffix} is older than its sources here: rebuild it first")
     r = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
                         "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("reusing rmqcore/") == 7, r.stdout
+    assert r.stdout.count("reusing rmqcore/") == len(COMPILED), r.stdout
     assert "gcc" not in r.stdout and "cc " not in r.stdout
-    assert len(glob.glob(str(tmp_path / "lib" / "rmqcore" / f"*{suffix}"))) == 7
+    assert len(glob.glob(str(tmp_path / "lib" / "rmqcore" / "**" / f"*{suffix}"), recursive=True)) == len(COMPILED)

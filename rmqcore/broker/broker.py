@@ -22,11 +22,12 @@ import threading
 from ..config import StoreConfig
 from ..flush import PeriodicService
 from ..status import PutStatus
+from ._send import Sender, SendEntry
 from .broker_config import BrokerConfig
 from .consumer_offset_manager import ConsumerOffsetManager
 from .errors import (MessageNotFoundError, NoPermissionError, OffsetIllegalError, PutFailedError,
                      QueueIdIllegalError, SubscriptionGroupNotExistError, TopicNotExistError)
-from .mix_all import (PROPERTY_CLUSTER, PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_TRANSACTION_PREPARED,
+from .mix_all import (PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_TRANSACTION_PREPARED,
                       RETRY_GROUP_TOPIC_PREFIX, get_dlq_topic)
 from .send_back import DLQ_NUMS_PER_GROUP, build_send_back_message
 from .subscription_group_config import SubscriptionGroupConfig
@@ -59,7 +60,12 @@ class Broker:
         self.subscription_group_manager: SubscriptionGroupManager | None = None
         self.consumer_offset_manager: ConsumerOffsetManager | None = None
         self._services: list = []
-        self._send_cache: dict[str, tuple] = {}
+        # topic -> SendEntry, read by the Sender (rmqcore/broker/_send.pyx) on every send; emptied by every change
+        # of the topic table and of the broker's permission (_invalidate_sends), so an entry is always current.
+        self._send_cache: dict[str, SendEntry] = {}
+        self._send_generation = 0
+        self._send_lock = threading.Lock()
+        self._sender: Sender | None = None
         self._store_put = None
         self._cluster = self.config.broker_cluster_name
         self._closed = False
@@ -78,12 +84,19 @@ class Broker:
         self._store_put = self.store.put
         try:
             root = self.store.path
-            self.topic_config_manager = self._tcm = TopicConfigManager(root, self.config)
+            self.topic_config_manager = TopicConfigManager(root, self.config)
             self.subscription_group_manager = SubscriptionGroupManager(root, self.config)
             self.consumer_offset_manager = ConsumerOffsetManager(root)
             for manager in (self.topic_config_manager, self.subscription_group_manager,
                             self.consumer_offset_manager):
                 manager.load()
+            self.topic_config_manager.add_change_listener(self._invalidate_sends)
+            self._sender = Sender(self._send_cache, self._cluster, self.store.put, self.store.put_batch,
+                                  self._check_send, self._put_transaction_message)
+            # The instance's send and send_batch are the Sender's C methods: a Python method in between would cost
+            # a frame per message, a tenth of a small put (the class's methods below say what they do).
+            self.send = self._sender.send
+            self.send_batch = self._sender.send_batch
             from .transaction import TransactionalMessageService
             cfg = self.config
             # Check progress as RocketMQ keeps it: CID_RMQ_SYS_TRANS offsets in consumerOffset.json.
@@ -172,19 +185,38 @@ class Broker:
         if not 0 <= perm <= 0xF:
             raise ValueError(f"broker_permission must be PermName bits (0..15), got {perm}")
         self.config.broker_permission = perm
-        self._send_cache.clear()
+        self._invalidate_sends()
 
-    def _send_entry(self, topic: str) -> tuple:
-        """The checks of a send that depend on the topic alone, done once per topic and table version:
-        (table version, TopicConfig, queue id limit, write queues, needs the slow path: a retry topic or a
-        MULTI_TAG topic)."""
-        version = self.topic_config_manager.version       # read first: a change after it invalidates the entry
+    def _invalidate_sends(self) -> None:
+        """Forget every topic's send checks: the topic table or the broker's permission changed (the topic config
+        manager calls this under its lock after each change of its table)."""
+        with self._send_lock:
+            self._send_generation += 1
+            self._send_cache.clear()
+
+    def _send_entry(self, topic: str) -> SendEntry:
+        """The checks of a send that depend on the topic alone (the broker's permission, the topic's name, its
+        existence or creation, its permission), cached per topic until the next change of what they read."""
+        generation = self._send_generation     # read first: a change while the checks run must not be cached over
         self._check_broker_writeable()
         tc = self._topic_for_send(topic)
-        entry = (version, tc, tc.queue_id_limit, tc.write_queue_nums,
-                 topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or tc.topic_filter_type == "MULTI_TAG")
-        self._send_cache[topic] = entry
+        entry = SendEntry(tc, tc.queue_id_limit, tc.write_queue_nums,
+                          topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or tc.topic_filter_type == "MULTI_TAG")
+        with self._send_lock:
+            if generation == self._send_generation:
+                self._send_cache[topic] = entry
         return entry
+
+    def _check_send(self, msg) -> None:
+        """Every check of a send, for a message the Sender's cached entry does not clear: the topic's checks
+        (cached after), then a queue id to pick or to refuse, a retry topic's DLQ diversion, a MULTI_TAG flag.
+        Raises the refusal; adjusts ``msg`` in place."""
+        entry = self._send_cache.get(msg.topic)
+        if entry is None:
+            entry = self._send_entry(msg.topic)
+        queue_id = msg.queue_id
+        if queue_id < 0 or queue_id >= entry.queue_id_limit or entry.slow:
+            self._send_slow(msg, entry)
 
     def send(self, msg):
         """Store ``msg`` as a broker's send does: check the broker's and the topic's permissions, create the topic
@@ -194,44 +226,20 @@ class Broker:
         broker fills its inner message. Returns the store's PutResult; raises a BrokerError subclass naming the
         refusal, or MessageIllegalError from the store.
 
-        The topic's checks run once per topic and are cached until the topic table changes, so the common send
-        costs a dict lookup and a few compares on top of the store's put."""
-        entry = self._send_cache.get(msg.topic)
-        if entry is None or entry[0] != self._tcm.version:
-            entry = self._send_entry(msg.topic)
-        queue_id = msg.queue_id
-        if queue_id < 0 or queue_id >= entry[2] or entry[4]:
-            self._send_slow(msg, entry)
-        props = msg.properties
-        props[PROPERTY_CLUSTER] = self._cluster
-        if PROPERTY_TRANSACTION_PREPARED in props:
-            return self._put_transaction_message(msg)
-        return self._store_put(msg)
+        The topic's checks run once per topic and are cached until the topic table or the broker's permission
+        changes, so the common send costs a dict lookup and a few compares (in C: rmqcore/broker/_send.pyx) on top
+        of the store's put. An open broker's ``send`` is the Sender's method itself; this one serves the class."""
+        return self._sender.send(msg)
 
     def send_batch(self, messages) -> list:
         """Store many messages with one store lock and one flush wait (MessageStore.put_batch), each checked as
         ``send`` checks it; every message is checked before any is stored. As RocketMQ's batch send, messages of a
         prepared transaction are refused here (NoPermissionError)."""
-        messages = list(messages)
-        cache = self._send_cache
-        version = self._tcm.version
-        cluster = self._cluster
-        for msg in messages:
-            entry = cache.get(msg.topic)
-            if entry is None or entry[0] != version:
-                entry = self._send_entry(msg.topic)
-            queue_id = msg.queue_id
-            if queue_id < 0 or queue_id >= entry[2] or entry[4]:
-                self._send_slow(msg, entry)
-            props = msg.properties
-            if PROPERTY_TRANSACTION_PREPARED in props and props[PROPERTY_TRANSACTION_PREPARED] == "true":
-                raise NoPermissionError(f"topic[{msg.topic}]: a batch may not carry prepared transaction messages")
-            props[PROPERTY_CLUSTER] = cluster
-        return self.store.put_batch(messages)
+        return self._sender.send_batch(messages)
 
-    def _send_slow(self, msg, entry) -> None:
+    def _send_slow(self, msg, entry: SendEntry) -> None:
         """The rarer parts of a send: a queue id to pick or to refuse, a retry topic, a MULTI_TAG topic."""
-        _version, tc, limit, write_queue_nums, _slow = entry
+        tc, limit, write_queue_nums = entry.topic_config, entry.queue_id_limit, entry.write_queue_nums
         queue_id = msg.queue_id
         if queue_id < 0:
             queue_id = msg.queue_id = random.randrange(write_queue_nums) if write_queue_nums else 0

@@ -31,9 +31,10 @@ class TopicConfigManager(ConfigManager):
         self.extra: dict = {}                 # top-level fields of a newer file, written back unchanged
         self._lock = threading.RLock()
         self.system_topics: set[str] = set()
-        # Bumped by every change of the table (under the lock); the broker's send path caches its per-topic checks
-        # under it.
+        # Bumped by every change of the table (under the lock), which then calls each change listener: the broker
+        # empties the send checks it caches per topic.
         self.version = 0
+        self._change_listeners: list = []
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -91,12 +92,23 @@ class TopicConfigManager(ConfigManager):
         table, version, extra = state
         with self._lock:
             self.topic_config_table.update(table)           # Java: putAll over the system topics
-            self.version += 1
+            self._changed()
             if version is not None:
                 self.data_version.assign_new_one(version)
             self.extra = extra
 
     # -- queries and changes ----------------------------------------------------------------------------------
+
+    def add_change_listener(self, listener) -> None:
+        """Call ``listener()`` after every change of the topic table (under the manager's lock, so it must not
+        wait for another thread holding it)."""
+        self._change_listeners.append(listener)
+
+    def _changed(self) -> None:
+        # Callers hold self._lock.
+        self.version += 1
+        for listener in self._change_listeners:
+            listener()
 
     def select_topic_config(self, topic: str) -> TopicConfig | None:
         return self.topic_config_table.get(topic)
@@ -113,7 +125,7 @@ class TopicConfigManager(ConfigManager):
         with self._lock:
             old = self.topic_config_table.get(topic_config.topic_name)
             self.topic_config_table[topic_config.topic_name] = topic_config
-            self.version += 1
+            self._changed()
             self.data_version.next_version()
             log.info("%s topic config %s", "update" if old else "create new", topic_config)
         self.persist()
@@ -123,7 +135,7 @@ class TopicConfigManager(ConfigManager):
             old = self.topic_config_table.pop(topic, None)
             if old is None:
                 return False
-            self.version += 1
+            self._changed()
             self.data_version.next_version()
         self.persist()
         return True
@@ -143,7 +155,7 @@ class TopicConfigManager(ConfigManager):
                 return None
             if default_topic == AUTO_CREATE_TOPIC_KEY_TOPIC and not self.broker_config.auto_create_topic_enable:
                 default.perm = PERM_READ | PERM_WRITE
-                self.version += 1
+                self._changed()
             if not is_inherited(default.perm):
                 log.warning("create new topic failed, because the default topic[%s] has no perm [%d]",
                             default_topic, default.perm)
@@ -154,7 +166,7 @@ class TopicConfigManager(ConfigManager):
                              topic_filter_type=default.topic_filter_type)
             log.info("create new topic by default topic:[%s] config:[%s]", default_topic, tc)
             self.topic_config_table[topic] = tc
-            self.version += 1
+            self._changed()
             self.data_version.next_version()
         self.persist()
         return tc
@@ -174,7 +186,7 @@ class TopicConfigManager(ConfigManager):
                              topic_sys_flag=topic_sys_flag)
             log.info("create new topic %s", tc)
             self.topic_config_table[topic] = tc
-            self.version += 1
+            self._changed()
             self.data_version.next_version()
         self.persist()
         return tc
