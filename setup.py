@@ -16,7 +16,7 @@ if os.environ.get("RMQCORE_DEBUG"):
     CFLAGS = ["-O0", "-g", "-std=c11", "-Wall"]
     LDFLAGS = []
 
-MODULES = ["_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment"]
+MODULES = ["_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule"]
 HEADERS = sorted(glob.glob("include/*.h"))
 PXDS = sorted(glob.glob("rmqcore/*.pxd"))
 

@@ -103,7 +103,7 @@ def test_a_second_build_reuses_the_modules_compiled_in_place(tmp_path):
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     inputs = glob.glob(os.path.join(ROOT, "include", "*.h")) + glob.glob(os.path.join(ROOT, "rmqcore", "*.pxd"))
     inputs.append(os.path.join(ROOT, "setup.py"))
-    for m in ("_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment"):
+    for m in ("_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule"):
         so = os.path.join(ROOT, "rmqcore", m + suffix)
         newest = max(os.path.getmtime(p) for p in inputs + [os.path.join(ROOT, "rmqcore", m + ".pyx")])
         if not os.path.exists(so) or os.path.getmtime(so) <= newest:
@@ -112,6 +112,6 @@ def test_a_second_build_reuses_the_modules_compiled_in_place(tmp_path):
                         "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("reusing rmqcore/") == 7, r.stdout
+    assert r.stdout.count("reusing rmqcore/") == 8, r.stdout
     assert "gcc" not in r.stdout and "cc " not in r.stdout
-    assert len(glob.glob(str(tmp_path / "lib" / "rmqcore" / f"*{suffix}"))) == 7
+    assert len(glob.glob(str(tmp_path / "lib" / "rmqcore" / f"*{suffix}"))) == 8
