@@ -8,9 +8,13 @@ progress per level goes to ``config/delayOffset.json`` (fastjson's ``{"offsetTab
 ``flush_delay_offset_interval`` ms and at shutdown.
 
 Differences from the Java service, on purpose:
-- Due messages are re-put in batches through ``MessageStore.put_batch`` (one put lock, one flush wait per batch),
-  not one ``putMessage`` per message. A level's progress moves only past messages whose put answered PUT_OK, as
-  syncDeliver does, so a failed put is retried (100 ms later), never skipped.
+- Due messages are re-put in batches, not one ``putMessage`` per message: their records are rebuilt in C straight
+  from the schedule records into an encode buffer (rmqcore._schedule, no Python object per message) and appended
+  in one call (``MessageStore.put_encoded``: one put lock; with SYNC_FLUSH the flush is asked for, not awaited, as
+  messageTimeup's waitStoreMsgOK false). The few records a plain rebuild would get wrong (a timer property that
+  reroutes again, a bad REAL_TOPIC / REAL_QID, a size limit, properties that are not UTF-8) go through
+  ``_time_up`` and ``put_batch`` one run at a time, in order. A level's progress moves only past messages that
+  were written, as syncDeliver's PUT_OK, so a failed put is retried (100 ms later), never skipped.
 - One timer thread runs the per-level delivery tasks in turn (each level keeps its own progress and its own "next
   due" time, as Java's per-level DeliverDelayedMessageTimerTask does); under the GIL a thread per level would only
   contend. A level delivers at most ``batch_size`` messages per turn, so a backlog in one level does not starve the

@@ -285,6 +285,33 @@ def test_bad_records_are_skipped_not_stuck(tmp_path):
         assert [m["body"] for m in read_queue(store, "A", 0)] == [b"good"]
 
 
+def test_a_failed_append_stops_progress_at_the_first_message_not_written(tmp_path):
+    """No new commitlog file can be made mid-delivery (CREATE_MAPPED_FILE_FAILED): the level's progress stops at
+    the first message not written, and the next turn delivers the rest, each message exactly once."""
+    clock = FakeClock()
+    with MessageStore.open(str(tmp_path / "s"), cfg(mapped_file_size_commit_log=64 * 1024)) as store:
+        svc = ScheduleMessageService(store, clock=clock)
+        svc.load()
+        msgs = [Message("A", b"%04d" % i + b"." * 1000, 0, properties={"DELAY": "1", "i": str(i)}) for i in range(40)]
+        for m in msgs:
+            rewrite_delay(m, 5)
+        rs = store.put_batch(msgs)
+        store.wait_dispatched()
+        mfq = store.commit_log.mapped_file_queue
+        make = mfq.get_last_mapped_file
+        mfq.get_last_mapped_file = lambda *a, **kw: None          # as when the disk is full
+        clock.now = rs[-1].store_timestamp + 1000
+        first = svc.deliver_due()
+        room = (64 * 1024 - rs[-1].commitlog_offset % (64 * 1024) - rs[-1].wrote_bytes) // rs[0].wrote_bytes
+        assert 0 < first < 40 and first in (room, room - 1)        # what fitted the current file
+        assert svc.offset_table[1] == first and svc.delivered == first
+        mfq.get_last_mapped_file = make
+        assert svc.deliver_due() == 40 - first
+        assert svc.offset_table[1] == 40
+        store.wait_dispatched()
+        assert [bytes(m["body"])[:4] for m in read_queue(store, "A", 0)] == [b"%04d" % i for i in range(40)]
+
+
 def test_progress_persists_at_close_and_delivery_resumes_without_duplicates(tmp_path):
     path = str(tmp_path / "s")
     clock = FakeClock()
