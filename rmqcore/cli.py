@@ -150,6 +150,55 @@ def _parse_time(value: str | None, name: str) -> int | None:
 
 # -- demo ------------------------------------------------------------------------------------------------------------
 
+def _demo_timed_sends(path: str):
+    """The start of the demo's delayed and transactional sends, through a Broker (rmqcore.broker) on its own small
+    store at ``path``: a send with delay level 1 (1 s) is stored in SCHEDULE_TOPIC_XXXX and is not in its topic
+    yet; a prepared send is invisible until end_transaction commits it. Returns the open broker and the delayed
+    send's result for ``_demo_delayed_delivered``, which runs once the rest of the demo has given the second."""
+    from . import Message, StoreConfig
+    from .broker import Broker
+
+    store_config = StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=1000 * 20,
+                               max_hash_slot_num=1000, max_index_num=4000)
+    broker = Broker.open(path, store_config=store_config)
+    try:
+        sent = broker.send(Message("DemoReminders", b"remind me in a second", 0, properties={"DELAY": "1"}))
+        now = broker.pull("demo-group", "DemoReminders", 0, 0)
+        stored = broker.store.look_message(sent.commitlog_offset)
+        print(f"  delayed      send with DELAY 1 (level 1 = 1 s) to DemoReminders/0: stored in {stored.topic} "
+              f"queue {stored.queue_id}; DemoReminders at once: {now.status.name}")
+        del stored
+        half = broker.send(Message("DemoPayments", b"pay order 7", 0,
+                                   properties={"TRAN_MSG": "true", "PGROUP": "demo-producers"}))
+        half_topic = broker.store.look_message(half.commitlog_offset).topic
+        broker.store.wait_dispatched(10)
+        before = broker.pull("demo-group", "DemoPayments", 0, 0)
+        broker.end_transaction(half.commitlog_offset, "demo-producers", commit=True)
+        after = broker.pull("demo-group", "DemoPayments", 0, 0, wait=5.0)
+        print(f"  transaction  prepared send stored in {half_topic}; DemoPayments before commit: "
+              f"{before.status.name}, after end_transaction(commit): {after.status.name} "
+              f"({len(after.messages)} message, {bytes(after.messages[0].body)!r})" if after.messages else
+              f"  transaction  the committed message did not arrive: {after.status.name}")
+        if not after.messages:
+            raise CliError("the committed transactional message is not readable")
+        del after
+    except BaseException:
+        broker.close()
+        raise
+    return broker, sent
+
+
+def _demo_delayed_delivered(broker, sent) -> None:
+    """The end of ``_demo_timed_sends``: the delayed message arrives in its topic (long polling for it), as the
+    store's ScheduleMessageService delivers it once its level's second has passed."""
+    g = broker.pull("demo-group", "DemoReminders", 0, 0, wait=5.0)
+    if not g.messages:
+        raise CliError(f"the delayed message was not delivered: {g.status.name}")
+    m = g.messages[0]
+    print(f"  delayed      DemoReminders/0 now: {g.status.name}, {bytes(m.body)!r}, stored "
+          f"{m.store_timestamp - sent.store_timestamp} ms after its send (ScheduleMessageService)")
+
+
 def demo(args: argparse.Namespace) -> int:
     from . import Message, MessageStore, StoreConfig
     from .status import GetStatus
@@ -169,7 +218,11 @@ def demo(args: argparse.Namespace) -> int:
     single = min(n, 50_000)
     print(f"rmqcore demo: {n:,} messages of {args.body_size} B over {len(topics)} topics x {args.queues} queues "
           f"with put_batch, then {single:,} more with put, into {root}")
+    timed_root = tempfile.mkdtemp(prefix="rmqcore-demo-broker-")
+    timed = None
     try:
+        # Started first, so that the delayed message's second passes while the store part runs.
+        timed = _demo_timed_sends(timed_root)
         with MessageStore.open(root, cfg) as store:
             msgs = [Message(topics[i % len(topics)], body, (i // len(topics)) % args.queues, tags=f"Tag{i % 5}",
                             keys=[f"order-{i}"]) for i in range(n)]
@@ -247,7 +300,11 @@ def demo(args: argparse.Namespace) -> int:
                 print(f"    {rel:<32} {len(shown):4d} file(s): {', '.join(shown[:3])}{' ...' if len(shown) > 3 else ''}")
         print(f"  commitlog max offset {info['commitlog_max_offset']:,}, {info['consume_queues']} consume queues, "
               f"{info['index_files']} index file(s)")
+        _demo_delayed_delivered(*timed)
     finally:
+        if timed is not None:
+            timed[0].close()
+        shutil.rmtree(timed_root, ignore_errors=True)
         if not args.keep and not args.path:
             shutil.rmtree(root, ignore_errors=True)
     return EXIT_OK

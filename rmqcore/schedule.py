@@ -8,9 +8,13 @@ progress per level goes to ``config/delayOffset.json`` (fastjson's ``{"offsetTab
 ``flush_delay_offset_interval`` ms and at shutdown.
 
 Differences from the Java service, on purpose:
-- Due messages are re-put in batches through ``MessageStore.put_batch`` (one put lock, one flush wait per batch),
-  not one ``putMessage`` per message. A level's progress moves only past messages whose put answered PUT_OK, as
-  syncDeliver does, so a failed put is retried (100 ms later), never skipped.
+- Due messages are re-put in batches, not one ``putMessage`` per message: their records are rebuilt in C straight
+  from the schedule records into an encode buffer (rmqcore._schedule, no Python object per message) and appended
+  in one call (``MessageStore.put_encoded``: one put lock; with SYNC_FLUSH the flush is asked for, not awaited, as
+  messageTimeup's waitStoreMsgOK false). The few records a plain rebuild would get wrong (a timer property that
+  reroutes again, a bad REAL_TOPIC / REAL_QID, a size limit, properties that are not UTF-8) go through
+  ``_time_up`` and ``put_batch`` one run at a time, in order. A level's progress moves only past messages that
+  were written, as syncDeliver's PUT_OK, so a failed put is retried (100 ms later), never skipped.
 - One timer thread runs the per-level delivery tasks in turn (each level keeps its own progress and its own "next
   due" time, as Java's per-level DeliverDelayedMessageTimerTask does); under the GIL a thread per level would only
   contend. A level delivers at most ``batch_size`` messages per turn, so a backlog in one level does not starve the
@@ -34,7 +38,8 @@ import time
 import numpy as np
 
 from . import fastjson
-from ._codec import Message, select_messages
+from ._codec import EncodeBuffer, Message, select_messages
+from ._schedule import time_up_into
 from .config_manager import string2file
 from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
 from .status import PutStatus
@@ -272,6 +277,8 @@ class ScheduleMessageService:
         self._last_persist = 0.0
         self._delivered_end = 0       # commitlog end of the last re-put: flushed before progress is persisted
         self._next_due: dict[int, int] = {}
+        self._encoded = EncodeBuffer()        # due records rebuilt for their real queues, reused by every turn
+        self._topics: dict[str, str] = {}     # real topics seen: one str each for the writer's queue table
 
     @property
     def config_path(self) -> str:
@@ -390,24 +397,75 @@ class ScheduleMessageService:
             self._next_due[level] = int(deliver_at[n_due])
         fetched = len(units)
         units = units[:n_due]
-        mfq = store.commit_log.mapped_file_queue
-        found = select_messages(units.view(np.uint8), mfq.mapped_files, store.config.mapped_file_size_commit_log,
-                                n_due, 1 << 62, n_due + 1)[0]
-        batch, exts = self._time_up(found, level)
-        delivered_units = n_due
         delivered_before = self.delivered
-        if batch:
-            ok = self._put(batch)
-            if ok < len(batch):
-                # Progress stops at the first message whose put failed: it is retried on the next turn.
-                first_failed = exts[ok].commitlog_offset
-                delivered_units = int(np.flatnonzero(units["offset"] == first_failed)[0])
-                self._next_due[level] = now + DELAY_FOR_A_WHILE_MS
-            self.delivered += ok
-        del units, found, exts
+        delivered_units = self._deliver_units(level, units)
+        if delivered_units < n_due:
+            # Progress stops at the first message whose put failed: it is retried on the next turn.
+            self._next_due[level] = now + DELAY_FOR_A_WHILE_MS
+        del units
         self.offset_table[level] = offset + delivered_units
         # Everything fetched was due and delivered: there may be more right behind (or in the next file).
         return self.delivered - delivered_before, n_due == fetched and delivered_units == n_due
+
+    def _deliver_units(self, level: int, units) -> int:
+        """Re-put the real messages of the due ``units`` in order → how many leading units are done (all of them
+        unless a put failed). Runs of records are rebuilt in C straight into an encode buffer and appended in one
+        call (rmqcore._schedule); a record that needs more than a rebuild (see time_up_into) goes through
+        messageTimeup per message (``_time_up``) and put_batch."""
+        store = self.store
+        encoder = store.commit_log.encoder
+        files = store.commit_log.mapped_file_queue.mapped_files
+        file_size = store.config.mapped_file_size_commit_log
+        raw_units = units.view(np.uint8)
+        n = len(units)
+        unit_of = np.empty(n, np.int64)
+        i = 0
+        while i < n:
+            nxt, per_message = time_up_into(self._encoded, raw_units, i, files, file_size, encoder.store_host_bytes,
+                                            encoder.max_message_size, encoder.append_prop_crc,
+                                            encoder.reroute is not None, encoder.uniq_keys, unit_of, self._topics)
+            if not per_message and len(self._encoded):
+                try:
+                    failed = self._put_encoded(unit_of)
+                except MessageIllegalError:      # a record longer than a commitlog file: told apart one by one
+                    per_message = True
+                else:
+                    if failed is not None:
+                        return failed
+            if per_message:
+                failed = self._deliver_per_message(level, units[i:nxt], files, file_size)
+                if failed is not None:
+                    return i + failed
+            i = nxt
+        return n
+
+    def _put_encoded(self, unit_of):
+        """Append the encode buffer; None when every record went in, else the unit index of the first that did
+        not (no commitlog file could be made)."""
+        eb = self._encoded
+        k = len(eb)
+        result = np.empty((k, 4), np.int64)
+        self.store.put_encoded(eb, result)
+        written = result[:, 1] >= 0
+        ok = k if written.all() else int(np.argmin(written))
+        if ok:
+            self.delivered += ok
+            self._delivered_end = max(self._delivered_end, int(result[ok - 1, 1] + result[ok - 1, 3]))
+        return None if ok == k else int(unit_of[ok])
+
+    def _deliver_per_message(self, level: int, units, files, file_size):
+        """messageTimeup per message for ``units`` → None when all are done, else the index of the first unit not
+        done (its put failed)."""
+        n = len(units)
+        found = select_messages(units.view(np.uint8), files, file_size, n, 1 << 62, n + 1)[0]
+        batch, exts = self._time_up(found, level)
+        if not batch:
+            return None
+        ok = self._put(batch)
+        self.delivered += ok
+        if ok == len(batch):
+            return None
+        return int(np.flatnonzero(units["offset"] == exts[ok].commitlog_offset)[0])
 
     def _time_up(self, found, level):
         """messageTimeup for each due record → (Messages to put, their source records)."""

@@ -525,6 +525,27 @@ class MessageStore:
                 result = result.set_column(0, "status", timed_out)
         return result
 
+    def put_encoded(self, encoded, result) -> None:
+        """Append records already encoded into an EncodeBuffer (rmqcore._schedule.time_up_into: delayed messages
+        coming due) through the writer's path for encoded rows, as put_arrow appends its rows: queue offsets,
+        dispatch and index as for put_batch. Row i of ``result`` (an int64 array of at least (len(encoded), 4))
+        receives record i's store time, commitlog offset (-1: no file could be made, CREATE_MAPPED_FILE_FAILED),
+        queue offset and size. MessageIllegalError (nothing written) when a record does not fit a file.
+        SYNC_FLUSH: the flush is asked for, not awaited, as RocketMQ re-puts a due message with waitStoreMsgOK
+        false; the caller flushes before it relies on the records being on disk."""
+        if not self._running:
+            self._check_running()
+        self._writer.put_arrow_rows(encoded, result)
+        n = len(encoded)
+        self._put_count += n
+        if self.reput.sleeping:
+            self.reput.wakeup()
+        if self._sync_flush and n:
+            written = np.flatnonzero(result[:n, 1] >= 0)
+            if len(written):
+                last = written[-1]
+                self.group_commit.core.request(int(result[last, 1] + result[last, 3]))
+
     def _wait_flushed(self, last, ok_value):
         if self.group_commit.wait_flushed(last.commitlog_offset + last.wrote_bytes, self._sync_timeout):
             return ok_value

@@ -4,6 +4,7 @@ subprocess, as a user does."""
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -314,6 +315,12 @@ def test_demo_counts_what_it_pulls(tmp_path, capsys):
     assert code == 0, err
     assert "(600 messages pulled by queue: 300 + 300)" in out
     assert "(300/300 keys found)" in out
+    # The delayed and the transactional send: invisible first, readable after the delay / the commit.
+    assert "stored in SCHEDULE_TOPIC_XXXX queue 0; DemoReminders at once: NO_MATCHED_LOGIC_QUEUE" in out
+    assert ("stored in RMQ_SYS_TRANS_HALF_TOPIC; DemoPayments before commit: NO_MATCHED_LOGIC_QUEUE, after "
+            "end_transaction(commit): FOUND (1 message, b'pay order 7')") in out
+    waited = re.search(r"DemoReminders/0 now: FOUND, b'remind me in a second', stored (\d+) ms after its send", out)
+    assert waited and 1000 <= int(waited.group(1)) < 3000, out
 
 
 def test_demo_broker_without_the_broker_module(capsys, monkeypatch):

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rmqcore import GetStatus, Message, MessageIllegalError, MessageStore, PutStatus, StoreConfig
@@ -284,6 +285,33 @@ def test_bad_records_are_skipped_not_stuck(tmp_path):
         assert [m["body"] for m in read_queue(store, "A", 0)] == [b"good"]
 
 
+def test_a_failed_append_stops_progress_at_the_first_message_not_written(tmp_path):
+    """No new commitlog file can be made mid-delivery (CREATE_MAPPED_FILE_FAILED): the level's progress stops at
+    the first message not written, and the next turn delivers the rest, each message exactly once."""
+    clock = FakeClock()
+    with MessageStore.open(str(tmp_path / "s"), cfg(mapped_file_size_commit_log=64 * 1024)) as store:
+        svc = ScheduleMessageService(store, clock=clock)
+        svc.load()
+        msgs = [Message("A", b"%04d" % i + b"." * 1000, 0, properties={"DELAY": "1", "i": str(i)}) for i in range(40)]
+        for m in msgs:
+            rewrite_delay(m, 5)
+        rs = store.put_batch(msgs)
+        store.wait_dispatched()
+        mfq = store.commit_log.mapped_file_queue
+        make = mfq.get_last_mapped_file
+        mfq.get_last_mapped_file = lambda *a, **kw: None          # as when the disk is full
+        clock.now = rs[-1].store_timestamp + 1000
+        first = svc.deliver_due()
+        room = (64 * 1024 - rs[-1].commitlog_offset % (64 * 1024) - rs[-1].wrote_bytes) // rs[0].wrote_bytes
+        assert 0 < first < 40 and first in (room, room - 1)        # what fitted the current file
+        assert svc.offset_table[1] == first and svc.delivered == first
+        mfq.get_last_mapped_file = make
+        assert svc.deliver_due() == 40 - first
+        assert svc.offset_table[1] == 40
+        store.wait_dispatched()
+        assert [bytes(m["body"])[:4] for m in read_queue(store, "A", 0)] == [b"%04d" % i for i in range(40)]
+
+
 def test_progress_persists_at_close_and_delivery_resumes_without_duplicates(tmp_path):
     path = str(tmp_path / "s")
     clock = FakeClock()
@@ -417,3 +445,179 @@ def test_sigkill_during_delivery_loses_nothing_and_duplicates_only_past_persiste
     assert dups == redo                                                    # exactly the unpersisted deliveries
     print(f"seed {seed}: {len(first_run)} delivered before the kill, progress persisted at {persisted}, "
           f"{len(dups)} duplicates after restart")
+
+
+# -- the bulk path (rmqcore/_schedule.pyx) against the per-message path ---------------------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from rmqcore import reference  # noqa: E402
+from rmqcore._codec import EncodeBuffer, decode_message, select_messages  # noqa: E402
+from rmqcore._mapped_file import MappedFile  # noqa: E402
+from rmqcore._schedule import time_up_into  # noqa: E402
+
+from strategies import hosts, int32, int64, property_text, topics  # noqa: E402
+
+
+def _raw_record(props: bytes, *, body, flag, sys_flag, born_timestamp, born_host, reconsume_times, version,
+                physical_offset=0):
+    """A schedule-topic record as any writer could leave it, with ``props`` as raw bytes (duplicates, empty
+    values, invalid UTF-8: what no Message dict can hold)."""
+    rec = bytearray(reference.encode_message(
+        topic=SCHEDULE_TOPIC, body=body, queue_id=0, flag=flag, sys_flag=sys_flag, born_timestamp=born_timestamp,
+        born_host=born_host, store_timestamp=1, reconsume_times=reconsume_times, prepared_transaction_offset=77,
+        version=version, physical_offset=physical_offset))
+    assert rec[-2:] == b"\0\0"
+    rec[-2:] = len(props).to_bytes(2, "big") + props
+    rec[0:4] = len(rec).to_bytes(4, "big")
+    return bytes(rec)
+
+
+def _mostly(common, rare):
+    """``common`` four draws in five, else ``rare``: hostile records mixed among ordinary ones."""
+    return st.integers(0, 4).flatmap(lambda k: rare if k == 4 else common)    # (shrinks towards common)
+
+
+_qids = _mostly(st.integers(0, 40).map(str), st.sampled_from(["+3", "007", "-1", "2147483647", "2147483648",
+                                                              "-2147483649", "", "x", "1 ", "٣", "+", "-0"]))
+_topic_values = _mostly(topics, st.sampled_from(["RMQ_SYS_TRANS_HALF_TOPIC", "has space", "a" * 128, "é"]))
+_names = _mostly(property_text(8).map(lambda s: s.encode()),
+                 st.sampled_from([b"DELAY", b"TIMER_DELIVER_MS", b"TIMER_DELAY_SEC", b"__STARTDELIVERTIME",
+                                  b"TIMER_DELAY_MS", b"UNIQ_KEY", b"TAGS", b"KEYS", b"REAL_TOPIC", b"REAL_QID",
+                                  b"__CRC32#", b"\xff\xfe", b"a\x01b"]))
+_values = _mostly(property_text(12).map(lambda s: s.encode()), st.sampled_from([b"", b"v\x01w", b"\xc3", b"1"]))
+
+
+@st.composite
+def _sources(draw):
+    pairs = []
+    if draw(st.integers(0, 5)) < 5:                       # as the store's delay rewrite leaves it
+        pairs += [(b"REAL_TOPIC", draw(_topic_values).encode()), (b"REAL_QID", draw(_qids).encode()),
+                  (b"DELAY", b"1")]
+    if draw(st.booleans()):
+        pairs.append((b"UNIQ_KEY", b"7F0000010001" + draw(st.binary(min_size=10, max_size=10)).hex().encode()))
+    pairs += draw(st.lists(st.tuples(_names, _values), max_size=5))
+    pairs = draw(st.permutations(pairs))
+    if pairs and draw(st.integers(0, 4)) == 4:
+        pairs.append(draw(st.sampled_from(pairs)))        # a name twice: first place, last value
+    props = b"".join(n + b"\x01" + v + b"\x02" for n, v in pairs)
+    if props and draw(st.integers(0, 5)) == 5:
+        props = props[:-1]                                # no trailing separator
+    born = draw(st.one_of(st.just(0), int64))
+    body = draw(_mostly(st.binary(max_size=300), st.binary(min_size=850, max_size=1100)))    # limit: 1024
+    fields = dict(body=body, flag=draw(int32), sys_flag=draw(st.integers(0, 0x3FF)) & ~0x30,
+                  born_timestamp=born, born_host=draw(hosts), reconsume_times=draw(int32),
+                  version=draw(st.sampled_from([1, 2])))
+    return lambda offset: _raw_record(props, physical_offset=offset, **fields)
+
+
+def _old_path(svc, store, units, files, file_size):
+    """The per-message path: {unit index: record bytes as put would encode them, or None (skipped / refused)}."""
+    n = len(units) // 20
+    found = select_messages(units, files, file_size, n, 1 << 62, n + 1)[0]
+    batch, exts = svc._time_up(found, 1)
+    by_offset = {}
+    for msg, ext in zip(batch, exts):
+        try:
+            by_offset[ext.commitlog_offset] = (store.commit_log.encoder.encode(msg).record(0), msg)
+        except MessageIllegalError:
+            pass
+    offsets = [int.from_bytes(units[i * 20:i * 20 + 8], "big") for i in range(n)]
+    return {i: by_offset.get(off) for i, off in enumerate(offsets)}
+
+
+def test_bulk_records_are_the_per_message_paths_byte_for_byte(tmp_path):
+    """Differential: for any record in the schedule topic, what time_up_into writes is exactly what messageTimeup
+    + put_batch's encoder write (before the put's own fields); what it leaves to the per-message path is a run of
+    units, in order. Records of a plain delayed send are always rebuilt in bulk."""
+    conf = cfg(max_message_size=1024, mapped_file_size_commit_log=1 << 20)
+    with MessageStore.open(str(tmp_path / "s"), conf) as store:
+        svc = ScheduleMessageService(store, clock=FakeClock())
+        encoder = store.commit_log.encoder
+        reroute = encoder.reroute
+        file_size = 4 << 20
+        seq = iter(range(1 << 30))
+        seen = Counter()
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(st.lists(_sources(), min_size=1, max_size=12), st.booleans(), st.booleans(),
+               st.sampled_from([1, 1500, 1 << 25]), st.data())
+        def check(sources, crc, rerouting, max_bytes, data):
+            encoder.append_prop_crc = crc
+            encoder.reroute = reroute if rerouting else None
+            d = tmp_path / f"cl{next(seq)}"
+            d.mkdir()
+            mf = MappedFile(str(d / "00000000000000000000"), file_size)
+            try:
+                unit_list, records = [], []
+                for source in sources:
+                    off = mf.wrote_position
+                    rec = source(off)
+                    records.append(rec)
+                    assert mf.append(rec)
+                    size = len(rec)
+                    if data.draw(st.integers(0, 9)) == 9:
+                        size += 1                               # a unit whose record is not there: skipped
+                    unit_list.append(off.to_bytes(8, "big") + size.to_bytes(4, "big") + bytes(8))
+                units = b"".join(unit_list)
+                n = len(unit_list)
+                t0 = time.time_ns() // 1_000_000
+                old = _old_path(svc, store, units, [mf], file_size)
+                eb, unit_of, i, per_message = EncodeBuffer(), np.empty(n, np.int64), 0, set()
+                new = {}
+                while i < n:
+                    nxt, slow = time_up_into(eb, units, i, [mf], file_size, encoder.store_host_bytes,
+                                             encoder.max_message_size, encoder.append_prop_crc,
+                                             encoder.reroute is not None, encoder.uniq_keys, unit_of, {}, max_bytes)
+                    assert nxt > i
+                    if slow:
+                        assert len(eb) == 0
+                        per_message.update(range(i, nxt))
+                    for k in range(len(eb)):
+                        new[int(unit_of[k])] = eb.record(k)
+                    i = nxt
+                t1 = time.time_ns() // 1_000_000
+                for u, rec in new.items():
+                    assert u not in per_message
+                    assert old[u] is not None, f"unit {u}: the per-message path skips it, the bulk path wrote it"
+                    want, msg = old[u]
+                    if "UNIQ_KEY" not in decode_message(records[u]).properties:
+                        # Both generated a key, last: the same length, another counter value.
+                        start = rec.rindex(b"UNIQ_KEY\x01") + 9
+                        end = rec.index(b"\x02", start)
+                        rec = rec[:start] + msg.properties["UNIQ_KEY"].encode() + rec[end:]
+                    if int.from_bytes(records[u][40:48], "big") == 0:     # born now: both took the clock
+                        assert t0 <= int.from_bytes(rec[40:48], "big") <= t1
+                        rec = rec[:40] + want[40:48] + rec[48:]
+                    assert rec == want, u
+                seen["bulk"] += len(new)
+                seen["per message"] += len(per_message)
+                seen["generated key"] += sum("UNIQ_KEY" not in decode_message(records[u]).properties for u in new)
+                # Units the bulk path neither wrote nor handed over had no valid record: the old path skips them.
+                for u in set(range(n)) - set(new) - per_message:
+                    assert old[u] is None
+            finally:
+                mf.destroy()
+
+        check()
+        encoder.append_prop_crc, encoder.reroute = conf.enabled_append_prop_crc, reroute
+        # The comparison ran on both kinds of records (not only on ones the bulk path hands over).
+        assert seen["bulk"] >= 100 and seen["per message"] >= 100 and seen["generated key"] >= 10, seen
+
+        # A plain delayed send (dict properties, a legal destination) never takes the per-message path.
+        msgs = [Message(f"T{i % 3}", os.urandom(100 + i), i % 4, tags="a", keys=["k", f"k{i}"],
+                        properties={"DELAY": "2", "p": "é" * i}, born_host="[::1]:7", reconsume_times=i)
+                for i in range(50)]
+        for m in msgs:
+            rewrite_delay(m, 5)
+        store.put_batch(msgs)
+        store.wait_dispatched()
+        units = store.find_consume_queue(SCHEDULE_TOPIC, 1).get_units(0).view(np.uint8)
+        files = store.commit_log.mapped_file_queue.mapped_files
+        eb = EncodeBuffer()
+        nxt, slow = time_up_into(eb, units, 0, files, conf.mapped_file_size_commit_log, encoder.store_host_bytes,
+                                 encoder.max_message_size, encoder.append_prop_crc, True, encoder.uniq_keys,
+                                 np.empty(50, np.int64), {})
+        assert (nxt, slow, len(eb)) == (50, False, 50)
+        old = _old_path(svc, store, bytes(units), files, conf.mapped_file_size_commit_log)
+        assert [eb.record(k) for k in range(50)] == [old[k][0] for k in range(50)]

@@ -1,0 +1,17 @@
+"""Delayed delivery in bulk: due SCHEDULE_TOPIC_XXXX records rebuilt as messageTimeup does, into an EncodeBuffer."""
+
+from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
+import numpy as np
+import numpy.typing as npt
+
+from rmqcore._codec import EncodeBuffer, UniqKeyGenerator
+from rmqcore._mapped_file import MappedFile
+
+MAX_PAIRS: int
+
+def time_up_into(out: EncodeBuffer, units: Buffer, start: int, files: list[MappedFile], file_size: int,
+                 store_host: bytes, max_message_size: int, append_prop_crc: bool, reroute: bool,
+                 uniq_keys: UniqKeyGenerator, unit_of: npt.NDArray[np.int64], topics: dict[str, str],
+                 max_bytes: int = ...) -> tuple[int, bool]:
+    """Rebuild the records of the due units ``units[start:]`` into ``out``: ``(next, per_message)``."""

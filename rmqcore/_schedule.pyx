@@ -1,0 +1,421 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Delayed delivery in bulk: the records of due SCHEDULE_TOPIC_XXXX units, rebuilt as RocketMQ's messageTimeup
+builds them, straight into an EncodeBuffer that the commitlog writer then appends (no Python object per message).
+
+``time_up_into`` reads each due unit's raw record from the commitlog files and writes the record that
+``ScheduleMessageService``'s per-message path (decode into a MessageExt, ``Message(...)``, ``put_batch``) writes
+for it, byte for byte: the same v1 record, topic and queue from REAL_TOPIC / REAL_QID, the properties in the same
+order (``MessageDecoder.string2messageProperties``'s map: a name keeps its first place and takes its last value;
+pairs with an empty name or value dropped) without DELAY, TIMER_DELIVER_MS and TIMER_DELAY_SEC, a generated
+UNIQ_KEY last when there is none, then the 5.x ``__CRC32#`` placeholder when the store writes it; flag, sysFlag,
+born time and host, reconsume times kept; prepared offset 0; the store's host; the body CRC computed again. The
+queue offset, physical offset, store time and record CRC are set by the writer at append, as for every put.
+
+A record this cannot rebuild exactly the way that path does (no or unparsable REAL_TOPIC / REAL_QID, the half
+topic, a topic or value the encoder refuses, a size over a limit, properties that are not UTF-8 or have more
+than ``MAX_PAIRS`` pairs, a timer property that reroutes the message again) is left to that path: a run of them
+is reported to the caller instead of being encoded, so order is kept.
+"""
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy
+
+from rmqcore._c cimport rmq_crc32, rmq_find_byte, rmq_load_be32, rmq_load_be64, rmq_store_be16, rmq_store_be32, \
+    rmq_store_be64
+from rmqcore._codec cimport (CRC32_RESERVED_LEN, FLAG_BORNHOST_V6, FLAG_STOREHOSTADDRESS_V6, MESSAGE_MAGIC_CODE,
+                             RECORD_OK, TRANSACTION_ROLLBACK_TYPE, EncodeBuffer, EncodedRecord, RecordView, _Buffer,
+                             parse_record)
+from rmqcore._mapped_file cimport MappedFile
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk_id, timespec *tp)
+    int CLOCK_REALTIME
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize_ "PyUnicode_AsUTF8AndSize" (object s, Py_ssize_t *size) except NULL
+
+
+cdef inline unsigned char *_put_pair(unsigned char *q, const unsigned char *k, Py_ssize_t kn,
+                                     const unsigned char *v, Py_ssize_t vn) noexcept nogil:
+    # name \x01 value \x02 (MessageDecoder.messageProperties2String)
+    memcpy(q, k, <size_t>kn)
+    q[kn] = 1
+    memcpy(q + kn + 1, v, <size_t>vn)
+    q[kn + 1 + vn] = 2
+    return q + kn + vn + 2
+
+
+MAX_PAIRS = 64                       # more property pairs than this: the per-message path (duplicate names cost n²)
+cdef enum:
+    C_MAX_PAIRS = 64
+    TOPIC_MAX_LENGTH = 127
+    PROPERTIES_MAX_LENGTH = 32767
+    INT32_MAX_ = 2147483647
+
+# What _plan found for a unit.
+cdef enum:
+    PLAN_FAST = 0        # rebuilt here
+    PLAN_SLOW = 1        # the per-message path must handle it
+    PLAN_MISSING = 2     # no whole valid record of the unit's size there: skipped, as select_messages skips it
+
+cdef bint _topic_char[256]
+for _c in range(256):
+    _topic_char[_c] = _c < 128 and ((chr(_c).isascii() and chr(_c).isalnum()) or chr(_c) in "%|_-")
+
+
+cdef struct Plan:
+    const unsigned char *rec          # the source record
+    RecordView rv
+    int32_t npairs                    # pairs[] of the source properties: name pos/len, value pos/len
+    int32_t pairs[C_MAX_PAIRS][4]
+    int32_t emit[C_MAX_PAIRS]         # emit[j]: the pair whose value name j takes (-1: name j is not written)
+    int32_t topic_pair                # REAL_TOPIC's pair
+    int32_t queue_id
+    int32_t props_n                   # the new properties' length
+    bint uniq                         # the source has a UNIQ_KEY
+
+
+cdef inline bint _is(const unsigned char *p, int32_t n, const char *name, int32_t name_n) noexcept nogil:
+    return n == name_n and memcmp(p, name, <size_t>n) == 0
+
+
+cdef bint _java_int(const unsigned char *p, int32_t n, int32_t *out) noexcept nogil:
+    # Integer.parseInt as rmqcore.schedule.parse_java_int: an optional sign, ASCII digits, within int32.
+    cdef int32_t i = 0
+    cdef bint neg = False
+    cdef int64_t v = 0
+    if n > 0 and (p[0] == 43 or p[0] == 45):
+        neg = p[0] == 45
+        i = 1
+    if i >= n:
+        return False
+    while i < n:
+        if p[i] < 48 or p[i] > 57:
+            return False
+        v = v * 10 + (p[i] - 48)
+        if v > <int64_t>INT32_MAX_ + 1:
+            return False
+        i += 1
+    if neg:
+        v = -v
+    if v > INT32_MAX_:
+        return False
+    out[0] = <int32_t>v
+    return True
+
+
+cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message_size, int32_t store_len) except -1:
+    # messageTimeup's decisions for the record in pl.rec / pl.rv, and the new properties' length; PLAN_SLOW for
+    # anything the per-message path would treat differently from a plain rebuild.
+    cdef const unsigned char *props = pl.rec + pl.rv.props_pos
+    cdef int32_t plen = pl.rv.props_len
+    cdef int32_t index = 0, nxt, kv, j, k, n, vlen, qid_pair = -1, born_len, total
+    cdef const unsigned char *name
+    cdef const unsigned char *value
+    cdef bint ascii = True
+    pl.npairs = 0
+    # MessageDecoder.string2messageProperties: split at \x02, then at the first \x01; a pair needs a name and a value.
+    while index < plen:
+        nxt = rmq_find_byte(props, index, plen, 2)
+        if nxt < 0:
+            nxt = plen
+        kv = rmq_find_byte(props, index, plen, 1)
+        if kv > index and kv < nxt - 1:
+            if pl.npairs == C_MAX_PAIRS:
+                return PLAN_SLOW
+            pl.pairs[pl.npairs][0] = index
+            pl.pairs[pl.npairs][1] = kv - index
+            pl.pairs[pl.npairs][2] = kv + 1
+            pl.pairs[pl.npairs][3] = nxt - kv - 1
+            pl.npairs += 1
+        index = nxt + 1
+    for j in range(plen):
+        if props[j] >= 128:
+            ascii = False
+            break
+    if not ascii:
+        # Python decodes names and values with "replace": only valid UTF-8 comes back as the same bytes.
+        try:
+            PyUnicode_DecodeUTF8(<const char *>props, plen, "strict")
+        except UnicodeDecodeError:
+            return PLAN_SLOW
+    pl.topic_pair = -1
+    pl.uniq = False
+    pl.props_n = 0
+    for j in range(pl.npairs):
+        name = props + pl.pairs[j][0]
+        n = pl.pairs[j][1]
+        pl.emit[j] = -1
+        for k in range(j):                # a name seen before: its place is taken
+            if pl.pairs[k][1] == n and memcmp(props + pl.pairs[k][0], name, <size_t>n) == 0:
+                break
+        else:
+            pl.emit[j] = j
+            for k in range(j + 1, pl.npairs):
+                if pl.pairs[k][1] == n and memcmp(props + pl.pairs[k][0], name, <size_t>n) == 0:
+                    pl.emit[j] = k        # the last value of the name
+        if pl.emit[j] < 0:
+            continue
+        # messageTimeup clears DELAY (and the 5.x timer properties); the encoder drops a copied __CRC32#.
+        if (_is(name, n, "DELAY", 5) or _is(name, n, "TIMER_DELIVER_MS", 16) or _is(name, n, "TIMER_DELAY_SEC", 15)
+                or (append_prop_crc and _is(name, n, "__CRC32#", 8))):
+            pl.emit[j] = -1
+            continue
+        if reroute and (_is(name, n, "__STARTDELIVERTIME", 18) or _is(name, n, "TIMER_DELAY_MS", 14)):
+            return PLAN_SLOW              # the put would move it to the timer topic again
+        k = pl.emit[j]
+        value = props + pl.pairs[k][2]
+        vlen = pl.pairs[k][3]
+        if rmq_find_byte(value, 0, vlen, 1) >= 0:
+            return PLAN_SLOW              # the encoder refuses a separator in a value
+        if _is(name, n, "REAL_TOPIC", 10):
+            pl.topic_pair = k
+        elif _is(name, n, "REAL_QID", 8):
+            qid_pair = k
+        elif _is(name, n, "UNIQ_KEY", 8):
+            pl.uniq = True
+        pl.props_n += n + vlen + 2
+    if pl.topic_pair < 0 or qid_pair < 0:
+        return PLAN_SLOW
+    value = props + pl.pairs[pl.topic_pair][2]
+    vlen = pl.pairs[pl.topic_pair][3]
+    if vlen > TOPIC_MAX_LENGTH or _is(value, vlen, "RMQ_SYS_TRANS_HALF_TOPIC", 24):
+        return PLAN_SLOW
+    for j in range(vlen):
+        if not _topic_char[value[j]]:
+            return PLAN_SLOW
+    if not _java_int(props + pl.pairs[qid_pair][2], pl.pairs[qid_pair][3], &pl.queue_id) or pl.queue_id < 0:
+        return PLAN_SLOW
+    if append_prop_crc:
+        pl.props_n += CRC32_RESERVED_LEN
+    born_len = 8 if (pl.rv.sys_flag & FLAG_BORNHOST_V6) == 0 else 20
+    total = 75 + born_len + store_len + pl.rv.body_len + vlen + pl.props_n
+    if pl.props_n > PROPERTIES_MAX_LENGTH or pl.rv.body_len > max_message_size or total > max_message_size:
+        return PLAN_SLOW                  # (a generated UNIQ_KEY is counted by the caller)
+    return PLAN_FAST
+
+
+cdef inline int64_t _now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+def time_up_into(EncodeBuffer out not None, const unsigned char[::1] units, Py_ssize_t start, list files not None,
+                 int64_t file_size, bytes store_host not None, int32_t max_message_size, bint append_prop_crc,
+                 bint reroute, uniq_keys, int64_t[::1] unit_of not None, dict topics not None,
+                 int64_t max_bytes=32 * 1024 * 1024):
+    """Rebuild the records of the due units ``units[start:]`` (raw 20-byte consume-queue units of the schedule
+    topic) into ``out`` (cleared first), as messageTimeup + the encoder build them for the real topic and queue.
+
+    ``files``/``file_size``: the commitlog's MappedFiles and file size; ``store_host``, ``max_message_size``,
+    ``append_prop_crc``, ``reroute`` (the encoder reroutes timing properties) and ``uniq_keys`` (a
+    UniqKeyGenerator, for a record without UNIQ_KEY) are the store's encoder's. ``unit_of[k]`` receives the unit
+    index of record k in ``out``; ``topics`` interns the topic strs the writer needs per record.
+
+    Returns ``(next, per_message)``: with ``per_message`` False, ``out`` holds the records of the units
+    ``start .. next - 1`` (units without a valid record are skipped); with True, ``out`` is empty and the units
+    ``start .. next - 1`` need the per-message path (a run of them; units without a record inside count too).
+    Stops after a record that takes the buffer past ``max_bytes``.
+    """
+    cdef Py_ssize_t nunits = units.shape[0] // 20, i = start, findex, nfiles = len(files), k
+    cdef const unsigned char *u
+    cdef const unsigned char *p
+    cdef const unsigned char *src
+    cdef unsigned char *q
+    cdef int64_t offset, first_from, pos, born_ts
+    cdef int32_t size, born_len, store_len = <int32_t>len(store_host), topic_len, sys_flag, total, props_n, j
+    cdef int32_t uniq_len
+    cdef int code
+    cdef Plan pl
+    cdef list bufs
+    cdef const unsigned char **base = NULL
+    cdef int64_t *avail = NULL
+    cdef _Buffer b
+    cdef MappedFile mf
+    cdef const unsigned char *prev_topic = NULL
+    cdef int32_t prev_topic_len = -1
+    cdef object topic_obj = None
+    cdef object uniq = None
+    cdef const char *uniq_p = NULL
+    cdef EncodedRecord *rec
+    cdef const unsigned char **body_src = NULL
+    cdef Py_ssize_t *body_dst = NULL
+    cdef Py_ssize_t cap = 0
+    cdef bint slow_run = False
+    cdef uint32_t crc
+    if store_len not in (8, 20):
+        raise ValueError(f"store_host must be 8 or 20 bytes, got {store_len}")
+    if unit_of.shape[0] < nunits - start:
+        raise ValueError(f"unit_of holds {unit_of.shape[0]} entries, {nunits - start} units given")
+    out.size = 0
+    out.count = 0
+    out.topics = []
+    out.uniq_keys = []
+    if nfiles == 0 or start >= nunits:
+        return max(start, 0), False
+    first_from = (<MappedFile>files[0]).file_from_offset
+    bufs = [None] * nfiles
+    cap = nunits - start
+    body_src = <const unsigned char **>malloc(<size_t>cap * sizeof(void *))
+    body_dst = <Py_ssize_t *>malloc(<size_t>cap * sizeof(Py_ssize_t))
+    base = <const unsigned char **>malloc(<size_t>nfiles * sizeof(void *))
+    avail = <int64_t *>malloc(<size_t>nfiles * sizeof(int64_t))
+    if body_src == NULL or body_dst == NULL or base == NULL or avail == NULL:
+        free(body_src)
+        free(body_dst)
+        free(base)
+        free(avail)
+        raise MemoryError()
+    for k in range(nfiles):
+        avail[k] = -1                     # not looked at yet
+    try:
+        while i < nunits:
+            u = &units[0] + i * 20
+            offset = <int64_t>rmq_load_be64(u)
+            size = <int32_t>rmq_load_be32(u + 8)
+            # The record, as select_messages finds it: its file by offset, whole and valid within what is readable.
+            code = PLAN_MISSING
+            findex = (offset - first_from) // file_size if offset >= first_from else -1
+            if 0 <= findex < nfiles and size > 0:
+                if avail[findex] == -1:
+                    mf = <MappedFile>files[findex]
+                    v = mf.select(0, mf.read_position_c())
+                    avail[findex] = 0
+                    if v is not None:
+                        b = _Buffer()
+                        b.acquire(v)
+                        bufs[findex] = b
+                        base[findex] = <const unsigned char *>b.view.buf
+                        avail[findex] = b.view.len
+                pos = offset - (first_from + findex * file_size)
+                if pos + size <= avail[findex]:
+                    p = base[findex] + pos
+                    if parse_record(p, size, &pl.rv, False) == RECORD_OK and pl.rv.total_size == size:
+                        pl.rec = p
+                        code = _plan(&pl, append_prop_crc, reroute, max_message_size, store_len)
+            if i == start:
+                slow_run = code == PLAN_SLOW
+            if slow_run:
+                if code == PLAN_FAST:
+                    break
+                i += 1
+                continue
+            if code == PLAN_SLOW:
+                break
+            if code == PLAN_MISSING:
+                i += 1
+                continue
+
+            # -- the record, as MessageEncoder.encode_into writes it (body and its CRC in the pass below) --
+            props_n = pl.props_n
+            uniq_len = 0
+            if not pl.uniq:
+                uniq = uniq_keys.next_key()
+                uniq_p = PyUnicode_AsUTF8AndSize_(uniq, &k)
+                uniq_len = <int32_t>k
+                props_n += 8 + uniq_len + 2
+            born_len = 8 if (pl.rv.sys_flag & FLAG_BORNHOST_V6) == 0 else 20
+            topic_len = pl.pairs[pl.topic_pair][3]
+            total = 75 + born_len + store_len + pl.rv.body_len + topic_len + props_n
+            if props_n > PROPERTIES_MAX_LENGTH or total > max_message_size:
+                if i == start:            # the generated UNIQ_KEY took it over a limit: the per-message path says how
+                    i += 1
+                    slow_run = True
+                    continue
+                break
+            sys_flag = pl.rv.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOSTADDRESS_V6)
+            if born_len == 20:
+                sys_flag |= FLAG_BORNHOST_V6
+            if store_len == 20:
+                sys_flag |= FLAG_STOREHOSTADDRESS_V6
+            born_ts = pl.rv.born_timestamp if pl.rv.born_timestamp != 0 else _now_ms()
+            src = pl.rec
+            out.reserve(total)
+            q = out.data + out.size
+            rmq_store_be32(q, <uint32_t>total)
+            rmq_store_be32(q + 4, <uint32_t>MESSAGE_MAGIC_CODE)
+            rmq_store_be32(q + 8, 0)                          # body CRC: below
+            rmq_store_be32(q + 12, <uint32_t>pl.queue_id)
+            rmq_store_be32(q + 16, <uint32_t>pl.rv.flag)
+            rmq_store_be64(q + 20, 0)                         # queue offset, physical offset: at append
+            rmq_store_be64(q + 28, 0)
+            rmq_store_be32(q + 36, <uint32_t>sys_flag)
+            rmq_store_be64(q + 40, <uint64_t>born_ts)
+            memcpy(q + 48, src + pl.rv.born_host_pos, <size_t>born_len)
+            q += 48 + born_len
+            rmq_store_be64(q, 0)                              # store time: at append
+            memcpy(q + 8, <const char *>store_host, <size_t>store_len)
+            q += 8 + store_len
+            rmq_store_be32(q, <uint32_t>pl.rv.reconsume_times)
+            rmq_store_be64(q + 4, 0)                          # prepared transaction offset
+            rmq_store_be32(q + 12, <uint32_t>pl.rv.body_len)
+            q += 16
+            k = out.count
+            body_src[k] = src + pl.rv.body_pos
+            body_dst[k] = q - out.data
+            q += pl.rv.body_len
+            q[0] = <unsigned char>topic_len
+            memcpy(q + 1, src + pl.rv.props_pos + pl.pairs[pl.topic_pair][2], <size_t>topic_len)
+            q += 1 + topic_len
+            rmq_store_be16(q, <uint16_t>props_n)
+            q += 2
+            for j in range(pl.npairs):
+                if pl.emit[j] < 0:
+                    continue
+                q = _put_pair(q, src + pl.rv.props_pos + pl.pairs[j][0], pl.pairs[j][1],
+                              src + pl.rv.props_pos + pl.pairs[pl.emit[j]][2], pl.pairs[pl.emit[j]][3])
+            if uniq_len:
+                q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>uniq_p, uniq_len)
+            if append_prop_crc:
+                # "__CRC32#" \x01 + 10 digits + \x02, the digits set by the writer once the record is placed.
+                memcpy(q, "__CRC32#\x010000000000\x02", CRC32_RESERVED_LEN)
+                q += CRC32_RESERVED_LEN
+            if q != out.data + out.size + total:
+                raise AssertionError("time_up_into: record length miscounted")
+
+            # One str per topic run (a level's messages go to a few topics): no object per record.
+            src = pl.rec + pl.rv.props_pos + pl.pairs[pl.topic_pair][2]
+            if topic_obj is None or topic_len != prev_topic_len or memcmp(src, prev_topic, <size_t>topic_len) != 0:
+                topic_obj = PyUnicode_DecodeUTF8(<const char *>src, topic_len, "strict")
+                topic_obj = topics.setdefault(topic_obj, topic_obj)
+                prev_topic = src
+                prev_topic_len = topic_len
+            rec = &out.rec[k]
+            rec.pos = out.size
+            rec.length = total
+            rec.tran_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
+            rec.store_ts_pos = 48 + born_len
+            rec.queue_id = pl.queue_id
+            rec.record_crc = append_prop_crc
+            out.topics.append(topic_obj)
+            out.size += total
+            out.count += 1
+            unit_of[k] = i
+            i += 1
+            if out.size >= max_bytes:
+                break
+
+        # The bodies and their CRCs, without the GIL: the bulk of the bytes.
+        with nogil:
+            for k in range(out.count):
+                size = <int32_t>rmq_load_be32(out.data + body_dst[k] - 4)
+                if size:
+                    memcpy(out.data + body_dst[k], body_src[k], <size_t>size)
+                    crc = rmq_crc32(0, body_src[k], <size_t>size) & 0x7FFFFFFF
+                    rmq_store_be32(out.data + out.rec[k].pos + 8, crc)
+    finally:
+        free(body_src)
+        free(body_dst)
+        free(base)
+        free(avail)
+        for b in bufs:
+            if b is not None:
+                b.release()
+    return i, slow_run
+
