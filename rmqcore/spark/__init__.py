@@ -15,7 +15,7 @@ from rmqcore.spark import verify, stats, export, rebuild, write_stores
 report = verify(spark, {"broker-a": "/data/a/store"})
 ```
 
-A segment is read by several tasks (``splitSize``, 64 MiB by default); a store held open by a broker is refused
+A segment is read by several tasks (``splitSize``, 128 MiB by default); a store held open by a broker is refused
 unless read as a snapshot (``onLiveStore=snapshot``). The Spark-free parts (``rmqcore.spark.arrow``: segment → Arrow batches; ``rmqcore.spark.schema``) need pyarrow
 only; the rest needs pyspark >= 4.0. The core package imports neither.
 """

@@ -23,7 +23,7 @@ way to ask for fewer). Explicit options prune before any decode:
                        with ``topics``/``queueIds`` they are only seen in segments that are read anyway;
                        false scans every segment
 ``indexHashSlotNum``/``indexNum``  the store's index geometry; by default read from the index files
-``splitSize``          bytes per task (``64m``, ``128MiB``, ``1g`` or a number; default 64 MiB; 0: one task per
+``splitSize``          bytes per task (``64m``, ``128MiB``, ``1g`` or a number; default 128 MiB; 0: one task per
                        segment). A task syncs to the first record starting in its range (a sound record that
                        stores its own offset, followed by another) and reads the records that start in it
 ``onLiveStore``        ``fail`` (default): a store whose lock is held by a running broker (rmqcore's flock or
@@ -70,6 +70,12 @@ log = logging.getLogger("rmqcore.spark")
 
 FORMAT = "rocketmq-store"
 PUSHDOWN_FORMAT = "rocketmq-store-pushdown"
+
+# Default splitSize. Every task costs Spark ~65 ms of CPU whatever it reads (measured on PySpark 4.3, 2 vCPUs:
+# ~40 ms in the JVM, ~25 ms in the Python worker; see bench/README, issue 13), about what rmqcore's decoder
+# spends on 64 MiB of full rows or 300 MiB of narrow ones. 128 MiB halves that overhead against 64 MiB and still
+# gives a 1 GiB segment eight tasks.
+DEFAULT_SPLIT_SIZE = 128 << 20
 
 
 def _bool(v, default: bool) -> bool:
@@ -141,7 +147,7 @@ class ReadOptions:
     prune_by_cq: bool = True
     hash_slot_num: int | None = None      # None: from the index files' size
     index_num: int | None = None
-    split_size: int = 64 << 20
+    split_size: int = DEFAULT_SPLIT_SIZE
     on_live: str = "fail"
     extra: dict = field(default_factory=dict)
 
@@ -181,7 +187,7 @@ class ReadOptions:
         if "indexhashslotnum" in o:
             r.hash_slot_num = _ints(o["indexhashslotnum"], "indexHashSlotNum")[0]
             r.index_num = _ints(o["indexnum"], "indexNum")[0]
-        r.split_size = parse_size(o.get("splitsize", 64 << 20), "splitSize")
+        r.split_size = parse_size(o.get("splitsize", DEFAULT_SPLIT_SIZE), "splitSize")
         r.on_live = str(o.get("onlivestore", "fail")).lower()
         if r.on_live not in ("fail", "snapshot"):
             raise ValueError(f"option onLiveStore must be fail or snapshot, got {o.get('onlivestore')!r}")
