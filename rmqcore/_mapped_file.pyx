@@ -105,7 +105,8 @@ cdef class MappedFile:
         self._crc_records = crc_records
         self._populate = populate
         self._pwrite_min = pwrite_min if not read_only else -1
-        self._copied = 1 if copies_expected else 0        # decides how the first stretch of runway is made
+        # How the first stretch of runway is made (see extend_c): for copies unless every append is a pwrite.
+        self._copied = 1 if copies_expected and pwrite_min != 0 else 0
         if st.st_size == 0 and not read_only:
             # Allocate blocks now: a sparse file would turn a full disk into SIGBUS on the put path; this way it
             # is an error here, when the file is made (CREATE_MAPPED_FILE_FAILED). With a runway only its first
