@@ -23,7 +23,10 @@ messages = st.lists(st.fixed_dictionaries({
     "properties": st.one_of(st.none(), st.lists(st.tuples(names, st.one_of(st.none(), values)), max_size=4)),
     "born_timestamp": st.integers(1, 1 << 41),
 }), min_size=1, max_size=20)
-batch_props = st.dictionaries(names, values, max_size=3)
+# Up to 8 names are matched against a message's as bytes, more through a dict: both kinds of batch.
+batch_props = st.one_of(st.dictionaries(names, values, max_size=3),
+                        st.dictionaries(st.one_of(names, st.sampled_from([f"n{i}" for i in range(10)])), values,
+                                        min_size=9, max_size=14))
 
 
 def build(row):
