@@ -1017,7 +1017,8 @@ cdef class BatchProperties:
     batch record: Java appends batchPropData after each inner message's properties, duplicates included, and
     MessageDecoder.string2messageProperties keeps the last value of a name, the batch's. Here a name is written
     once, so the record holds no duplicate. The messages' own dicts are not changed (only a generated UNIQ_KEY is
-    added to them, as by every put)."""
+    added to them, as by every put), but for a message a delay or timer reroutes: the reroute rewrites its dict, so
+    it gets the batch's properties set there first."""
     cdef readonly dict properties     # the names and values applied (a __CRC32# dropped when the encoder writes its own)
     cdef readonly bytes encoded       # name \x01 value \x02 ..., in the dict's order: appended as is
     cdef list names
@@ -1098,6 +1099,12 @@ cdef class MessageEncoder:
         if msg is None:
             raise TypeError("put needs a Message, got None")
         if self.reroute is not None and msg.properties and _has_timing_property(msg.properties):
+            if batch is not None:
+                # The reroute reads and rewrites the message's properties (REAL_TOPIC, REAL_QID, ...): it gets the
+                # batch's in the dict, where they would be had the caller put them there.
+                for k, v in batch.properties.items():
+                    msg.properties[k] = v
+                batch = None
             self.reroute(msg)
         topic = msg.topic
         if topic is None or not isinstance(topic, str):

@@ -489,7 +489,8 @@ class MessageStore:
         encoded once and copied into each record, as RocketMQ's batch encoder appends a batch's properties to its
         inner messages. Each record is the one put_batch writes after ``msg.properties[name] = value`` for each of
         them in order: the batch's value wins over a message's own, as RocketMQ's reader sees a batch record. The
-        messages' dicts are left as they were. A delay or timer property is refused here (it is per message)."""
+        messages' dicts are left as they were (but a delayed or timed message's, which its reroute rewrites: it gets
+        them set in its dict first). A delay or timer property is refused here (it is per message)."""
         if not self._running:
             self._check_running()
         results = self._writer.put_batch(messages, properties)

@@ -158,3 +158,24 @@ def test_a_batch_wait_false_does_not_wait_for_the_flush(tmp_path):
         rs = s.put_batch([Message("T", b"x"), Message("T", b"y")], properties={"WAIT": "false"})
         assert [r.status for r in rs] == [PutStatus.PUT_OK] * 2
         assert s.look_message(rs[1].commitlog_offset).properties["WAIT"] == "false"
+
+
+def test_a_delayed_message_of_the_batch_is_rerouted_with_the_batch_properties_in_its_dict(tmp_path):
+    # The schedule reroute rewrites a delayed message's properties (REAL_TOPIC, REAL_QID); it sees the batch's as
+    # it would have, had the caller put them into the dict, and the record is the same.
+    def msgs():
+        return [Message("T", b"now", properties={"UNIQ_KEY": "A1"}, born_timestamp=1),
+                Message("T", b"later", 1, properties={"DELAY": "2", "CLUSTER": "own", "UNIQ_KEY": "A2"},
+                        born_timestamp=2)]
+    with MessageStore.open(str(tmp_path / "a"), config()) as a, MessageStore.open(str(tmp_path / "b"), config()) as b:
+        got = a.put_batch(msgs(), properties={"CLUSTER": "c", "x": "y"})
+        plain = msgs()
+        for m in plain:
+            m.properties.update({"CLUSTER": "c", "x": "y"})
+        want = b.put_batch(plain)
+        for g, w in zip(got, want, strict=True):
+            ma, mb = a.look_message(g.commitlog_offset), b.look_message(w.commitlog_offset)
+            assert without_store_time(ma) == without_store_time(mb)
+        delayed = a.look_message(got[1].commitlog_offset)
+        assert delayed.topic == "SCHEDULE_TOPIC_XXXX"
+        assert (delayed.properties["REAL_TOPIC"], delayed.properties["CLUSTER"]) == ("T", "c")
