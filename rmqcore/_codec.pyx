@@ -13,13 +13,13 @@ import ipaddress
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem, PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy
 
 from rmqcore._c cimport (rmq_atomic_load_i64, rmq_crc32, rmq_find_byte, rmq_java_hash_utf8, rmq_load_be16,
@@ -42,6 +42,7 @@ PROPERTIES_MAX_LENGTH = 32767
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+cdef str _UNIQ_KEY_NAME = PROPERTY_UNIQ_KEY   # the key object a generated UNIQ_KEY is stored under (compared by address)
 PROPERTY_CRC32 = "__CRC32#"
 KEY_SEPARATOR = " "
 
@@ -753,6 +754,14 @@ cdef inline int _check_utf8_separators(const char *s, Py_ssize_t n) noexcept nog
     return memchr(s, 1, <size_t>n) != NULL or memchr(s, 2, <size_t>n) != NULL
 
 
+cdef bint _is_timing_name(const char *u, Py_ssize_t n) noexcept nogil:
+    # A property that reroutes a message (delay level or timer) to the schedule or timer topic.
+    return ((n == 5 and memcmp(u, "DELAY", 5) == 0) or (n == 18 and memcmp(u, "__STARTDELIVERTIME", 18) == 0)
+            or (n == 16 and memcmp(u, "TIMER_DELIVER_MS", 16) == 0)
+            or (n == 15 and memcmp(u, "TIMER_DELAY_SEC", 15) == 0)
+            or (n == 14 and memcmp(u, "TIMER_DELAY_MS", 14) == 0))
+
+
 cdef bint _has_timing_property(dict props):
     # One pass over the names (a handful): is any of them one that reroutes a message? Cheaper than five lookups.
     cdef Py_ssize_t n
@@ -763,10 +772,7 @@ cdef bint _has_timing_property(dict props):
         u = PyUnicode_AsUTF8AndSize(k, &n)
         if u == NULL:
             return False
-        if ((n == 5 and memcmp(u, "DELAY", 5) == 0) or (n == 18 and memcmp(u, "__STARTDELIVERTIME", 18) == 0)
-                or (n == 16 and memcmp(u, "TIMER_DELIVER_MS", 16) == 0)
-                or (n == 15 and memcmp(u, "TIMER_DELAY_SEC", 15) == 0)
-                or (n == 14 and memcmp(u, "TIMER_DELAY_MS", 14) == 0)):
+        if _is_timing_name(u, n):
             return True
     return False
 
@@ -948,6 +954,52 @@ cdef class EncodeBuffer:
         return m
 
 
+cdef class BatchProperties:
+    """Properties common to every message of one put_batch, validated and encoded once per call (RocketMQ's
+    MessageExtBatchEncoder encodes its batch's properties, batchPropData, once and appends them to every inner
+    record; CommitLog.java, rocketmq-all-4.9.7). Built by MessageEncoder.batch_properties.
+
+    The rule, for each message: the record is the one ``encode_into`` gives for the message after
+    ``msg.properties[name] = value`` for every (name, value) here, in this dict's order — the batch's value wins
+    over a message's own (it takes that property's place among the message's own), and names the message lacks
+    follow its own properties, before a UNIQ_KEY the put generates. That is what RocketMQ's reader sees of a
+    batch record: Java appends batchPropData after each inner message's properties, duplicates included, and
+    MessageDecoder.string2messageProperties keeps the last value of a name, the batch's. Here a name is written
+    once, so the record holds no duplicate. The messages' own dicts are not changed (only a generated UNIQ_KEY is
+    added to them, as by every put), but for a message a delay or timer reroutes: the reroute rewrites its dict, so
+    it gets the batch's properties set there first."""
+    cdef readonly dict properties     # the names and values applied (a __CRC32# dropped when the encoder writes its own)
+    cdef readonly bytes encoded       # name \x01 value \x02 ..., in the dict's order: appended as is
+    cdef list names
+    cdef dict index                   # name -> its number (a lookup for batches of many names)
+    cdef object uniq                  # the batch's UNIQ_KEY (every message's then), or None
+    cdef Py_ssize_t count
+    cdef Py_ssize_t *pair             # per name: where its pair starts in ``encoded``, its name's and value's length
+    cdef Py_ssize_t *name_n
+    cdef Py_ssize_t *value_n
+
+    def __init__(self):
+        raise TypeError("use MessageEncoder.batch_properties(properties)")
+
+    def __dealloc__(self):
+        free(self.pair)
+
+    cdef inline Py_ssize_t find(self, object k, const char *ku, Py_ssize_t kn) except -2:
+        # The number of the batch's name equal to a message's property name (its UTF-8 ku/kn), or -1. A few
+        # names (the broker's one) are compared as bytes: cheaper than a dict lookup per message.
+        cdef Py_ssize_t j
+        cdef const char *e
+        cdef PyObject *found
+        if self.count <= 8:
+            e = PyBytes_AS_STRING(self.encoded)
+            for j in range(self.count):
+                if self.name_n[j] == kn and memcmp(e + self.pair[j], ku, <size_t>kn) == 0:
+                    return j
+            return -1
+        found = PyDict_GetItemWithError(self.index, k)
+        return -1 if found is NULL else <Py_ssize_t><object>found
+
+
 cdef class MessageEncoder:
     """Validates and encodes Messages into v1 commitlog records for one store (its host and size limit)."""
     cdef readonly int max_message_size
@@ -971,8 +1023,14 @@ cdef class MessageEncoder:
         self.uniq_keys = UniqKeyGenerator(self.store_host_bytes[:len(self.store_host_bytes) - 4])
         self.check_topic_chars = check_topic_chars
 
-    cpdef int encode_into(self, Message msg, EncodeBuffer out) except -1:
+    cpdef int encode_into(self, Message msg, EncodeBuffer out, BatchProperties batch=None) except -1:
+        """Validate ``msg`` and append its record to ``out``; ``batch``: properties common to a put_batch's
+        messages, applied as BatchProperties says (encoded once, copied into each record)."""
         cdef Py_ssize_t topic_n, body_n, props_n = 0, kn, vn, i
+        cdef Py_ssize_t n_over = 0     # the message's own property names the batch's override
+        cdef Py_ssize_t j
+        cdef bint generated = False    # a UNIQ_KEY made here: written after the batch's properties
+        cdef const char *be = NULL
         cdef const char *topic_u
         cdef const char *ku
         cdef const char *vu
@@ -990,6 +1048,12 @@ cdef class MessageEncoder:
         if msg is None:
             raise TypeError("put needs a Message, got None")
         if self.reroute is not None and msg.properties and _has_timing_property(msg.properties):
+            if batch is not None:
+                # The reroute reads and rewrites the message's properties (REAL_TOPIC, REAL_QID, ...): it gets the
+                # batch's in the dict, where they would be had the caller put them there.
+                for k, v in batch.properties.items():
+                    msg.properties[k] = v
+                batch = None
             self.reroute(msg)
         topic = msg.topic
         if topic is None or not isinstance(topic, str):
@@ -1012,10 +1076,25 @@ cdef class MessageEncoder:
         props = msg.properties
         if props is None:
             props = msg.properties = {}
-        if PROPERTY_UNIQ_KEY not in props:
-            props[PROPERTY_UNIQ_KEY] = self.uniq_keys.next_key()
-        uniq = props[PROPERTY_UNIQ_KEY]
+        if batch is not None:
+            be = PyBytes_AS_STRING(batch.encoded)
+        # With a batch, the common case (no name in both) copies batch.encoded as is; an override makes both passes
+        # below write the batch's value in the message's place and the batch's other pairs after the message's.
+        if batch is not None and batch.uniq is not None:
+            uniq = batch.uniq
+        elif PROPERTY_UNIQ_KEY not in props:
+            uniq = self.uniq_keys.next_key()
+            props[_UNIQ_KEY_NAME] = uniq
+            generated = True
+        else:
+            uniq = props[PROPERTY_UNIQ_KEY]
         for k, v in props.items():
+            if batch is not None and isinstance(k, str):
+                ku = PyUnicode_AsUTF8AndSize(k, &kn)
+                j = batch.find(k, ku, kn)
+                if j >= 0:
+                    n_over += 1           # its pair is counted with batch.encoded's
+                    continue
             if v is None:
                 continue
             if not isinstance(k, str) or not isinstance(v, str):
@@ -1030,6 +1109,8 @@ cdef class MessageEncoder:
                 raise MessageIllegalError(f"properties[{k!r}]", "contains \\x01 or \\x02, RocketMQ's separators",
                                           None)
             props_n += kn + vn + 2
+        if batch is not None:
+            props_n += PyBytes_GET_SIZE(batch.encoded)     # the overridden pairs counted in their message's place
         if self.append_prop_crc:
             props_n += CRC32_RESERVED_LEN
         if props_n > PROPERTIES_MAX_LENGTH:
@@ -1089,6 +1170,15 @@ cdef class MessageEncoder:
         rmq_store_be16(q, <uint16_t>props_n)
         q += 2
         for k, v in props.items():
+            if generated and <PyObject *>k == <PyObject *>_UNIQ_KEY_NAME:
+                continue                  # goes after the batch's, as if put after them into the dict
+            if n_over and isinstance(k, str):
+                ku = PyUnicode_AsUTF8AndSize(k, &kn)
+                j = batch.find(k, ku, kn)
+                if j >= 0:                # the batch's value, in the message's place
+                    q = _put_pair(q, <const unsigned char *>ku, kn,
+                                  <const unsigned char *>be + batch.pair[j] + kn + 1, batch.value_n[j])
+                    continue
             if v is None:
                 continue
             ku = PyUnicode_AsUTF8AndSize(k, &kn)
@@ -1100,6 +1190,20 @@ cdef class MessageEncoder:
             memcpy(q + kn + 1, vu, vn)
             q[kn + 1 + vn] = 2
             q += kn + vn + 2
+        if batch is not None:
+            if n_over == 0:
+                vn = PyBytes_GET_SIZE(batch.encoded)
+                memcpy(q, be, <size_t>vn)
+                q += vn
+            else:                         # the batch's pairs the message does not have
+                for j in range(batch.count):
+                    if batch.names[j] not in props:
+                        vn = batch.name_n[j] + batch.value_n[j] + 2
+                        memcpy(q, be + batch.pair[j], <size_t>vn)
+                        q += vn
+        if generated:
+            ku = PyUnicode_AsUTF8AndSize(uniq, &vn)
+            q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>ku, vn)
         if self.append_prop_crc:
             q = put_crc_placeholder(q)
         if q != p + total:  # properties changed size under us (another thread mutated the dict)
@@ -1410,15 +1514,74 @@ cdef class MessageEncoder:
         self.encode_into(msg, b)
         return b
 
-    def encode_batch(self, messages, EncodeBuffer out=None):
-        """Encode every message into ``out`` (cleared first) so a bad one raises before anything is written."""
+    def encode_batch(self, messages, EncodeBuffer out=None, dict properties=None):
+        """Encode every message into ``out`` (cleared first) so a bad one raises before anything is written;
+        ``properties``: common to all of them (see batch_properties)."""
+        cdef BatchProperties batch = self.batch_properties(properties) if properties else None
         if out is None:
             out = EncodeBuffer()
         else:
             out.clear()
         for m in messages:
-            self.encode_into(<Message?>m, out)
+            self.encode_into(<Message?>m, out, batch)
         return out
+
+    def batch_properties(self, dict properties not None):
+        """Validate and encode, once, properties common to a batch (BatchProperties). Refused with
+        MessageIllegalError naming the property: a name or value that is not a str, an empty name, RocketMQ's
+        separators \\x01 / \\x02, more than 32767 bytes, and a delay or timer property (it reroutes one message; RocketMQ
+        refuses a batch with a delay level, CommitLog.asyncPutMessages). A __CRC32# is dropped when this encoder
+        writes its own (append_prop_crc), as from a message's properties."""
+        cdef BatchProperties bp = BatchProperties.__new__(BatchProperties)
+        cdef Py_ssize_t kn, vn, total = 0
+        cdef const char *ku
+        cdef const char *vu
+        cdef unsigned char *q
+        cdef Py_ssize_t j = 0, at = 0
+        bp.properties = {}
+        bp.names = []
+        bp.index = {}
+        for k, v in properties.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise MessageIllegalError(f"properties[{k!r}]", "batch property names and values must be str", None)
+            ku = PyUnicode_AsUTF8AndSize(k, &kn)
+            vu = PyUnicode_AsUTF8AndSize(v, &vn)
+            if kn == 0:
+                raise MessageIllegalError("properties", "a batch property name is empty", None)
+            if _check_utf8_separators(ku, kn) or _check_utf8_separators(vu, vn):
+                raise MessageIllegalError(f"properties[{k!r}]", "contains \\x01 or \\x02, RocketMQ's separators",
+                                          None)
+            if _is_timing_name(ku, kn):
+                raise MessageIllegalError(f"properties[{k!r}]", "a delay or timer is a message's own property, not "
+                                          "a batch's (RocketMQ refuses a delayed batch)", None)
+            if self.append_prop_crc and kn == 8 and memcmp(ku, "__CRC32#", 8) == 0:
+                continue
+            bp.index[k] = len(bp.names)
+            bp.properties[k] = v
+            bp.names.append(k)
+            total += kn + vn + 2
+            if total > PROPERTIES_MAX_LENGTH:
+                raise MessageIllegalError("properties", f"batch properties of more than {PROPERTIES_MAX_LENGTH} "
+                                          "bytes", PROPERTIES_MAX_LENGTH, PutStatus.PROPERTIES_SIZE_EXCEEDED)
+        bp.count = len(bp.names)
+        bp.pair = <Py_ssize_t *>malloc(<size_t>(3 * bp.count + 1) * sizeof(Py_ssize_t))
+        if bp.pair == NULL:
+            raise MemoryError()
+        bp.name_n = bp.pair + bp.count
+        bp.value_n = bp.name_n + bp.count
+        bp.encoded = PyBytes_FromStringAndSize(NULL, total)
+        q = <unsigned char *>PyBytes_AS_STRING(bp.encoded)
+        for k, v in bp.properties.items():
+            ku = PyUnicode_AsUTF8AndSize(k, &kn)
+            vu = PyUnicode_AsUTF8AndSize(v, &vn)
+            bp.pair[j] = at
+            bp.name_n[j] = kn
+            bp.value_n[j] = vn
+            q = _put_pair(q, <const unsigned char *>ku, kn, <const unsigned char *>vu, vn)
+            at += kn + vn + 2
+            j += 1
+        bp.uniq = bp.properties.get(PROPERTY_UNIQ_KEY)
+        return bp
 
 
 @cython.no_gc
@@ -1912,12 +2075,15 @@ cdef class CommitLogWriter:
         self._give(b)
         return r
 
-    cpdef list put_batch(self, messages):
+    cpdef list put_batch(self, messages, dict properties=None):
+        # ``properties``: common to every message, encoded once (MessageEncoder.batch_properties), before the
+        # buffer is taken so a refusal leaves nothing to give back.
+        cdef BatchProperties batch = self.encoder.batch_properties(properties) if properties else None
         cdef EncodeBuffer b = self._take()
         cdef list out = []
         b.defer_body_crc = True
         for m in messages:
-            self.encoder.encode_into(<Message?>m, b)
+            self.encoder.encode_into(<Message?>m, b, batch)
         b.defer_body_crc = False
         self._check(b, True)
         with nogil:

@@ -148,12 +148,13 @@ class CommitLog:
             self._check_open()
         return self.writer.put(msg)
 
-    def put_messages(self, messages) -> list[PutResult]:
+    def put_messages(self, messages, properties: dict[str, str] | None = None) -> list[PutResult]:
         """Append many messages under one lock. All are validated and encoded first, so a bad one raises before
-        anything is written. If a new file cannot be made midway, the rest get CREATE_MAPPED_FILE_FAILED."""
+        anything is written. If a new file cannot be made midway, the rest get CREATE_MAPPED_FILE_FAILED.
+        ``properties``: common to every message, encoded once (MessageStore.put_batch says how they apply)."""
         if self._closed or self.read_only:
             self._check_open()
-        return self.writer.put_batch(messages)
+        return self.writer.put_batch(messages, properties)
 
     def put_arrow(self, data, put_messages=None):
         """Append the rows of a pyarrow RecordBatch or Table (rmqcore.columnar): one result RecordBatch. A batch

@@ -482,16 +482,25 @@ class MessageStore:
             self.group_commit.core.request(end)
         return result, None
 
-    def put_batch(self, messages) -> list:
-        """Store many messages under one lock and one flush wait; all are validated before any is written."""
+    def put_batch(self, messages, *, properties: dict[str, str] | None = None) -> list:
+        """Store many messages under one lock and one flush wait; all are validated before any is written.
+
+        ``properties``: properties common to every message of the call (the broker's CLUSTER, say), validated and
+        encoded once and copied into each record, as RocketMQ's batch encoder appends a batch's properties to its
+        inner messages. Each record is the one put_batch writes after ``msg.properties[name] = value`` for each of
+        them in order: the batch's value wins over a message's own, as RocketMQ's reader sees a batch record. The
+        messages' dicts are left as they were (but a delayed or timed message's, which its reroute rewrites: it gets
+        them set in its dict first). A delay or timer property is refused here (it is per message)."""
         if not self._running:
             self._check_running()
-        results = self._writer.put_batch(messages)
+        results = self._writer.put_batch(messages, properties)
         self._put_count += len(results)
         if self.reput.sleeping:
             self.reput.wakeup()
         if self._sync_flush and results and results[-1].status is PutStatus.PUT_OK:
-            if all(m.properties.get("WAIT") == "false" for m in messages):
+            wait = properties.get("WAIT") if properties else None      # a batch's WAIT is every message's
+            if (wait == "false" if wait is not None
+                    else all(m.properties.get("WAIT") == "false" for m in messages)):
                 self.group_commit.core.request(results[-1].commitlog_offset + results[-1].wrote_bytes)
                 return results
             done = self._wait_flushed(results[-1], True)

@@ -247,6 +247,23 @@ def test_send_batch_checks_every_message_before_storing_any(open_broker):
     assert b.store.get_messages("g", "two", 1, 0).messages[0].properties["CLUSTER"] == "DefaultCluster"
 
 
+def test_send_batch_stores_the_broker_cluster_as_a_batch_property(open_broker):
+    # sendBatchMessage puts CLUSTER on the MessageExtBatch, whose encoder appends it to every inner record: each
+    # record carries the broker's cluster (replacing a producer's own), the messages' dicts are left alone.
+    b = open_broker()
+    b.create_topic("t", queue_nums=1)
+    msgs = [Message("t", b"a"), Message("t", b"b", properties={"CLUSTER": "forged", "k": "v"})]
+    msgs[0].properties = None
+    rs = b.send_batch(msgs)
+    assert msgs[1].properties == {"CLUSTER": "forged", "k": "v", "UNIQ_KEY": msgs[1].properties["UNIQ_KEY"]}
+    assert "CLUSTER" not in msgs[0].properties
+    b.store.wait_dispatched()
+    got = b.store.get_messages("g", "t", 0, 0).messages
+    assert [m.commitlog_offset for m in got] == [r.commitlog_offset for r in rs]
+    assert [m.properties["CLUSTER"] for m in got] == ["DefaultCluster"] * 2
+    assert got[1].properties["k"] == "v"
+
+
 def test_multi_tag_topic_sets_the_sys_flag(open_broker):
     b = open_broker()
     b.update_topic(TopicConfig("mt", read_queue_nums=1, write_queue_nums=1, topic_filter_type="MULTI_TAG"))

@@ -10,6 +10,7 @@ pa = pytest.importorskip("pyarrow")
 
 from rmqcore import Message, MessageIllegalError, MessageStore, StoreConfig  # noqa: E402
 from rmqcore.status import PutStatus  # noqa: E402
+from strategies import without_store_time  # noqa: E402
 
 SCHEMA = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("body", pa.binary()), ("tags", pa.string()),
                     ("keys", pa.list_(pa.string())), ("properties", pa.map_(pa.string(), pa.string())),
@@ -50,16 +51,6 @@ def as_message(row, uniq_key):
         m.properties["UNIQ_KEY"] = row["uniq_key"]
     m.properties.setdefault("UNIQ_KEY", uniq_key)
     return m
-
-
-def without_store_time(m):
-    # the store time differs between the two puts, and so do the __CRC32# digits that cover it
-    raw = bytearray(bytes(m.record()))
-    at = 56 if not m.sys_flag & 0x10 else 68          # after the born host (IPv4 8 bytes, IPv6 20)
-    raw[at:at + 8] = bytes(8)
-    assert raw[-20:-11] == b"__CRC32#\x01" and raw[-1] == 2
-    raw[-11:-1] = bytes(10)
-    return bytes(raw)
 
 
 @settings(max_examples=40, deadline=None)

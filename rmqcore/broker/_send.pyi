@@ -20,7 +20,7 @@ class SendEntry:
 class Sender:
     """Broker.send / send_batch over one store."""
     def __init__(self, cache: dict[str, SendEntry], cluster: str, put: Callable[[Message], Any],
-                 put_batch: Callable[[list[Message]], list[Any]], check: Callable[[Message], None],
+                 put_batch: Callable[..., list[Any]], check: Callable[[Message], None],
                  put_transaction: Callable[[Message], Any]) -> None: ...
     def send(self, msg: Message) -> Any:
         """Broker.send (see its docstring)."""

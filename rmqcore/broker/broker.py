@@ -234,7 +234,9 @@ class Broker:
     def send_batch(self, messages) -> list:
         """Store many messages with one store lock and one flush wait (MessageStore.put_batch), each checked as
         ``send`` checks it; every message is checked before any is stored. As RocketMQ's batch send, messages of a
-        prepared transaction are refused here (NoPermissionError)."""
+        prepared transaction are refused here (NoPermissionError). The broker's CLUSTER goes on every record as a
+        batch property (MessageStore.put_batch's ``properties``), replacing a message's own, as RocketMQ's batch
+        encoder appends it; unlike ``send``, the messages' dicts are not given it."""
         return self._sender.send_batch(messages)
 
     def _send_slow(self, msg, entry: SendEntry) -> None:
