@@ -1176,7 +1176,7 @@ cdef class MessageEncoder:
                 ku = PyUnicode_AsUTF8AndSize(k, &kn)
                 j = batch.find(k, ku, kn)
                 if j >= 0:                # the batch's value, in the message's place
-                    q = _put_pair(q, <const unsigned char *>ku, kn,
+                    q = put_pair(q, <const unsigned char *>ku, kn,
                                   <const unsigned char *>be + batch.pair[j] + kn + 1, batch.value_n[j])
                     continue
             if v is None:
@@ -1203,7 +1203,7 @@ cdef class MessageEncoder:
                         q += vn
         if generated:
             ku = PyUnicode_AsUTF8AndSize(uniq, &vn)
-            q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>ku, vn)
+            q = put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>ku, vn)
         if self.append_prop_crc:
             q = put_crc_placeholder(q)
         if q != p + total:  # properties changed size under us (another thread mutated the dict)
@@ -1577,7 +1577,7 @@ cdef class MessageEncoder:
             bp.pair[j] = at
             bp.name_n[j] = kn
             bp.value_n[j] = vn
-            q = _put_pair(q, <const unsigned char *>ku, kn, <const unsigned char *>vu, vn)
+            q = put_pair(q, <const unsigned char *>ku, kn, <const unsigned char *>vu, vn)
             at += kn + vn + 2
             j += 1
         bp.uniq = bp.properties.get(PROPERTY_UNIQ_KEY)
