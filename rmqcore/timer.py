@@ -16,6 +16,11 @@ wheel (and is delivered at once when already due). So a crash re-delivers only w
 persist (``timer_flush_interval_ms``, 1 s): at least once, never lost. 5.x rounds delivery times down to
 ``timerPrecisionMs`` (1 s by default, so it delivers up to a second early); rmqcore keeps the exact ms and never
 delivers early: the wheel has 10 ms slots and a slot is delivered once its last ms has passed.
+
+Delivery keeps Python off the per-message path: TIMER_OUT_MS is read from the records in C (``timer_out_times``)
+and a due slot is rebuilt in C straight into an encode buffer and appended in one call (``schedule.redeliver``,
+the delay levels' ``time_up_into`` in its timer mode). The delivery thread never waits for a disk: progress is
+persisted by a thread of its own (the persist waits for an msync past the re-puts and fsyncs the file).
 """
 from __future__ import annotations
 
