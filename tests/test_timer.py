@@ -166,6 +166,46 @@ def test_store_wired_wheel_delivers_within_100_ms(tmp_path):
     print(f"lateness ms: median {late[n // 2]}, p99 {late[int(n * 0.99)]}, max {late[-1]}")
 
 
+
+def test_a_slow_persist_does_not_hold_up_deliveries(tmp_path, monkeypatch):
+    """Persisting progress waits for the commitlog to reach the disk (0.1-1 s on a busy disk): deliveries due
+    meanwhile go out on time, and progress is still persisted."""
+    import rmqcore.timer as timer_module
+    real = timer_module.flush_past
+    slow = []
+
+    def slow_flush_past(store, end):
+        slow.append(end)
+        time.sleep(0.5)
+        return real(store, end)
+
+    monkeypatch.setattr(timer_module, "flush_past", slow_flush_past)
+    path = str(tmp_path / "s")
+    with MessageStore.open(path, cfg(timer_wheel_enable=True, timer_flush_interval_ms=100)) as store:
+        now = time.time_ns() // 1_000_000
+        n = 600
+        asked = {}
+        msgs = []
+        for i in range(n):
+            at = now + 300 + i * 3                        # one every 3 ms for 1.8 s: through several persists
+            m = Message("Timed", b"%d" % i, i % 2, properties={"TIMER_DELIVER_MS": str(at), "ID": str(i)})
+            assert rewrite_timer(m, now)
+            asked[str(i)] = at
+            msgs.append(m)
+        store.put_batch(msgs)
+        deadline = time.monotonic() + 15
+        got = []
+        while time.monotonic() < deadline and len(got) < n:
+            time.sleep(0.2)
+            got = read_all(store, "Timed", (0, 1))
+        assert len(got) == n
+        late = sorted(m.store_timestamp - asked[m.properties["ID"]] for m in got)
+        assert late[0] >= 0 and late[-1] < 300, late[-20:]
+        assert len(slow) >= 2                             # persists ran (and were slow) meanwhile
+    progress = decode_progress((Path(path) / "config" / "timerProgress.json").read_text(), "f")
+    assert progress["scanFromOffset"] == progress["loadedBelowOffset"] == n
+
+
 CHILD = r'''
 import json, sys, time
 spec = json.loads(sys.argv[1])
