@@ -307,7 +307,7 @@ def timer_out_times(const unsigned char[::1] units, list files not None, int64_t
     object per record. A record without a TIMER_OUT_MS Long.parseLong reads (an optional sign, ASCII digits, within
     a long; the last value of the name, as MessageDecoder.string2messageProperties keeps) gets 0: delivered at
     once rather than never. A unit without a valid record of its size (select_messages would skip it) gets
-    ``NO_RECORD``."""
+    ``NO_RECORD`` (Long.MIN_VALUE; a TIMER_OUT_MS of that value reads as MIN_VALUE + 1, due at once all the same)."""
     cdef Py_ssize_t nunits = units.shape[0] // 20, i, index, nxt, kv, plen, j
     cdef const unsigned char *u
     cdef const unsigned char *p
@@ -351,8 +351,10 @@ def timer_out_times(const unsigned char[::1] units, list files not None, int64_t
                             break
                         mag = mag * 10 + (props[j] - 48)
                         j += 1
-                    if ok and (mag < (<uint64_t>1 << 63) or (neg and mag == (<uint64_t>1 << 63))):
+                    if ok and mag < (<uint64_t>1 << 63):
                         value = -<int64_t>mag if neg else <int64_t>mag
+                    elif ok and neg and mag == (<uint64_t>1 << 63):
+                        value = _TIMER_NO_RECORD + 1      # Long.MIN_VALUE: due at once, told apart from no record
                     else:
                         value = 0
                 index = nxt + 1

@@ -160,7 +160,6 @@ class TimerMessageService:
         self._thread = None
         self._loaded = False
         self._delivered_end = 0
-        self._last_persist = time.monotonic()
         self._persist_thread = None
         self._more = False                     # the last read stopped with timer-queue entries left
         self._encoded = EncodeBuffer()         # due records rebuilt for their real queues (schedule.redeliver)
@@ -342,7 +341,6 @@ class TimerMessageService:
         write_config_file(self.progress_path, "{" + ",".join(f'"{k}":{v}' for k, v in state.items()) + "}")
         self.scan_from = scan_from
         self.persists += 1
-        self._last_persist = time.monotonic()
 
     # -- thread ------------------------------------------------------------------------------------------------
 

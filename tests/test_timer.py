@@ -114,6 +114,28 @@ def test_wheel_delivers_in_time_order_never_early(tmp_path):
         assert svc.pending == 1
 
 
+
+@pytest.mark.parametrize("text, due", [("-9223372036854775808", True), ("9223372036854775808", True),
+                                       ("+-5", True), ("12x", True), ("", True), ("-0", True), ("+5", True),
+                                       ("9223372036854775807", False)])
+def test_an_unreadable_delivery_time_is_delivered_at_once(tmp_path, text, due):
+    """A timer record whose TIMER_OUT_MS Long.parseLong refuses (or that names a past time) goes out on the next
+    turn rather than never; Long.MAX_VALUE stays in the wheel."""
+    clock = Clock()
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        svc = TimerMessageService(store, clock=clock)
+        svc.load()
+        props = {"REAL_TOPIC": "T", "REAL_QID": "0", "ID": "odd"}
+        if text:
+            props["TIMER_OUT_MS"] = text
+        store.put(Message(TIMER_TOPIC, b"x", 0, properties=props))
+        put_timed(store, clock, 1, 60_000)
+        store.wait_dispatched()
+        assert svc.run_once() == int(due) and svc.pending == 2 - int(due)
+        store.wait_dispatched()
+        assert [m.properties["ID"] for m in read_all(store, "T")] == (["odd"] if due else [])
+
+
 def test_progress_survives_a_clean_restart_without_duplicates(tmp_path):
     path = str(tmp_path / "s")
     clock = Clock()
