@@ -36,9 +36,9 @@ import numpy as np
 from ._codec import EncodeBuffer, Message, select_messages
 from ._schedule import NO_RECORD, timer_out_times
 from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
-from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, TRANSACTION_COMMIT_TYPE,
-                       TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, flush_past, load_config_file, parse_java_int,
-                       put_in_order, read_fastjson, redeliver, write_config_file)
+from .schedule import (_JAVA_INT, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+                       TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, flush_past,
+                       load_config_file, parse_java_int, put_in_order, read_fastjson, redeliver, write_config_file)
 from .status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,9 @@ _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _java_long(value, field):
-    if not isinstance(value, str) or not value.lstrip("+-").isdigit() or not value.isascii():
+    # Long.parseLong: one optional sign, then ASCII digits ("+-5" passed a lstrip("+-") check, then int() raised
+    # ValueError instead of the precise error).
+    if not isinstance(value, str) or not _JAVA_INT.fullmatch(value):
         raise MessageIllegalError(field, f"{value!r} is not an integer (Long.parseLong)", None)
     n = int(value)
     if not _LONG_MIN <= n <= _LONG_MAX:

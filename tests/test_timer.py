@@ -67,6 +67,8 @@ def test_no_rewrite_for_past_times_delay_levels_transactions_and_re_puts():
 
 @pytest.mark.parametrize("props, field", [({"TIMER_DELAY_SEC": "soon"}, "properties[TIMER_DELAY_SEC]"),
                                           ({"TIMER_DELIVER_MS": "1e3"}, "properties[TIMER_DELIVER_MS]"),
+                                          ({"TIMER_DELAY_MS": "+-5"}, "properties[TIMER_DELAY_MS]"),
+                                          ({"TIMER_DELAY_MS": "٣"}, "properties[TIMER_DELAY_MS]"),
                                           ({"TIMER_DELAY_SEC": str(4 * 24 * 3600)}, "properties")])
 def test_illegal_timer_messages_are_refused_and_left_unchanged(props, field):
     m = Message("A", b"x", 1, properties=dict(props))
