@@ -1,5 +1,8 @@
 # The commitlog record codec: RocketMQ's MessageExtEncoder / MessageDecoder / checkMessageAndReturnSize.
 from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcpy
+
+from rmqcore._c cimport rmq_find_byte
 
 from rmqcore._mapped_file cimport MappedFile
 
@@ -163,3 +166,66 @@ cdef class AppendMessageCallback:
                             int64_t wrote) except -1
     cdef unassign(self, EncodeBuffer eb, Py_ssize_t i)
     cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp)
+
+
+# -- small helpers every encoder of records shares (inline: _codec, _schedule) ------------------------------------
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk_id, timespec *tp)
+    int CLOCK_REALTIME
+
+
+cdef inline int64_t now_ms() noexcept nogil:
+    # System.currentTimeMillis()
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef inline int32_t next_pair(const unsigned char *props, int32_t props_len, int32_t index, int32_t *name_len,
+                              int32_t *value_pos, int32_t *value_len) noexcept nogil:
+    # One step of MessageDecoder.string2messageProperties over the pair starting at ``index``: split at \x02, then
+    # at the first \x01; the pair counts (name_len > 0) only with a non-empty name and value. Returns where the
+    # next pair starts.
+    cdef int32_t nxt = rmq_find_byte(props, index, props_len, 2)
+    cdef int32_t kv
+    if nxt < 0:
+        nxt = props_len
+    kv = rmq_find_byte(props, index, nxt, 1)
+    if kv > index and kv < nxt - 1:
+        name_len[0] = kv - index
+        value_pos[0] = kv + 1
+        value_len[0] = nxt - kv - 1
+    else:
+        name_len[0] = 0
+    return nxt + 1
+
+
+cdef inline unsigned char *put_pair(unsigned char *q, const unsigned char *k, Py_ssize_t kn,
+                                    const unsigned char *v, Py_ssize_t vn) noexcept nogil:
+    # name \x01 value \x02 (MessageDecoder.messageProperties2String)
+    memcpy(q, k, <size_t>kn)
+    q[kn] = 1
+    if vn:
+        memcpy(q + kn + 1, v, <size_t>vn)
+    q[kn + 1 + vn] = 2
+    return q + kn + vn + 2
+
+
+cdef inline unsigned char *put_crc_placeholder(unsigned char *q) noexcept nogil:
+    # "__CRC32#" \x01 + 10 digits + \x02 (CRC32_RESERVED_LEN): the digits are set once the per-put fields are.
+    memcpy(q, "__CRC32#\x010000000000\x02", CRC32_RESERVED_LEN)
+    return q + CRC32_RESERVED_LEN
+
+
+cdef inline int32_t cal_msg_length_c(int version, int32_t sys_flag, int32_t body_len, int32_t topic_len,
+                                     int32_t props_len) noexcept nogil:
+    # MessageExtEncoder.calMsgLength
+    cdef int32_t born = 8 if (sys_flag & FLAG_BORNHOST_V6) == 0 else 20
+    cdef int32_t store = 8 if (sys_flag & FLAG_STOREHOSTADDRESS_V6) == 0 else 20
+    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8
+            + 4 + body_len + (1 if version == 1 else 2) + topic_len + 2 + props_len)

@@ -33,14 +33,6 @@ from rmqcore.status import PutStatus
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clk_id, timespec *tp)
-    int CLOCK_REALTIME
-
 # Public constants (Python names as RocketMQ's).
 PY_MESSAGE_MAGIC_CODE = MESSAGE_MAGIC_CODE
 PY_MESSAGE_MAGIC_CODE_V2 = MESSAGE_MAGIC_CODE_V2
@@ -55,12 +47,6 @@ KEY_SEPARATOR = " "
 
 cdef int32_t PAGE = 4096
 cdef PUT_OK = PutStatus.PUT_OK
-
-
-cdef inline int64_t now_ms() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
 
 
 def current_millis():
@@ -94,50 +80,41 @@ cdef bint find_property(const unsigned char *props, int32_t props_len, const cha
                         int32_t *value_pos, int32_t *value_len) noexcept nogil:
     # Mirrors MessageDecoder.string2messageProperties: a pair counts only with a non-empty name and value, and
     # the last pair of a name wins.
-    cdef int32_t index = 0, nxt, kv
+    cdef int32_t index = 0, start, n, vp, vl
     cdef bint found = False
     while index < props_len:
-        nxt = rmq_find_byte(props, index, props_len, 2)
-        if nxt < 0:
-            nxt = props_len
-        kv = rmq_find_byte(props, index, props_len, 1)
-        if kv > index and kv < nxt - 1:
-            if kv - index == name_len and memcmp(props + index, name, <size_t>name_len) == 0:
-                value_pos[0] = kv + 1
-                value_len[0] = nxt - kv - 1
-                found = True
-        index = nxt + 1
+        start = index
+        index = next_pair(props, props_len, index, &n, &vp, &vl)
+        if n == name_len and memcmp(props + start, name, <size_t>name_len) == 0:
+            value_pos[0] = vp
+            value_len[0] = vl
+            found = True
     return found
 
 
 cdef void dispatch_properties(const unsigned char *props, int32_t props_len, DispatchProps *out) noexcept nogil:
     # find_property's rules (a pair counts with a non-empty name and value, the last of a name wins) for the four
     # names dispatch reads, in one walk over the pairs instead of one walk per name.
-    cdef int32_t index = 0, nxt, kv, n
+    cdef int32_t index = 0, start, n, vp, vl
     cdef const unsigned char *name
     out.tags_pos = out.keys_pos = out.uniq_pos = out.delay_pos = -1
     out.tags_len = out.keys_len = out.uniq_len = out.delay_len = 0
     while index < props_len:
-        nxt = rmq_find_byte(props, index, props_len, 2)
-        if nxt < 0:
-            nxt = props_len
-        kv = rmq_find_byte(props, index, nxt, 1)
-        if kv > index and kv < nxt - 1:
-            n = kv - index
-            name = props + index
-            if n == 4 and memcmp(name, "TAGS", 4) == 0:
-                out.tags_pos = kv + 1
-                out.tags_len = nxt - kv - 1
-            elif n == 4 and memcmp(name, "KEYS", 4) == 0:
-                out.keys_pos = kv + 1
-                out.keys_len = nxt - kv - 1
-            elif n == 8 and memcmp(name, "UNIQ_KEY", 8) == 0:
-                out.uniq_pos = kv + 1
-                out.uniq_len = nxt - kv - 1
-            elif n == 5 and memcmp(name, "DELAY", 5) == 0:
-                out.delay_pos = kv + 1
-                out.delay_len = nxt - kv - 1
-        index = nxt + 1
+        start = index
+        index = next_pair(props, props_len, index, &n, &vp, &vl)
+        name = props + start
+        if n == 4 and memcmp(name, "TAGS", 4) == 0:
+            out.tags_pos = vp
+            out.tags_len = vl
+        elif n == 4 and memcmp(name, "KEYS", 4) == 0:
+            out.keys_pos = vp
+            out.keys_len = vl
+        elif n == 8 and memcmp(name, "UNIQ_KEY", 8) == 0:
+            out.uniq_pos = vp
+            out.uniq_len = vl
+        elif n == 5 and memcmp(name, "DELAY", 5) == 0:
+            out.delay_pos = vp
+            out.delay_len = vl
 
 
 cdef int64_t tags_code_of(const unsigned char *props, int32_t props_len) noexcept nogil:
@@ -149,16 +126,13 @@ cdef int64_t tags_code_of(const unsigned char *props, int32_t props_len) noexcep
 
 cdef dict _parse_properties(const unsigned char *props, int32_t props_len):
     cdef dict out = {}
-    cdef int32_t index = 0, nxt, kv
+    cdef int32_t index = 0, start, n, vp, vl
     while index < props_len:
-        nxt = rmq_find_byte(props, index, props_len, 2)
-        if nxt < 0:
-            nxt = props_len
-        kv = rmq_find_byte(props, index, props_len, 1)
-        if kv > index and kv < nxt - 1:
-            out[PyUnicode_DecodeUTF8(<const char *>props + index, kv - index, "replace")] = \
-                PyUnicode_DecodeUTF8(<const char *>props + kv + 1, nxt - kv - 1, "replace")
-        index = nxt + 1
+        start = index
+        index = next_pair(props, props_len, index, &n, &vp, &vl)
+        if n > 0:
+            out[PyUnicode_DecodeUTF8(<const char *>props + start, n, "replace")] = \
+                PyUnicode_DecodeUTF8(<const char *>props + vp, vl, "replace")
     return out
 
 
@@ -279,14 +253,6 @@ def decode_offset_msg_id(str msg_id not None):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Record parsing
-
-cdef inline int32_t cal_msg_length_c(int version, int32_t sys_flag, int32_t body_len, int32_t topic_len,
-                                     int32_t props_len) noexcept nogil:
-    cdef int32_t born = 8 if (sys_flag & FLAG_BORNHOST_V6) == 0 else 20
-    cdef int32_t store = 8 if (sys_flag & FLAG_STOREHOSTADDRESS_V6) == 0 else 20
-    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8
-            + 4 + body_len + (1 if version == 1 else 2) + topic_len + 2 + props_len)
-
 
 def cal_msg_length(int32_t sys_flag, int32_t body_len, int32_t topic_len, int32_t props_len, int version=1):
     """MessageExtEncoder.calMsgLength: the record size for these parts (v1: 1-byte topic length, v2: 2)."""
@@ -805,12 +771,6 @@ cdef bint _has_timing_property(dict props):
     return False
 
 
-cdef inline unsigned char *_put_crc_placeholder(unsigned char *q) noexcept nogil:
-    # "__CRC32#" \x01 + 10 digits + \x02 (CRC32_RESERVED_LEN): the digits are set by _fill_record_crc.
-    memcpy(q, "__CRC32#\x010000000000\x02", CRC32_RESERVED_LEN)
-    return q + CRC32_RESERVED_LEN
-
-
 cdef void fill_body_crcs(EncodeBuffer b) noexcept nogil:
     # The body CRCs encode_into deferred (EncodeBuffer.defer_body_crc), in one pass without the GIL: put_batch's
     # producer then holds the GIL only for what needs Python objects, and a second producer runs meanwhile.
@@ -836,17 +796,6 @@ cdef inline void _fill_record_crc(unsigned char *rec, int32_t total) noexcept no
 
 cdef inline bint _name_is(const unsigned char *p, Py_ssize_t n, const char *name, Py_ssize_t name_n) noexcept nogil:
     return n == name_n and memcmp(p, name, <size_t>n) == 0
-
-
-cdef inline unsigned char *_put_pair(unsigned char *q, const unsigned char *k, Py_ssize_t kn,
-                                     const unsigned char *v, Py_ssize_t vn) noexcept nogil:
-    # name \x01 value \x02 (MessageDecoder.messageProperties2String)
-    memcpy(q, k, <size_t>kn)
-    q[kn] = 1
-    if vn:
-        memcpy(q + kn + 1, v, <size_t>vn)
-    q[kn + 1 + vn] = 2
-    return q + kn + vn + 2
 
 
 cdef unsigned char *_put_keys(unsigned char *q, int64_t k0, int64_t k1, const uint8_t[::1] key_valid,
@@ -1152,7 +1101,7 @@ cdef class MessageEncoder:
             q[kn + 1 + vn] = 2
             q += kn + vn + 2
         if self.append_prop_crc:
-            q = _put_crc_placeholder(q)
+            q = put_crc_placeholder(q)
         if q != p + total:  # properties changed size under us (another thread mutated the dict)
             raise RuntimeError("message properties changed while the message was being encoded")
 
@@ -1407,30 +1356,30 @@ cdef class MessageEncoder:
                             and memcmp(&pname_data[0] + pname_off[k], kp, <size_t>klen) == 0:
                         jj = k
                 if has_tags and _name_is(kp, klen, "TAGS", 4):
-                    q = _put_pair(q, kp, klen, tg_p, tg_n)
+                    q = put_pair(q, kp, klen, tg_p, tg_n)
                     has_tags = False
                 elif has_keys and _name_is(kp, klen, "KEYS", 4):
                     q = _put_keys(q, keys_list[r], keys_list[r + 1], key_valid, key_off, key_data, keys_n)
                     has_keys = False
                 elif has_uniq and _name_is(kp, klen, "UNIQ_KEY", 8):
-                    q = _put_pair(q, kp, klen, uq_p, uq_n)
+                    q = put_pair(q, kp, klen, uq_p, uq_n)
                     has_uniq = False
                 else:
                     vlen = <Py_ssize_t>(pvalue_off[jj + 1] - pvalue_off[jj])
-                    q = _put_pair(q, kp, klen, &pvalue_data[0] + pvalue_off[jj] if vlen else NULL, vlen)
+                    q = put_pair(q, kp, klen, &pvalue_data[0] + pvalue_off[jj] if vlen else NULL, vlen)
                     if not uniq_from_col and _name_is(kp, klen, "UNIQ_KEY", 8):
                         memcpy(uniq_buf, &pvalue_data[0] + pvalue_off[jj], <size_t>min(vlen, 64))
                         uniq_n = min(vlen, 64)
             if has_tags:
-                q = _put_pair(q, <const unsigned char *>"TAGS", 4, tg_p, tg_n)
+                q = put_pair(q, <const unsigned char *>"TAGS", 4, tg_p, tg_n)
             if has_keys:
                 q = _put_keys(q, keys_list[r], keys_list[r + 1], key_valid, key_off, key_data, keys_n)
             if has_uniq:                  # the producer's key, no UNIQ_KEY in the map to replace
-                q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, uq_p, uq_n)
+                q = put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, uq_p, uq_n)
             elif not uniq_from_col and not map_uniq:       # generated
-                q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>uniq_buf, uniq_n)
+                q = put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>uniq_buf, uniq_n)
             if self.append_prop_crc:
-                q = _put_crc_placeholder(q)
+                q = put_crc_placeholder(q)
             if q != p + total:       # duplicate names made the map shorter than counted: fix the lengths
                 props_n -= <int32_t>((p + total) - q)
                 total = <int32_t>(q - p)

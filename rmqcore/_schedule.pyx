@@ -24,30 +24,13 @@ from libc.string cimport memcmp, memcpy
 from rmqcore._c cimport rmq_crc32, rmq_find_byte, rmq_load_be32, rmq_load_be64, rmq_store_be16, rmq_store_be32, \
     rmq_store_be64
 from rmqcore._codec cimport (CRC32_RESERVED_LEN, FLAG_BORNHOST_V6, FLAG_STOREHOSTADDRESS_V6, MESSAGE_MAGIC_CODE,
+                             cal_msg_length_c, next_pair, now_ms, put_crc_placeholder, put_pair,
                              RECORD_OK, TRANSACTION_ROLLBACK_TYPE, EncodeBuffer, EncodedRecord, RecordView, _Buffer,
-                             parse_record)
+                             find_property, parse_record)
 from rmqcore._mapped_file cimport MappedFile
-
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clk_id, timespec *tp)
-    int CLOCK_REALTIME
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize_ "PyUnicode_AsUTF8AndSize" (object s, Py_ssize_t *size) except NULL
-
-
-cdef inline unsigned char *_put_pair(unsigned char *q, const unsigned char *k, Py_ssize_t kn,
-                                     const unsigned char *v, Py_ssize_t vn) noexcept nogil:
-    # name \x01 value \x02 (MessageDecoder.messageProperties2String)
-    memcpy(q, k, <size_t>kn)
-    q[kn] = 1
-    memcpy(q + kn + 1, v, <size_t>vn)
-    q[kn + 1 + vn] = 2
-    return q + kn + vn + 2
 
 
 MAX_PAIRS = 64                       # more property pairs than this: the per-message path (duplicate names cost n²)
@@ -116,7 +99,7 @@ cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message
     # differently from a plain rebuild.
     cdef const unsigned char *props = pl.rec + pl.rv.props_pos
     cdef int32_t plen = pl.rv.props_len
-    cdef int32_t index = 0, nxt, kv, j, k, n, vlen, qid_pair = -1, born_len, total
+    cdef int32_t index = 0, start, vpos, j, k, n, vlen, qid_pair = -1, born_len, total
     cdef const unsigned char *name
     cdef const unsigned char *value
     cdef bint ascii = True
@@ -124,19 +107,16 @@ cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message
     pl.npairs = 0
     # MessageDecoder.string2messageProperties: split at \x02, then at the first \x01; a pair needs a name and a value.
     while index < plen:
-        nxt = rmq_find_byte(props, index, plen, 2)
-        if nxt < 0:
-            nxt = plen
-        kv = rmq_find_byte(props, index, plen, 1)
-        if kv > index and kv < nxt - 1:
+        start = index
+        index = next_pair(props, plen, index, &n, &vpos, &vlen)
+        if n > 0:
             if pl.npairs == C_MAX_PAIRS:
                 return PLAN_SLOW
-            pl.pairs[pl.npairs][0] = index
-            pl.pairs[pl.npairs][1] = kv - index
-            pl.pairs[pl.npairs][2] = kv + 1
-            pl.pairs[pl.npairs][3] = nxt - kv - 1
+            pl.pairs[pl.npairs][0] = start
+            pl.pairs[pl.npairs][1] = n
+            pl.pairs[pl.npairs][2] = vpos
+            pl.pairs[pl.npairs][3] = vlen
             pl.npairs += 1
-        index = nxt + 1
     for j in range(plen):
         if props[j] >= 128:
             ascii = False
@@ -219,17 +199,11 @@ cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message
         return PLAN_SLOW
     if append_prop_crc:
         pl.props_n += CRC32_RESERVED_LEN
-    born_len = 8 if (pl.rv.sys_flag & FLAG_BORNHOST_V6) == 0 else 20
-    total = 75 + born_len + store_len + pl.rv.body_len + vlen + pl.props_n
+    total = cal_msg_length_c(1, (pl.rv.sys_flag & FLAG_BORNHOST_V6)
+                             | (FLAG_STOREHOSTADDRESS_V6 if store_len == 20 else 0), pl.rv.body_len, vlen, pl.props_n)
     if pl.props_n > PROPERTIES_MAX_LENGTH or pl.rv.body_len > max_message_size or total > max_message_size:
         return PLAN_SLOW                  # (a generated UNIQ_KEY is counted by the caller)
     return PLAN_FAST
-
-
-cdef inline int64_t _now_ms() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
 
 
 cdef class _RecordFinder:
@@ -308,10 +282,11 @@ def timer_out_times(const unsigned char[::1] units, list files not None, int64_t
     a long; the last value of the name, as MessageDecoder.string2messageProperties keeps) gets 0: delivered at
     once rather than never. A unit without a valid record of its size (select_messages would skip it) gets
     ``NO_RECORD`` (Long.MIN_VALUE; a TIMER_OUT_MS of that value reads as MIN_VALUE + 1, due at once all the same)."""
-    cdef Py_ssize_t nunits = units.shape[0] // 20, i, index, nxt, kv, plen, j
+    cdef Py_ssize_t nunits = units.shape[0] // 20, i
+    cdef int32_t vpos, vlen, j
     cdef const unsigned char *u
     cdef const unsigned char *p
-    cdef const unsigned char *props
+    cdef const unsigned char *q
     cdef RecordView rv
     cdef int64_t value
     cdef uint64_t mag
@@ -329,35 +304,25 @@ def timer_out_times(const unsigned char[::1] units, list files not None, int64_t
             if p == NULL:
                 out[i] = _TIMER_NO_RECORD
                 continue
-            props = p + rv.props_pos
-            plen = rv.props_len
             value = 0
-            index = 0
-            while index < plen:
-                nxt = rmq_find_byte(props, index, plen, 2)
-                if nxt < 0:
-                    nxt = plen
-                kv = rmq_find_byte(props, index, plen, 1)
-                if kv > index and kv < nxt - 1 and _is(props + index, <int32_t>(kv - index), "TIMER_OUT_MS", 12):
-                    j = kv + 1
-                    neg = props[j] == 45
-                    if props[j] == 43 or props[j] == 45:
-                        j += 1
-                    ok = j < nxt
-                    mag = 0
-                    while ok and j < nxt:
-                        if props[j] < 48 or props[j] > 57 or mag > (<uint64_t>1 << 63) // 10:
-                            ok = False
-                            break
-                        mag = mag * 10 + (props[j] - 48)
-                        j += 1
-                    if ok and mag < (<uint64_t>1 << 63):
-                        value = -<int64_t>mag if neg else <int64_t>mag
-                    elif ok and neg and mag == (<uint64_t>1 << 63):
-                        value = _TIMER_NO_RECORD + 1      # Long.MIN_VALUE: due at once, told apart from no record
-                    else:
-                        value = 0
-                index = nxt + 1
+            if find_property(p + rv.props_pos, rv.props_len, "TIMER_OUT_MS", 12, &vpos, &vlen):
+                q = p + rv.props_pos + vpos
+                j = 0
+                neg = q[0] == 45
+                if q[0] == 43 or q[0] == 45:
+                    j = 1
+                ok = j < vlen
+                mag = 0
+                while ok and j < vlen:
+                    if q[j] < 48 or q[j] > 57 or mag > (<uint64_t>1 << 63) // 10:
+                        ok = False
+                        break
+                    mag = mag * 10 + (q[j] - 48)
+                    j += 1
+                if ok and mag < (<uint64_t>1 << 63):
+                    value = -<int64_t>mag if neg else <int64_t>mag
+                elif ok and neg and mag == (<uint64_t>1 << 63):
+                    value = _TIMER_NO_RECORD + 1      # Long.MIN_VALUE: due at once, told apart from no record
             out[i] = value
     finally:
         finder.release()
@@ -457,7 +422,9 @@ def time_up_into(EncodeBuffer out not None, const unsigned char[::1] units, Py_s
                 props_n += 8 + uniq_len + 2
             born_len = 8 if (pl.rv.sys_flag & FLAG_BORNHOST_V6) == 0 else 20
             topic_len = pl.pairs[pl.topic_pair][3]
-            total = 75 + born_len + store_len + pl.rv.body_len + topic_len + props_n
+            total = cal_msg_length_c(1, (pl.rv.sys_flag & FLAG_BORNHOST_V6)
+                                     | (FLAG_STOREHOSTADDRESS_V6 if store_len == 20 else 0),
+                                     pl.rv.body_len, topic_len, props_n)
             if props_n > PROPERTIES_MAX_LENGTH or total > max_message_size:
                 if i == start:            # the generated UNIQ_KEY took it over a limit: the per-message path says how
                     i += 1
@@ -469,7 +436,7 @@ def time_up_into(EncodeBuffer out not None, const unsigned char[::1] units, Py_s
                 sys_flag |= FLAG_BORNHOST_V6
             if store_len == 20:
                 sys_flag |= FLAG_STOREHOSTADDRESS_V6
-            born_ts = pl.rv.born_timestamp if pl.rv.born_timestamp != 0 else _now_ms()
+            born_ts = pl.rv.born_timestamp if pl.rv.born_timestamp != 0 else now_ms()
             src = pl.rec
             out.reserve(total)
             q = out.data + out.size
@@ -503,14 +470,13 @@ def time_up_into(EncodeBuffer out not None, const unsigned char[::1] units, Py_s
             for j in range(pl.npairs):
                 if pl.emit[j] < 0:
                     continue
-                q = _put_pair(q, src + pl.rv.props_pos + pl.pairs[j][0], pl.pairs[j][1],
+                q = put_pair(q, src + pl.rv.props_pos + pl.pairs[j][0], pl.pairs[j][1],
                               src + pl.rv.props_pos + pl.pairs[pl.emit[j]][2], pl.pairs[pl.emit[j]][3])
             if uniq_len:
-                q = _put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>uniq_p, uniq_len)
+                q = put_pair(q, <const unsigned char *>"UNIQ_KEY", 8, <const unsigned char *>uniq_p, uniq_len)
             if append_prop_crc:
                 # "__CRC32#" \x01 + 10 digits + \x02, the digits set by the writer once the record is placed.
-                memcpy(q, "__CRC32#\x010000000000\x02", CRC32_RESERVED_LEN)
-                q += CRC32_RESERVED_LEN
+                q = put_crc_placeholder(q)
             if q != out.data + out.size + total:
                 raise AssertionError("time_up_into: record length miscounted")
 

@@ -25,6 +25,16 @@ _BLANK_UNIT = np.array([(0, 0x7FFFFFFF, 0)], dtype=CQ_DTYPE).tobytes()
 QUEUE_ID_MAX = (1 << 31) - 1
 
 
+def queue_id_of(topic: str, name: str) -> int | None:
+    """The queue id the consume-queue directory ``topic/name`` stands for, or None when it is none: a topic no
+    record could carry, or a name that is not a queue id written the way a queue's directory is named (ASCII
+    digits, no leading zero: "007" would be read as queue 7, whose files RocketMQ looks for in "7")."""
+    if topic_is_legal(topic) and name.isascii() and name.isdigit() and int(name) <= QUEUE_ID_MAX \
+            and name == str(int(name)):
+        return int(name)
+    return None
+
+
 def queue_dirs(root: str) -> list[tuple[str, int]]:
     """(topic, queue id) of every consume-queue directory under ``root`` (``consumequeue/``), sorted.
 
@@ -40,12 +50,12 @@ def queue_dirs(root: str) -> list[tuple[str, int]]:
         if not os.path.isdir(tdir) or os.path.islink(tdir) or not topic_is_legal(topic):
             log.warning("%s: not a consume-queue topic directory, skipped", tdir)
             continue
-        for qid in sorted(os.listdir(tdir)):
-            if not (qid.isascii() and qid.isdigit() and int(qid) <= QUEUE_ID_MAX
-                    and os.path.isdir(os.path.join(tdir, qid))):
-                log.warning("%s: not a queue directory (named by its queue id), skipped", os.path.join(tdir, qid))
+        for name in sorted(os.listdir(tdir)):
+            qid = queue_id_of(topic, name)
+            if qid is None or not os.path.isdir(os.path.join(tdir, name)):
+                log.warning("%s: not a queue directory (named by its queue id), skipped", os.path.join(tdir, name))
                 continue
-            out.append((topic, int(qid)))
+            out.append((topic, qid))
     return out
 
 

@@ -18,6 +18,7 @@ import struct
 
 from .._index_file import IndexFile, index_key_hash
 from .._segment import data_end, first_store_timestamp
+from ..consume_queue import queue_id_of
 from ..index_service import build_key, is_index_file_name
 from . import fs
 
@@ -217,22 +218,25 @@ def consume_queues(root: str) -> dict:
     """``{(topic, queue_id): QueueUnits}`` for every queue of a store, from one (recursive) listing."""
     cq = fs.join(root, "consumequeue")
     files: dict = {}
+    # The store's own rule for which directories are queues (consume_queue.queue_id_of): a name that is no queue
+    # id, or a topic no record could carry, is skipped, never joined to a path.
     if fs.is_local(root):
         base = fs.local_path(cq)
         for topic in (os.listdir(base) if os.path.isdir(base) else []):
             tdir = os.path.join(base, topic)
-            for q in (os.listdir(tdir) if os.path.isdir(tdir) else []):
-                qdir = os.path.join(tdir, q)
-                if q.lstrip("-").isdigit() and os.path.isdir(qdir):
-                    files[(topic, int(q))] = [(n, os.path.getsize(os.path.join(qdir, n)))
-                                              for n in sorted(os.listdir(qdir))]
+            for name in (os.listdir(tdir) if os.path.isdir(tdir) else []):
+                qid, qdir = queue_id_of(topic, name), os.path.join(tdir, name)
+                if qid is not None and os.path.isdir(qdir):
+                    files[(topic, qid)] = [(n, os.path.getsize(os.path.join(qdir, n)))
+                                           for n in sorted(os.listdir(qdir))]
     else:
         from pyarrow import fs as pafs
         f, path = fs._filesystem(cq)
         for info in f.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True)):
             rel = info.path[len(path.rstrip("/")) + 1:].split("/")
-            if info.type == pafs.FileType.File and len(rel) == 3 and rel[1].lstrip("-").isdigit():
-                files.setdefault((rel[0], int(rel[1])), []).append((rel[2], int(info.size)))
+            qid = queue_id_of(rel[0], rel[1]) if len(rel) == 3 else None
+            if info.type == pafs.FileType.File and qid is not None:
+                files.setdefault((rel[0], qid), []).append((rel[2], int(info.size)))
     return {k: QueueUnits(fs.join(cq, k[0], str(k[1])), sorted(v)) for k, v in sorted(files.items())}
 
 
