@@ -13,5 +13,11 @@ MAX_PAIRS: int
 def time_up_into(out: EncodeBuffer, units: Buffer, start: int, files: list[MappedFile], file_size: int,
                  store_host: bytes, max_message_size: int, append_prop_crc: bool, reroute: bool,
                  uniq_keys: UniqKeyGenerator, unit_of: npt.NDArray[np.int64], topics: dict[str, str],
-                 max_bytes: int = ...) -> tuple[int, bool]:
+                 max_bytes: int = ..., timer: bool = ...) -> tuple[int, bool]:
     """Rebuild the records of the due units ``units[start:]`` into ``out``: ``(next, per_message)``."""
+
+NO_RECORD: int
+
+def timer_out_times(units: Buffer, files: list[MappedFile], file_size: int, out: npt.NDArray[np.int64]) -> None:
+    """The TIMER_OUT_MS of the records of the timer-topic ``units`` into ``out`` (0: none readable, NO_RECORD: no
+    record)."""

@@ -26,7 +26,7 @@ from rmqcore._c cimport rmq_crc32, rmq_find_byte, rmq_load_be32, rmq_load_be64, 
 from rmqcore._codec cimport (CRC32_RESERVED_LEN, FLAG_BORNHOST_V6, FLAG_STOREHOSTADDRESS_V6, MESSAGE_MAGIC_CODE,
                              cal_msg_length_c, next_pair, now_ms, put_crc_placeholder, put_pair,
                              RECORD_OK, TRANSACTION_ROLLBACK_TYPE, EncodeBuffer, EncodedRecord, RecordView, _Buffer,
-                             parse_record)
+                             find_property, parse_record)
 from rmqcore._mapped_file cimport MappedFile
 
 cdef extern from "Python.h":
@@ -92,15 +92,18 @@ cdef bint _java_int(const unsigned char *p, int32_t n, int32_t *out) noexcept no
     return True
 
 
-cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message_size, int32_t store_len) except -1:
-    # messageTimeup's decisions for the record in pl.rec / pl.rv, and the new properties' length; PLAN_SLOW for
-    # anything the per-message path would treat differently from a plain rebuild.
+cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message_size, int32_t store_len,
+               bint timer) except -1:
+    # messageTimeup's decisions (``timer``: the timer wheel's, 5.x TimerMessageStore.convertMessage) for the record
+    # in pl.rec / pl.rv, and the new properties' length; PLAN_SLOW for anything the per-message path would treat
+    # differently from a plain rebuild.
     cdef const unsigned char *props = pl.rec + pl.rv.props_pos
     cdef int32_t plen = pl.rv.props_len
     cdef int32_t index = 0, start, vpos, j, k, n, vlen, qid_pair = -1, born_len, total
     cdef const unsigned char *name
     cdef const unsigned char *value
     cdef bint ascii = True
+    cdef bint timer_out = False, timer_name = False
     pl.npairs = 0
     # MessageDecoder.string2messageProperties: split at \x02, then at the first \x01; a pair needs a name and a value.
     while index < plen:
@@ -141,13 +144,34 @@ cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message
                     pl.emit[j] = k        # the last value of the name
         if pl.emit[j] < 0:
             continue
-        # messageTimeup clears DELAY (and the 5.x timer properties); the encoder drops a copied __CRC32#.
-        if (_is(name, n, "DELAY", 5) or _is(name, n, "TIMER_DELIVER_MS", 16) or _is(name, n, "TIMER_DELAY_SEC", 15)
-                or (append_prop_crc and _is(name, n, "__CRC32#", 8))):
-            pl.emit[j] = -1
-            continue
-        if reroute and (_is(name, n, "__STARTDELIVERTIME", 18) or _is(name, n, "TIMER_DELAY_MS", 14)):
-            return PLAN_SLOW              # the put would move it to the timer topic again
+        if timer:
+            # convertMessage takes the destination out of REAL_TOPIC / REAL_QID and clears both, keeping every
+            # other property (TIMER_OUT_MS too: that is what stops the put from rerouting it to the wheel again).
+            if _is(name, n, "DELAY", 5):
+                return PLAN_SLOW          # the put would move it to the schedule topic
+            if _is(name, n, "TIMER_OUT_MS", 12):
+                timer_out = True
+            elif (_is(name, n, "__STARTDELIVERTIME", 18) or _is(name, n, "TIMER_DELAY_MS", 14)
+                    or _is(name, n, "TIMER_DELIVER_MS", 16) or _is(name, n, "TIMER_DELAY_SEC", 15)):
+                timer_name = True
+            if _is(name, n, "REAL_TOPIC", 10) or _is(name, n, "REAL_QID", 8):
+                if n == 10:
+                    pl.topic_pair = pl.emit[j]
+                else:
+                    qid_pair = pl.emit[j]
+                pl.emit[j] = -1
+                continue
+            if append_prop_crc and _is(name, n, "__CRC32#", 8):
+                pl.emit[j] = -1
+                continue
+        else:
+            # messageTimeup clears DELAY (and the 5.x timer properties); the encoder drops a copied __CRC32#.
+            if (_is(name, n, "DELAY", 5) or _is(name, n, "TIMER_DELIVER_MS", 16)
+                    or _is(name, n, "TIMER_DELAY_SEC", 15) or (append_prop_crc and _is(name, n, "__CRC32#", 8))):
+                pl.emit[j] = -1
+                continue
+            if reroute and (_is(name, n, "__STARTDELIVERTIME", 18) or _is(name, n, "TIMER_DELAY_MS", 14)):
+                return PLAN_SLOW          # the put would move it to the timer topic again
         k = pl.emit[j]
         value = props + pl.pairs[k][2]
         vlen = pl.pairs[k][3]
@@ -160,6 +184,8 @@ cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message
         elif _is(name, n, "UNIQ_KEY", 8):
             pl.uniq = True
         pl.props_n += n + vlen + 2
+    if timer and reroute and timer_name and not timer_out:
+        return PLAN_SLOW                  # no TIMER_OUT_MS: the put would read the timer properties again
     if pl.topic_pair < 0 or qid_pair < 0:
         return PLAN_SLOW
     value = props + pl.pairs[pl.topic_pair][2]
@@ -180,10 +206,135 @@ cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message
     return PLAN_FAST
 
 
+cdef class _RecordFinder:
+    """The record a consume-queue unit points at, as select_messages finds it: its file by offset, whole and valid
+    within what is readable, of the unit's size. Holds a buffer on each file it looked at until ``release()``."""
+    cdef list files, bufs
+    cdef int64_t file_size, first_from
+    cdef Py_ssize_t nfiles
+    cdef const unsigned char **base
+    cdef int64_t *avail
+
+    def __cinit__(self, list files not None, int64_t file_size):
+        self.files = files
+        self.nfiles = len(files)
+        self.file_size = file_size
+        self.bufs = [None] * self.nfiles
+        self.first_from = (<MappedFile>files[0]).file_from_offset if self.nfiles else 0
+        self.base = <const unsigned char **>malloc(<size_t>max(self.nfiles, 1) * sizeof(void *))
+        self.avail = <int64_t *>malloc(<size_t>max(self.nfiles, 1) * sizeof(int64_t))
+        if self.base == NULL or self.avail == NULL:
+            raise MemoryError()
+        for k in range(self.nfiles):
+            self.avail[k] = -1            # not looked at yet
+
+    cdef const unsigned char *find(self, int64_t offset, int32_t size, RecordView *rv) except? NULL:
+        cdef Py_ssize_t findex
+        cdef int64_t pos
+        cdef const unsigned char *p
+        cdef _Buffer b
+        cdef MappedFile mf
+        if offset < self.first_from or size <= 0 or self.file_size <= 0:
+            return NULL
+        findex = (offset - self.first_from) // self.file_size
+        if findex >= self.nfiles:
+            return NULL
+        if self.avail[findex] == -1:
+            mf = <MappedFile>self.files[findex]
+            v = mf.select(0, mf.read_position_c())
+            self.avail[findex] = 0
+            if v is not None:
+                b = _Buffer()
+                b.acquire(v)
+                self.bufs[findex] = b
+                self.base[findex] = <const unsigned char *>b.view.buf
+                self.avail[findex] = b.view.len
+        pos = offset - (self.first_from + findex * self.file_size)
+        if pos + size > self.avail[findex]:
+            return NULL
+        p = self.base[findex] + pos
+        if parse_record(p, size, rv, False) == RECORD_OK and rv.total_size == size:
+            return p
+        return NULL
+
+    cdef release(self):
+        cdef _Buffer b
+        for b in self.bufs:
+            if b is not None:
+                b.release()
+        self.bufs = [None] * self.nfiles
+        for k in range(self.nfiles):
+            self.avail[k] = -1
+
+    def __dealloc__(self):
+        free(self.base)
+        free(self.avail)
+
+
+cdef int64_t _TIMER_NO_RECORD = -(1 << 63)
+
+
+def timer_out_times(const unsigned char[::1] units, list files not None, int64_t file_size,
+                    int64_t[::1] out not None):
+    """The TIMER_OUT_MS of the records of ``units`` (raw 20-byte consume-queue units of the timer topic) into
+    ``out``, read straight from the commitlog files (what rmqcore.timer's wheel sorts them by), without a Python
+    object per record. A record without a TIMER_OUT_MS Long.parseLong reads (an optional sign, ASCII digits, within
+    a long; the last value of the name, as MessageDecoder.string2messageProperties keeps) gets 0: delivered at
+    once rather than never. A unit without a valid record of its size (select_messages would skip it) gets
+    ``NO_RECORD`` (Long.MIN_VALUE; a TIMER_OUT_MS of that value reads as MIN_VALUE + 1, due at once all the same)."""
+    cdef Py_ssize_t nunits = units.shape[0] // 20, i
+    cdef int32_t vpos, vlen, j
+    cdef const unsigned char *u
+    cdef const unsigned char *p
+    cdef const unsigned char *q
+    cdef RecordView rv
+    cdef int64_t value
+    cdef uint64_t mag
+    cdef bint neg, ok
+    cdef _RecordFinder finder
+    if out.shape[0] < nunits:
+        raise ValueError(f"out holds {out.shape[0]} entries, {nunits} units given")
+    if nunits == 0:
+        return
+    finder = _RecordFinder(files, file_size)
+    try:
+        for i in range(nunits):
+            u = &units[0] + i * 20
+            p = finder.find(<int64_t>rmq_load_be64(u), <int32_t>rmq_load_be32(u + 8), &rv)
+            if p == NULL:
+                out[i] = _TIMER_NO_RECORD
+                continue
+            value = 0
+            if find_property(p + rv.props_pos, rv.props_len, "TIMER_OUT_MS", 12, &vpos, &vlen):
+                q = p + rv.props_pos + vpos
+                j = 0
+                neg = q[0] == 45
+                if q[0] == 43 or q[0] == 45:
+                    j = 1
+                ok = j < vlen
+                mag = 0
+                while ok and j < vlen:
+                    if q[j] < 48 or q[j] > 57 or mag > (<uint64_t>1 << 63) // 10:
+                        ok = False
+                        break
+                    mag = mag * 10 + (q[j] - 48)
+                    j += 1
+                if ok and mag < (<uint64_t>1 << 63):
+                    value = -<int64_t>mag if neg else <int64_t>mag
+                elif ok and neg and mag == (<uint64_t>1 << 63):
+                    value = _TIMER_NO_RECORD + 1      # Long.MIN_VALUE: due at once, told apart from no record
+            out[i] = value
+    finally:
+        finder.release()
+
+
+NO_RECORD = _TIMER_NO_RECORD
+
+
 def time_up_into(EncodeBuffer out not None, const unsigned char[::1] units, Py_ssize_t start, list files not None,
                  int64_t file_size, bytes store_host not None, int32_t max_message_size, bint append_prop_crc,
                  bint reroute, uniq_keys, int64_t[::1] unit_of not None, dict topics not None,
-                 int64_t max_bytes=32 * 1024 * 1024):
+                 int64_t max_bytes=32 * 1024 * 1024, bint timer=False):
     """Rebuild the records of the due units ``units[start:]`` (raw 20-byte consume-queue units of the schedule
     topic) into ``out`` (cleared first), as messageTimeup + the encoder build them for the real topic and queue.
 
@@ -196,22 +347,21 @@ def time_up_into(EncodeBuffer out not None, const unsigned char[::1] units, Py_s
     ``start .. next - 1`` (units without a valid record are skipped); with True, ``out`` is empty and the units
     ``start .. next - 1`` need the per-message path (a run of them; units without a record inside count too).
     Stops after a record that takes the buffer past ``max_bytes``.
+
+    ``timer``: the units are the timer topic's (rmqcore.timer), rebuilt as its per-message path (5.x
+    TimerMessageStore.convertMessage) builds them: REAL_TOPIC / REAL_QID cleared, every other property kept.
     """
-    cdef Py_ssize_t nunits = units.shape[0] // 20, i = start, findex, nfiles = len(files), k
+    cdef Py_ssize_t nunits = units.shape[0] // 20, i = start, nfiles = len(files), k
     cdef const unsigned char *u
     cdef const unsigned char *p
     cdef const unsigned char *src
     cdef unsigned char *q
-    cdef int64_t offset, first_from, pos, born_ts
+    cdef int64_t born_ts
     cdef int32_t size, born_len, store_len = <int32_t>len(store_host), topic_len, sys_flag, total, props_n, j
     cdef int32_t uniq_len
     cdef int code
     cdef Plan pl
-    cdef list bufs
-    cdef const unsigned char **base = NULL
-    cdef int64_t *avail = NULL
-    cdef _Buffer b
-    cdef MappedFile mf
+    cdef _RecordFinder finder
     cdef const unsigned char *prev_topic = NULL
     cdef int32_t prev_topic_len = -1
     cdef object topic_obj = None
@@ -233,46 +383,22 @@ def time_up_into(EncodeBuffer out not None, const unsigned char[::1] units, Py_s
     out.uniq_keys = []
     if nfiles == 0 or start >= nunits:
         return max(start, 0), False
-    first_from = (<MappedFile>files[0]).file_from_offset
-    bufs = [None] * nfiles
+    finder = _RecordFinder(files, file_size)
     cap = nunits - start
     body_src = <const unsigned char **>malloc(<size_t>cap * sizeof(void *))
     body_dst = <Py_ssize_t *>malloc(<size_t>cap * sizeof(Py_ssize_t))
-    base = <const unsigned char **>malloc(<size_t>nfiles * sizeof(void *))
-    avail = <int64_t *>malloc(<size_t>nfiles * sizeof(int64_t))
-    if body_src == NULL or body_dst == NULL or base == NULL or avail == NULL:
+    if body_src == NULL or body_dst == NULL:
         free(body_src)
         free(body_dst)
-        free(base)
-        free(avail)
         raise MemoryError()
-    for k in range(nfiles):
-        avail[k] = -1                     # not looked at yet
     try:
         while i < nunits:
             u = &units[0] + i * 20
-            offset = <int64_t>rmq_load_be64(u)
-            size = <int32_t>rmq_load_be32(u + 8)
-            # The record, as select_messages finds it: its file by offset, whole and valid within what is readable.
             code = PLAN_MISSING
-            findex = (offset - first_from) // file_size if offset >= first_from else -1
-            if 0 <= findex < nfiles and size > 0:
-                if avail[findex] == -1:
-                    mf = <MappedFile>files[findex]
-                    v = mf.select(0, mf.read_position_c())
-                    avail[findex] = 0
-                    if v is not None:
-                        b = _Buffer()
-                        b.acquire(v)
-                        bufs[findex] = b
-                        base[findex] = <const unsigned char *>b.view.buf
-                        avail[findex] = b.view.len
-                pos = offset - (first_from + findex * file_size)
-                if pos + size <= avail[findex]:
-                    p = base[findex] + pos
-                    if parse_record(p, size, &pl.rv, False) == RECORD_OK and pl.rv.total_size == size:
-                        pl.rec = p
-                        code = _plan(&pl, append_prop_crc, reroute, max_message_size, store_len)
+            p = finder.find(<int64_t>rmq_load_be64(u), <int32_t>rmq_load_be32(u + 8), &pl.rv)
+            if p != NULL:
+                pl.rec = p
+                code = _plan(&pl, append_prop_crc, reroute, max_message_size, store_len, timer)
             if i == start:
                 slow_run = code == PLAN_SLOW
             if slow_run:
@@ -387,10 +513,6 @@ def time_up_into(EncodeBuffer out not None, const unsigned char[::1] units, Py_s
     finally:
         free(body_src)
         free(body_dst)
-        free(base)
-        free(avail)
-        for b in bufs:
-            if b is not None:
-                b.release()
+        finder.release()
     return i, slow_run
 

@@ -237,6 +237,58 @@ def put_in_order(store, batch) -> tuple[int, int, int]:
     return done, end, 0
 
 
+def redeliver(svc, units, per_message, *, timer: bool = False) -> int:
+    """Re-put the messages of ``units`` (consume-queue units of the schedule topic, or of the timer topic with
+    ``timer``) in order → how many leading units are done (all of them unless a put failed). Runs of records are
+    rebuilt in C straight into ``svc._encoded`` (an EncodeBuffer; ``svc._topics`` interns the real topics) and
+    appended in one call (rmqcore._schedule.time_up_into, MessageStore.put_encoded): no Python object per
+    message. A run time_up_into leaves to the per-message path goes to ``per_message(units, files, file_size)``,
+    which returns None when all of them are done, else the index of the first one not done. ``svc.delivered`` and
+    ``svc._delivered_end`` count the bulk puts (the per-message path counts its own). Shared by the delay levels
+    (ScheduleMessageService) and the timer wheel (rmqcore.timer)."""
+    store = svc.store
+    encoder = store.commit_log.encoder
+    files = store.commit_log.mapped_file_queue.mapped_files
+    file_size = store.config.mapped_file_size_commit_log
+    raw_units = units.view(np.uint8)
+    n = len(units)
+    unit_of = np.empty(n, np.int64)
+    i = 0
+    while i < n:
+        nxt, slow = time_up_into(svc._encoded, raw_units, i, files, file_size, encoder.store_host_bytes,
+                                 encoder.max_message_size, encoder.append_prop_crc, encoder.reroute is not None,
+                                 encoder.uniq_keys, unit_of, svc._topics, timer=timer)
+        if not slow and len(svc._encoded):
+            try:
+                failed = _put_encoded(svc, unit_of)
+            except MessageIllegalError:      # a record longer than a commitlog file: told apart one by one
+                slow = True
+            else:
+                if failed is not None:
+                    return failed
+        if slow:
+            failed = per_message(units[i:nxt], files, file_size)
+            if failed is not None:
+                return i + failed
+        i = nxt
+    return n
+
+
+def _put_encoded(svc, unit_of):
+    """Append ``svc._encoded``; None when every record went in, else the unit index of the first that did not (no
+    commitlog file could be made)."""
+    eb = svc._encoded
+    k = len(eb)
+    result = np.empty((k, 4), np.int64)
+    svc.store.put_encoded(eb, result)
+    written = result[:, 1] >= 0
+    ok = k if written.all() else int(np.argmin(written))
+    if ok:
+        svc.delivered += ok
+        svc._delivered_end = max(svc._delivered_end, int(result[ok - 1, 1] + result[ok - 1, 3]))
+    return None if ok == k else int(unit_of[ok])
+
+
 # -- the service ------------------------------------------------------------------------------------------------
 
 def _now_ms() -> int:
@@ -409,49 +461,10 @@ class ScheduleMessageService:
 
     def _deliver_units(self, level: int, units) -> int:
         """Re-put the real messages of the due ``units`` in order → how many leading units are done (all of them
-        unless a put failed). Runs of records are rebuilt in C straight into an encode buffer and appended in one
-        call (rmqcore._schedule); a record that needs more than a rebuild (see time_up_into) goes through
-        messageTimeup per message (``_time_up``) and put_batch."""
-        store = self.store
-        encoder = store.commit_log.encoder
-        files = store.commit_log.mapped_file_queue.mapped_files
-        file_size = store.config.mapped_file_size_commit_log
-        raw_units = units.view(np.uint8)
-        n = len(units)
-        unit_of = np.empty(n, np.int64)
-        i = 0
-        while i < n:
-            nxt, per_message = time_up_into(self._encoded, raw_units, i, files, file_size, encoder.store_host_bytes,
-                                            encoder.max_message_size, encoder.append_prop_crc,
-                                            encoder.reroute is not None, encoder.uniq_keys, unit_of, self._topics)
-            if not per_message and len(self._encoded):
-                try:
-                    failed = self._put_encoded(unit_of)
-                except MessageIllegalError:      # a record longer than a commitlog file: told apart one by one
-                    per_message = True
-                else:
-                    if failed is not None:
-                        return failed
-            if per_message:
-                failed = self._deliver_per_message(level, units[i:nxt], files, file_size)
-                if failed is not None:
-                    return i + failed
-            i = nxt
-        return n
-
-    def _put_encoded(self, unit_of):
-        """Append the encode buffer; None when every record went in, else the unit index of the first that did
-        not (no commitlog file could be made)."""
-        eb = self._encoded
-        k = len(eb)
-        result = np.empty((k, 4), np.int64)
-        self.store.put_encoded(eb, result)
-        written = result[:, 1] >= 0
-        ok = k if written.all() else int(np.argmin(written))
-        if ok:
-            self.delivered += ok
-            self._delivered_end = max(self._delivered_end, int(result[ok - 1, 1] + result[ok - 1, 3]))
-        return None if ok == k else int(unit_of[ok])
+        unless a put failed): rebuilt in C (``redeliver``), messageTimeup per message (``_time_up``) for records
+        that need more than a rebuild."""
+        return redeliver(self, units, lambda part, files, file_size:
+                         self._deliver_per_message(level, part, files, file_size))
 
     def _deliver_per_message(self, level: int, units, files, file_size):
         """messageTimeup per message for ``units`` → None when all are done, else the index of the first unit not

@@ -16,6 +16,11 @@ wheel (and is delivered at once when already due). So a crash re-delivers only w
 persist (``timer_flush_interval_ms``, 1 s): at least once, never lost. 5.x rounds delivery times down to
 ``timerPrecisionMs`` (1 s by default, so it delivers up to a second early); rmqcore keeps the exact ms and never
 delivers early: the wheel has 10 ms slots and a slot is delivered once its last ms has passed.
+
+Delivery keeps Python off the per-message path: TIMER_OUT_MS is read from the records in C (``timer_out_times``)
+and a due slot is rebuilt in C straight into an encode buffer and appended in one call (``schedule.redeliver``,
+the delay levels' ``time_up_into`` in its timer mode). The delivery thread never waits for a disk: progress is
+persisted by a thread of its own (the persist waits for an msync past the re-puts and fsyncs the file).
 """
 from __future__ import annotations
 
@@ -28,11 +33,12 @@ from array import array
 
 import numpy as np
 
-from ._codec import Message, select_messages
+from ._codec import EncodeBuffer, Message, select_messages
+from ._schedule import NO_RECORD, timer_out_times
 from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
-from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, TRANSACTION_COMMIT_TYPE,
-                       TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, flush_past, load_config_file, parse_java_int,
-                       put_in_order, read_fastjson, write_config_file)
+from .schedule import (_JAVA_INT, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+                       TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, flush_past,
+                       load_config_file, parse_java_int, put_in_order, read_fastjson, redeliver, write_config_file)
 from .status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -52,7 +58,9 @@ _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _java_long(value, field):
-    if not isinstance(value, str) or not value.lstrip("+-").isdigit() or not value.isascii():
+    # Long.parseLong: one optional sign, then ASCII digits ("+-5" passed a lstrip("+-") check, then int() raised
+    # ValueError instead of the precise error).
+    if not isinstance(value, str) or not _JAVA_INT.fullmatch(value):
         raise MessageIllegalError(field, f"{value!r} is not an integer (Long.parseLong)", None)
     n = int(value)
     if not _LONG_MIN <= n <= _LONG_MAX:
@@ -154,7 +162,10 @@ class TimerMessageService:
         self._thread = None
         self._loaded = False
         self._delivered_end = 0
-        self._last_persist = time.monotonic()
+        self._persist_thread = None
+        self._more = False                     # the last read stopped with timer-queue entries left
+        self._encoded = EncodeBuffer()         # due records rebuilt for their real queues (schedule.redeliver)
+        self._topics: dict[str, str] = {}
 
     @property
     def progress_path(self) -> str:
@@ -162,48 +173,61 @@ class TimerMessageService:
 
     # -- the wheel ------------------------------------------------------------------------------------------
 
-    def _add(self, deliver_ms, queue_offset, phy, size):
-        slot = deliver_ms // SLOT_MS
-        a = self._slots.get(slot)
-        if a is None:
-            a = self._slots[slot] = array("q")
-            heapq.heappush(self._slot_heap, slot)
-        a.extend((deliver_ms, queue_offset, phy, size))
-        self.pending += 1
+    def _add(self, rows) -> None:
+        """Put ``rows`` (int64 (deliver_ms, queue_offset, phy, size), in queue-offset order) into their slots. A
+        slot's rows stay in queue-offset order (read in order; a slot put back is sorted again), so its first row
+        holds its lowest queue offset (``persist``)."""
+        slots = rows[:, 0] // SLOT_MS
+        order = np.argsort(slots, kind="stable")
+        rows, slots = rows[order], slots[order]
+        cuts = np.flatnonzero(np.diff(slots)) + 1
+        for part, slot in zip(np.split(rows, cuts), slots[np.r_[0, cuts]].tolist()):
+            a = self._slots.get(slot)
+            if a is None:
+                a = self._slots[slot] = array("q")
+                heapq.heappush(self._slot_heap, slot)
+            a.frombytes(part.tobytes())
+        self.pending += len(rows)
 
-    def _read(self, skip_below: int = 0, skip_before_ms: int = 0) -> int:
-        """Read new timer-queue entries into the wheel (their TIMER_OUT_MS from the records); entries below
-        ``skip_below`` due before ``skip_before_ms`` were delivered before a restart and are skipped."""
+    def _read(self, skip_below: int = 0, skip_before_ms: int = 0, max_batches: int | None = None) -> int:
+        """Read new timer-queue entries into the wheel (their TIMER_OUT_MS read from the records in C,
+        ``timer_out_times``), at most ``max_batches`` batches of ``load_batch``; entries below ``skip_below`` due
+        before ``skip_before_ms`` were delivered before a restart and are skipped. ``self._more`` tells whether
+        it stopped at the limit with entries left."""
         store = self.store
+        self._more = False
         cq = store.find_consume_queue(TIMER_TOPIC, 0, create=False)
         if cq is None:
             return 0
         if self.loaded_below < cq.min_offset_in_queue:
             self.loaded_below = cq.min_offset_in_queue
-        n = 0
+        n = batches = 0
         while True:
+            if max_batches is not None and batches == max_batches:
+                self._more = self.loaded_below < cq.max_offset_in_queue
+                return n
             units = cq.get_units(self.loaded_below, self.load_batch)
             if units is None or len(units) == 0:
                 return n
-            found = select_messages(units.view(np.uint8), store.commit_log.mapped_file_queue.mapped_files,
-                                    store.config.mapped_file_size_commit_log, len(units), 1 << 62,
-                                    len(units) + 1)[0]
+            batches += 1
+            deliver = np.empty(len(units), np.int64)
+            timer_out_times(units.view(np.uint8), store.commit_log.mapped_file_queue.mapped_files,
+                            store.config.mapped_file_size_commit_log, deliver)
             base = self.loaded_below
-            phys = units["offset"].astype(np.int64)
-            by_phy = {int(p): base + k for k, p in enumerate(phys)}
-            for m in found:
-                qoff = by_phy[m.commitlog_offset]
-                text = m.properties.get(PROPERTY_TIMER_OUT_MS)
-                try:
-                    deliver = _java_long(text, PROPERTY_TIMER_OUT_MS) if text is not None else 0
-                except MessageIllegalError:
-                    deliver = 0                  # unreadable time: deliver at once rather than never
-                if qoff < skip_below and deliver < skip_before_ms:
-                    continue
-                self._add(deliver, qoff, m.commitlog_offset, m.store_size)
-                n += 1
+            rows = np.empty((len(units), 4), np.int64)
+            rows[:, 0] = deliver
+            rows[:, 1] = np.arange(base, base + len(units))
+            rows[:, 2] = units["offset"]
+            rows[:, 3] = units["size"]
+            keep = deliver != NO_RECORD       # no record there (any more): as select_messages, skipped
+            if skip_below:
+                keep &= ~((rows[:, 1] < skip_below) & (deliver < skip_before_ms))
+            rows = rows[keep]
+            if len(rows):
+                self._add(rows)
+            n += len(rows)
             self.loaded_below = base + len(units)
-            del units, found
+            del units
 
     def load(self) -> None:
         """Rebuild the wheel from the persisted progress (see the module docstring)."""
@@ -215,10 +239,12 @@ class TimerMessageService:
             self.delivered_time = progress["deliveredTimeMs"]
         self._loaded = True
 
-    def run_once(self) -> int:
-        """Read what arrived, then deliver every entry whose time has come. Returns how many were delivered."""
+    def run_once(self, max_batches: int | None = None) -> int:
+        """Read what arrived (at most ``max_batches`` batches of ``load_batch``: the thread reads a burst of new
+        timer messages in steps, delivering what is due between them), then deliver every entry whose time has
+        come. Returns how many were delivered."""
         with self._lock:
-            self._read()
+            self._read(max_batches=max_batches)
             now = self.clock()
             total = 0
             while self._slot_heap and (self._slot_heap[0] + 1) * SLOT_MS - 1 <= now:
@@ -235,8 +261,8 @@ class TimerMessageService:
                     raise
                 total += done
                 if done < len(entries):              # a put failed: keep the rest for the next turn
-                    rest = array("q", entries[done:].ravel().tolist())
-                    self._slots[slot] = rest
+                    rest = entries[done:]
+                    self._slots[slot] = array("q", rest[np.argsort(rest[:, 1], kind="stable")].tobytes())
                     heapq.heappush(self._slot_heap, slot)
                     break
             else:
@@ -245,13 +271,43 @@ class TimerMessageService:
             return total
 
     def _deliver(self, entries) -> int:
+        """Re-put the messages of ``entries`` (rows of the wheel, in delivery order) → how many leading ones are
+        done. Rebuilt in C as the per-message path (``_time_up``) builds them (schedule.redeliver: no Python
+        object per message, the GIL held for a fraction of the time), so a slot of due messages is appended in
+        one call."""
         units = np.zeros(len(entries), dtype=[("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
         units["offset"] = entries[:, 2]
         units["size"] = entries[:, 3]
-        found = select_messages(units.view(np.uint8), self.store.commit_log.mapped_file_queue.mapped_files,
-                                self.store.config.mapped_file_size_commit_log, len(units), 1 << 62,
-                                len(units) + 1)[0]
-        batch, sources = [], []
+        delivered = self.delivered
+        done = redeliver(self, units, self._deliver_per_message, timer=True)
+        # Units neither delivered nor failed had no readable record any more (or one the store refused).
+        skipped = done - (self.delivered - delivered)
+        if skipped > 0:
+            self.skipped += skipped
+            log.error("%d timer records not delivered (no longer readable: deleted commitlog files?); skipped",
+                      skipped)
+        self.pending -= done
+        return done
+
+    def _deliver_per_message(self, units, files, file_size):
+        """convertMessage per message for ``units`` → None when all are done, else the index of the first unit
+        not done (its put failed)."""
+        n = len(units)
+        found = select_messages(units.view(np.uint8), files, file_size, n, 1 << 62, n + 1)[0]
+        batch, exts = self._time_up(found)
+        if not batch:
+            return None
+        ok, end, illegal = put_in_order(self.store, batch)
+        self._delivered_end = max(self._delivered_end, end)
+        self.delivered += ok - illegal
+        if ok == len(batch):
+            return None
+        return int(np.flatnonzero(units["offset"] == exts[ok].commitlog_offset)[0])
+
+    def _time_up(self, found):
+        """5.x TimerMessageStore.convertMessage for each due record → (Messages to put, their source records): the
+        real topic and queue from REAL_TOPIC / REAL_QID, both cleared, every other property kept."""
+        batch, exts = [], []
         for m in found:
             props = m.properties
             topic = props.pop(PROPERTY_REAL_TOPIC, None)
@@ -261,41 +317,21 @@ class TimerMessageService:
                     raise MessageIllegalError("properties", "REAL_TOPIC / REAL_QID missing", None)
                 queue_id = parse_java_int(qid, f"properties[{PROPERTY_REAL_QUEUE_ID}]")
             except MessageIllegalError as e:
-                self.skipped += 1
                 log.error("timer record at %d cannot be delivered (%s); skipped", m.commitlog_offset, e)
                 continue
             batch.append(Message(topic, m.body, queue_id, None, None, props, flag=m.flag, sys_flag=m.sys_flag,
                                  born_timestamp=m.born_timestamp, born_host=m.born_host,
                                  reconsume_times=m.reconsume_times))
-            sources.append(m.commitlog_offset)
-        skipped = len(entries) - len(found)
-        if skipped:
-            self.skipped += skipped
-            log.error("%d timer records no longer readable (deleted commitlog files?); skipped", skipped)
-        if not batch:
-            self.pending -= len(entries)
-            return len(entries)
-        ok, end, illegal = put_in_order(self.store, batch)
-        self.skipped += illegal
-        self._delivered_end = max(self._delivered_end, end)
-        self.delivered += ok - illegal
-        if ok < len(batch):
-            # Entries before the first failed put are done (records no longer readable included); the rest is
-            # retried on the next turn.
-            done = int(np.flatnonzero(entries[:, 2] == sources[ok])[0])
-        else:
-            done = len(entries)
-        self.pending -= done
-        return done
+            exts.append(m)
+        return batch, exts
 
     # -- progress ----------------------------------------------------------------------------------------------
 
     def persist(self) -> None:
         with self._lock:
-            scan_from = self.loaded_below
-            for a in self._slots.values():
-                if len(a):
-                    scan_from = min(scan_from, int(np.frombuffer(a, dtype=np.int64)[1::4].min()))
+            # A slot's first row has its lowest queue offset (_add): one look per slot, not per entry.
+            scan_from = min((a[1] for a in self._slots.values() if len(a)), default=self.loaded_below)
+            scan_from = min(scan_from, self.loaded_below)
             state = {"scanFromOffset": scan_from, "loadedBelowOffset": self.loaded_below,
                      "deliveredTimeMs": self.delivered_time}
             end = self._delivered_end
@@ -307,7 +343,6 @@ class TimerMessageService:
         write_config_file(self.progress_path, "{" + ",".join(f'"{k}":{v}' for k, v in state.items()) + "}")
         self.scan_from = scan_from
         self.persists += 1
-        self._last_persist = time.monotonic()
 
     # -- thread ------------------------------------------------------------------------------------------------
 
@@ -319,16 +354,22 @@ class TimerMessageService:
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="TimerMessageService", daemon=True)
         self._thread.start()
+        # Progress is persisted by a thread of its own: a persist waits for the commitlog to flush past the
+        # re-puts (an msync) and fsyncs the file, tens of ms on this machine and once 155 ms; done by the
+        # delivery thread, every slot due meanwhile was that much late.
+        self._persist_thread = threading.Thread(target=self._run_persist, name="TimerProgressPersist", daemon=True)
+        self._persist_thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             wait_ms = IDLE_POLL_MS
             try:
-                self.run_once()
-                if self._slot_heap:
+                # One batch read per turn: a burst of new timer messages is read between deliveries.
+                self.run_once(max_batches=1)
+                if self._more:
+                    wait_ms = 0
+                elif self._slot_heap:
                     wait_ms = max(1, min(IDLE_POLL_MS, (self._slot_heap[0] + 1) * SLOT_MS - 1 - self.clock()))
-                if (time.monotonic() - self._last_persist) * 1000 >= self.flush_interval_ms:
-                    self.persist()
             except StoreClosedError:
                 if self._stop.is_set() or self.store._closed:
                     return
@@ -337,8 +378,20 @@ class TimerMessageService:
                 self.last_error = f"{type(e).__name__}: {e}"
                 log.exception("timer delivery failed")
                 wait_ms = 1000
-            self._wake.wait(wait_ms / 1000)
-            self._wake.clear()
+            if wait_ms:
+                self._wake.wait(wait_ms / 1000)
+                self._wake.clear()
+
+    def _run_persist(self) -> None:
+        while not self._stop.wait(self.flush_interval_ms / 1000):
+            try:
+                self.persist()
+            except StoreClosedError:
+                if self._stop.is_set() or self.store._closed:
+                    return
+            except Exception as e:
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("timer progress persist failed")
 
     def wakeup(self) -> None:
         self._wake.set()
@@ -349,5 +402,6 @@ class TimerMessageService:
         self._stop.set()
         self._wake.set()
         self._thread.join()
-        self._thread = None
+        self._persist_thread.join()
+        self._thread = self._persist_thread = None
         self.persist()

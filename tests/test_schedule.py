@@ -9,6 +9,7 @@ correctDelayOffset, DelayOffsetSerializeWrapper); 5.3.3 broker/.../util/HookUtil
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -454,7 +455,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 from rmqcore import reference  # noqa: E402
 from rmqcore._codec import EncodeBuffer, decode_message, select_messages  # noqa: E402
 from rmqcore._mapped_file import MappedFile  # noqa: E402
-from rmqcore._schedule import time_up_into  # noqa: E402
+from rmqcore._schedule import NO_RECORD, time_up_into, timer_out_times  # noqa: E402
+from rmqcore.timer import TimerMessageService, rewrite_timer  # noqa: E402
 
 from strategies import hosts, int32, int64, property_text, topics  # noqa: E402
 
@@ -484,16 +486,18 @@ _topic_values = _mostly(topics, st.sampled_from(["RMQ_SYS_TRANS_HALF_TOPIC", "ha
 _names = _mostly(property_text(8).map(lambda s: s.encode()),
                  st.sampled_from([b"DELAY", b"TIMER_DELIVER_MS", b"TIMER_DELAY_SEC", b"__STARTDELIVERTIME",
                                   b"TIMER_DELAY_MS", b"UNIQ_KEY", b"TAGS", b"KEYS", b"REAL_TOPIC", b"REAL_QID",
-                                  b"__CRC32#", b"\xff\xfe", b"a\x01b"]))
-_values = _mostly(property_text(12).map(lambda s: s.encode()), st.sampled_from([b"", b"v\x01w", b"\xc3", b"1"]))
+                                  b"__CRC32#", b"\xff\xfe", b"a\x01b", b"TIMER_OUT_MS"]))
+_values = _mostly(property_text(12).map(lambda s: s.encode()),
+                  st.sampled_from([b"", b"v\x01w", b"\xc3", b"1", b"-9223372036854775808", b"9223372036854775808",
+                                   b"+-5", b"+12", b"-0"]))
 
 
 @st.composite
-def _sources(draw):
+def _sources(draw, timer=False):
     pairs = []
-    if draw(st.integers(0, 5)) < 5:                       # as the store's delay rewrite leaves it
+    if draw(st.integers(0, 5)) < 5:                       # as the store's delay (timer) rewrite leaves it
         pairs += [(b"REAL_TOPIC", draw(_topic_values).encode()), (b"REAL_QID", draw(_qids).encode()),
-                  (b"DELAY", b"1")]
+                  (b"TIMER_OUT_MS", b"1700000000000") if timer else (b"DELAY", b"1")]
     if draw(st.booleans()):
         pairs.append((b"UNIQ_KEY", b"7F0000010001" + draw(st.binary(min_size=10, max_size=10)).hex().encode()))
     pairs += draw(st.lists(st.tuples(_names, _values), max_size=5))
@@ -515,7 +519,7 @@ def _old_path(svc, store, units, files, file_size):
     """The per-message path: {unit index: record bytes as put would encode them, or None (skipped / refused)}."""
     n = len(units) // 20
     found = select_messages(units, files, file_size, n, 1 << 62, n + 1)[0]
-    batch, exts = svc._time_up(found, 1)
+    batch, exts = svc._time_up(found) if isinstance(svc, TimerMessageService) else svc._time_up(found, 1)
     by_offset = {}
     for msg, ext in zip(batch, exts):
         try:
@@ -526,13 +530,16 @@ def _old_path(svc, store, units, files, file_size):
     return {i: by_offset.get(off) for i, off in enumerate(offsets)}
 
 
-def test_bulk_records_are_the_per_message_paths_byte_for_byte(tmp_path):
+@pytest.mark.parametrize("timer", [False, True], ids=["delay level", "timer wheel"])
+def test_bulk_records_are_the_per_message_paths_byte_for_byte(tmp_path, timer):
     """Differential: for any record in the schedule topic, what time_up_into writes is exactly what messageTimeup
     + put_batch's encoder write (before the put's own fields); what it leaves to the per-message path is a run of
-    units, in order. Records of a plain delayed send are always rebuilt in bulk."""
-    conf = cfg(max_message_size=1024, mapped_file_size_commit_log=1 << 20)
+    units, in order. Records of a plain delayed send are always rebuilt in bulk. The same for the timer wheel's
+    records (``timer``: its per-message path, convertMessage) and its plain timed sends; there timer_out_times
+    reads each record's TIMER_OUT_MS as the per-message path parses it."""
+    conf = cfg(max_message_size=1024, mapped_file_size_commit_log=1 << 20, timer_wheel_enable=timer)
     with MessageStore.open(str(tmp_path / "s"), conf) as store:
-        svc = ScheduleMessageService(store, clock=FakeClock())
+        svc = TimerMessageService(store) if timer else ScheduleMessageService(store, clock=FakeClock())
         encoder = store.commit_log.encoder
         reroute = encoder.reroute
         file_size = 4 << 20
@@ -540,7 +547,7 @@ def test_bulk_records_are_the_per_message_paths_byte_for_byte(tmp_path):
         seen = Counter()
 
         @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-        @given(st.lists(_sources(), min_size=1, max_size=12), st.booleans(), st.booleans(),
+        @given(st.lists(_sources(timer), min_size=1, max_size=12), st.booleans(), st.booleans(),
                st.sampled_from([1, 1500, 1 << 25]), st.data())
         def check(sources, crc, rerouting, max_bytes, data):
             encoder.append_prop_crc = crc
@@ -568,7 +575,8 @@ def test_bulk_records_are_the_per_message_paths_byte_for_byte(tmp_path):
                 while i < n:
                     nxt, slow = time_up_into(eb, units, i, [mf], file_size, encoder.store_host_bytes,
                                              encoder.max_message_size, encoder.append_prop_crc,
-                                             encoder.reroute is not None, encoder.uniq_keys, unit_of, {}, max_bytes)
+                                             encoder.reroute is not None, encoder.uniq_keys, unit_of, {}, max_bytes,
+                                             timer=timer)
                     assert nxt > i
                     if slow:
                         assert len(eb) == 0
@@ -577,6 +585,19 @@ def test_bulk_records_are_the_per_message_paths_byte_for_byte(tmp_path):
                         new[int(unit_of[k])] = eb.record(k)
                     i = nxt
                 t1 = time.time_ns() // 1_000_000
+                if timer:
+                    out = np.empty(n, np.int64)
+                    timer_out_times(units, [mf], file_size, out)
+                    found = {m.commitlog_offset for m in select_messages(units, [mf], file_size, n, 1 << 62,
+                                                                         n + 1)[0]}
+                    for u in range(n):
+                        if int.from_bytes(units[u * 20:u * 20 + 8], "big") not in found:
+                            assert out[u] == NO_RECORD
+                            continue
+                        text = decode_message(records[u]).properties.get("TIMER_OUT_MS", "")
+                        want_ms = int(text) if re.fullmatch("[+-]?[0-9]+", text, re.ASCII) else 0
+                        want_ms = want_ms if -(1 << 63) <= want_ms < 1 << 63 else 0
+                        assert out[u] == max(want_ms, NO_RECORD + 1), text      # Long.MIN_VALUE: due at once
                 for u, rec in new.items():
                     assert u not in per_message
                     assert old[u] is not None, f"unit {u}: the per-message path skips it, the bulk path wrote it"
@@ -604,20 +625,28 @@ def test_bulk_records_are_the_per_message_paths_byte_for_byte(tmp_path):
         # The comparison ran on both kinds of records (not only on ones the bulk path hands over).
         assert seen["bulk"] >= 100 and seen["per message"] >= 100 and seen["generated key"] >= 10, seen
 
-        # A plain delayed send (dict properties, a legal destination) never takes the per-message path.
+        # A plain delayed (timed) send (dict properties, a legal destination) never takes the per-message path.
+        now = time.time_ns() // 1_000_000
         msgs = [Message(f"T{i % 3}", os.urandom(100 + i), i % 4, tags="a", keys=["k", f"k{i}"],
-                        properties={"DELAY": "2", "p": "é" * i}, born_host="[::1]:7", reconsume_times=i)
+                        properties={"TIMER_DELIVER_MS": str(now + 3_600_000 + i), "p": "é" * i} if timer
+                        else {"DELAY": "2", "p": "é" * i}, born_host="[::1]:7", reconsume_times=i)
                 for i in range(50)]
         for m in msgs:
-            rewrite_delay(m, 5)
+            assert rewrite_timer(m, now) if timer else rewrite_delay(m, 5)
         store.put_batch(msgs)
         store.wait_dispatched()
-        units = store.find_consume_queue(SCHEDULE_TOPIC, 1).get_units(0).view(np.uint8)
+        queue = store.find_consume_queue(*(("rmq_sys_wheel_timer", 0) if timer else (SCHEDULE_TOPIC, 1)))
+        units = queue.get_units(0).view(np.uint8)
         files = store.commit_log.mapped_file_queue.mapped_files
+        if timer:
+            out = np.empty(51, np.int64)
+            timer_out_times(np.concatenate([units, np.frombuffer(bytes(8) + b"\0\0\0\x10" + bytes(8), np.uint8)]),
+                            files, conf.mapped_file_size_commit_log, out)
+            assert out.tolist() == [now + 3_600_000 + i for i in range(50)] + [NO_RECORD]
         eb = EncodeBuffer()
         nxt, slow = time_up_into(eb, units, 0, files, conf.mapped_file_size_commit_log, encoder.store_host_bytes,
                                  encoder.max_message_size, encoder.append_prop_crc, True, encoder.uniq_keys,
-                                 np.empty(50, np.int64), {})
+                                 np.empty(50, np.int64), {}, timer=timer)
         assert (nxt, slow, len(eb)) == (50, False, 50)
         old = _old_path(svc, store, bytes(units), files, conf.mapped_file_size_commit_log)
         assert [eb.record(k) for k in range(50)] == [old[k][0] for k in range(50)]

@@ -159,7 +159,9 @@ def test_pruning_options_equal_spark_side_filters(spark, store):
     from pyspark.sql import functions as F
     base = spark.read.format("rocketmq-store").load(store)
     ts = sorted(r.store_timestamp for r in base.select("store_timestamp").collect())
-    start, end = ts[100], ts[250]
+    # Records put together share a millisecond: the window must not be empty (startTime < endTime is required).
+    start = ts[100]
+    end = max(ts[250], start + datetime.timedelta(milliseconds=1))
 
     def key(df):
         return sorted(r.commitlog_offset for r in df.select("commitlog_offset").collect())

@@ -67,6 +67,8 @@ def test_no_rewrite_for_past_times_delay_levels_transactions_and_re_puts():
 
 @pytest.mark.parametrize("props, field", [({"TIMER_DELAY_SEC": "soon"}, "properties[TIMER_DELAY_SEC]"),
                                           ({"TIMER_DELIVER_MS": "1e3"}, "properties[TIMER_DELIVER_MS]"),
+                                          ({"TIMER_DELAY_MS": "+-5"}, "properties[TIMER_DELAY_MS]"),
+                                          ({"TIMER_DELAY_MS": "٣"}, "properties[TIMER_DELAY_MS]"),
                                           ({"TIMER_DELAY_SEC": str(4 * 24 * 3600)}, "properties")])
 def test_illegal_timer_messages_are_refused_and_left_unchanged(props, field):
     m = Message("A", b"x", 1, properties=dict(props))
@@ -112,6 +114,28 @@ def test_wheel_delivers_in_time_order_never_early(tmp_path):
             assert "REAL_TOPIC" not in m.properties and "REAL_QID" not in m.properties
             assert int(m.properties["TIMER_OUT_MS"]) <= clock.now and m.tags == "X"
         assert svc.pending == 1
+
+
+
+@pytest.mark.parametrize("text, due", [("-9223372036854775808", True), ("9223372036854775808", True),
+                                       ("+-5", True), ("12x", True), ("", True), ("-0", True), ("+5", True),
+                                       ("9223372036854775807", False)])
+def test_an_unreadable_delivery_time_is_delivered_at_once(tmp_path, text, due):
+    """A timer record whose TIMER_OUT_MS Long.parseLong refuses (or that names a past time) goes out on the next
+    turn rather than never; Long.MAX_VALUE stays in the wheel."""
+    clock = Clock()
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        svc = TimerMessageService(store, clock=clock)
+        svc.load()
+        props = {"REAL_TOPIC": "T", "REAL_QID": "0", "ID": "odd"}
+        if text:
+            props["TIMER_OUT_MS"] = text
+        store.put(Message(TIMER_TOPIC, b"x", 0, properties=props))
+        put_timed(store, clock, 1, 60_000)
+        store.wait_dispatched()
+        assert svc.run_once() == int(due) and svc.pending == 2 - int(due)
+        store.wait_dispatched()
+        assert [m.properties["ID"] for m in read_all(store, "T")] == (["odd"] if due else [])
 
 
 def test_progress_survives_a_clean_restart_without_duplicates(tmp_path):
@@ -164,6 +188,46 @@ def test_store_wired_wheel_delivers_within_100_ms(tmp_path):
         assert late[0] >= 0                               # never early
         assert late[int(n * 0.99)] < 100 and late[-1] < 1000, late[-20:]
     print(f"lateness ms: median {late[n // 2]}, p99 {late[int(n * 0.99)]}, max {late[-1]}")
+
+
+
+def test_a_slow_persist_does_not_hold_up_deliveries(tmp_path, monkeypatch):
+    """Persisting progress waits for the commitlog to reach the disk (0.1-1 s on a busy disk): deliveries due
+    meanwhile go out on time, and progress is still persisted."""
+    import rmqcore.timer as timer_module
+    real = timer_module.flush_past
+    slow = []
+
+    def slow_flush_past(store, end):
+        slow.append(end)
+        time.sleep(0.5)
+        return real(store, end)
+
+    monkeypatch.setattr(timer_module, "flush_past", slow_flush_past)
+    path = str(tmp_path / "s")
+    with MessageStore.open(path, cfg(timer_wheel_enable=True, timer_flush_interval_ms=100)) as store:
+        now = time.time_ns() // 1_000_000
+        n = 600
+        asked = {}
+        msgs = []
+        for i in range(n):
+            at = now + 300 + i * 3                        # one every 3 ms for 1.8 s: through several persists
+            m = Message("Timed", b"%d" % i, i % 2, properties={"TIMER_DELIVER_MS": str(at), "ID": str(i)})
+            assert rewrite_timer(m, now)
+            asked[str(i)] = at
+            msgs.append(m)
+        store.put_batch(msgs)
+        deadline = time.monotonic() + 15
+        got = []
+        while time.monotonic() < deadline and len(got) < n:
+            time.sleep(0.2)
+            got = read_all(store, "Timed", (0, 1))
+        assert len(got) == n
+        late = sorted(m.store_timestamp - asked[m.properties["ID"]] for m in got)
+        assert late[0] >= 0 and late[-1] < 300, late[-20:]
+        assert len(slow) >= 2                             # persists ran (and were slow) meanwhile
+    progress = decode_progress((Path(path) / "config" / "timerProgress.json").read_text(), "f")
+    assert progress["scanFromOffset"] == progress["loadedBelowOffset"] == n
 
 
 CHILD = r'''
