@@ -99,13 +99,14 @@ cdef class _Buffer:
 cdef class Message:
     cdef public str topic
     cdef public object body
-    cdef public int queue_id
-    cdef public int flag
-    cdef public int sys_flag
-    cdef public int64_t born_timestamp
+    # Java int/long fields, set through properties that check the range (MessageIllegalError naming the field)
+    cdef int _queue_id
+    cdef int _flag
+    cdef int _sys_flag
+    cdef int64_t _born_timestamp
     cdef public object born_host
-    cdef public int reconsume_times
-    cdef public int64_t prepared_transaction_offset
+    cdef int _reconsume_times
+    cdef int64_t _prepared_transaction_offset
     cdef public dict properties
     cdef _set_keys(self, value)
 

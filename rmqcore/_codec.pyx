@@ -450,18 +450,66 @@ cdef class Message:
         self.body = b"" if body is None else body
         # Java int and long fields: a value out of range is an illegal message naming the field, not an
         # OverflowError from the C conversion.
-        self.queue_id = _java_int("queue_id", queue_id, 32)
-        self.flag = _java_int("flag", flag, 32)
-        self.sys_flag = _java_int("sys_flag", sys_flag, 32)
-        self.born_timestamp = _java_int("born_timestamp", born_timestamp, 64)
+        self._queue_id = _java_int("queue_id", queue_id, 32)
+        self._flag = _java_int("flag", flag, 32)
+        self._sys_flag = _java_int("sys_flag", sys_flag, 32)
+        self._born_timestamp = _java_int("born_timestamp", born_timestamp, 64)
         self.born_host = born_host
-        self.reconsume_times = _java_int("reconsume_times", reconsume_times, 32)
-        self.prepared_transaction_offset = _java_int("prepared_transaction_offset", prepared_transaction_offset, 64)
+        self._reconsume_times = _java_int("reconsume_times", reconsume_times, 32)
+        self._prepared_transaction_offset = _java_int("prepared_transaction_offset", prepared_transaction_offset, 64)
         self.properties = {} if properties is None else dict(properties)
         if tags is not None:
             self.properties[PROPERTY_TAGS] = tags
         if keys is not None:
             self._set_keys(keys)
+
+    @property
+    def queue_id(self):
+        return self._queue_id
+
+    @queue_id.setter
+    def queue_id(self, value):
+        self._queue_id = _java_int("queue_id", value, 32)
+
+    @property
+    def flag(self):
+        return self._flag
+
+    @flag.setter
+    def flag(self, value):
+        self._flag = _java_int("flag", value, 32)
+
+    @property
+    def sys_flag(self):
+        return self._sys_flag
+
+    @sys_flag.setter
+    def sys_flag(self, value):
+        self._sys_flag = _java_int("sys_flag", value, 32)
+
+    @property
+    def born_timestamp(self):
+        return self._born_timestamp
+
+    @born_timestamp.setter
+    def born_timestamp(self, value):
+        self._born_timestamp = _java_int("born_timestamp", value, 64)
+
+    @property
+    def reconsume_times(self):
+        return self._reconsume_times
+
+    @reconsume_times.setter
+    def reconsume_times(self, value):
+        self._reconsume_times = _java_int("reconsume_times", value, 32)
+
+    @property
+    def prepared_transaction_offset(self):
+        return self._prepared_transaction_offset
+
+    @prepared_transaction_offset.setter
+    def prepared_transaction_offset(self, value):
+        self._prepared_transaction_offset = _java_int("prepared_transaction_offset", value, 64)
 
     cdef _set_keys(self, value):
         if value is None:
@@ -1070,8 +1118,8 @@ cdef class MessageEncoder:
                     raise MessageIllegalError(
                         "topic", f"{topic!r} has an illegal character at byte {i}; allowed: ^[%|a-zA-Z0-9_-]+$",
                         "^[%|a-zA-Z0-9_-]+$")
-        if msg.queue_id < 0:
-            raise MessageIllegalError("queue_id", f"{msg.queue_id} is negative", 0)
+        if msg._queue_id < 0:
+            raise MessageIllegalError("queue_id", f"{msg._queue_id} is negative", 0)
 
         props = msg.properties
         if props is None:
@@ -1120,7 +1168,7 @@ cdef class MessageEncoder:
         body.acquire(msg.body)
         body_n = body.view.len
         born = store if msg.born_host is None else host_to_bytes(msg.born_host)
-        sys_flag = msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOSTADDRESS_V6)
+        sys_flag = msg._sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOSTADDRESS_V6)
         if len(born) == 20:
             sys_flag |= FLAG_BORNHOST_V6
         if len(store) == 20:
@@ -1130,7 +1178,7 @@ cdef class MessageEncoder:
             raise MessageIllegalError("body", f"record of {body_n if body_n > self.max_message_size else total} "
                                       f"bytes exceeds max_message_size {self.max_message_size}",
                                       self.max_message_size)
-        born_ts = msg.born_timestamp if msg.born_timestamp != 0 else now_ms()
+        born_ts = msg._born_timestamp if msg._born_timestamp != 0 else now_ms()
 
         out.reserve(total)
         p = out.data + out.size
@@ -1143,8 +1191,8 @@ cdef class MessageEncoder:
         rmq_store_be32(p, <uint32_t>total)
         rmq_store_be32(p + 4, <uint32_t>MESSAGE_MAGIC_CODE)
         rmq_store_be32(p + 8, crc)
-        rmq_store_be32(p + 12, <uint32_t>msg.queue_id)
-        rmq_store_be32(p + 16, <uint32_t>msg.flag)
+        rmq_store_be32(p + 12, <uint32_t>msg._queue_id)
+        rmq_store_be32(p + 16, <uint32_t>msg._flag)
         rmq_store_be64(p + 20, 0)
         rmq_store_be64(p + 28, 0)
         rmq_store_be32(p + 36, <uint32_t>sys_flag)
@@ -1156,8 +1204,8 @@ cdef class MessageEncoder:
         q += 8
         memcpy(q, PyBytes_AS_STRING(store), len(store))
         q += len(store)
-        rmq_store_be32(q, <uint32_t>msg.reconsume_times)
-        rmq_store_be64(q + 4, <uint64_t>msg.prepared_transaction_offset)
+        rmq_store_be32(q, <uint32_t>msg._reconsume_times)
+        rmq_store_be64(q + 4, <uint64_t>msg._prepared_transaction_offset)
         rmq_store_be32(q + 12, <uint32_t>body_n)
         q += 16
         if body_n:
@@ -1214,7 +1262,7 @@ cdef class MessageEncoder:
         rec.length = total
         rec.tran_type = sys_flag & TRANSACTION_ROLLBACK_TYPE
         rec.store_ts_pos = 48 + <int32_t>len(born)
-        rec.queue_id = msg.queue_id
+        rec.queue_id = msg._queue_id
         rec.record_crc = self.append_prop_crc
         rec.body_crc_pos = 0
         if body_n and out.defer_body_crc:

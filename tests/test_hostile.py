@@ -333,6 +333,12 @@ def test_out_of_range_message_fields_are_illegal_messages_naming_the_field(kw, f
     with pytest.raises(MessageIllegalError) as ei:
         Message("T", b"x", **kw)
     assert ei.value.field == field and field in str(ei.value)
+    m = Message("T", b"x")                      # set after construction: the same check, the field unchanged
+    with pytest.raises(MessageIllegalError) as ei:
+        setattr(m, field, kw[field])
+    assert ei.value.field == field and getattr(m, field) == 0
+    setattr(m, field, 7)
+    assert getattr(m, field) == 7
 
 
 def test_out_of_range_read_arguments_raise_value_error_naming_the_argument(tmp_path):

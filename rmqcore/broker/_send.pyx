@@ -66,7 +66,7 @@ cdef inline bint _prepared(dict props):
 cdef inline bint _clears(SendEntry entry, Message msg):
     """Whether the topic's cached checks clear ``msg`` of every other rule: a cached topic that needs no per-message
     handling, and a queue id in its range."""
-    return entry is not None and not entry.slow and 0 <= msg.queue_id < entry.queue_id_limit
+    return entry is not None and not entry.slow and 0 <= msg._queue_id < entry.queue_id_limit
 
 
 cdef class Sender:
