@@ -60,10 +60,12 @@ cdef class MappedFile:
     commit sync writes data only.
 
     ``pwrite_min`` >= 0: appends of at least that many bytes (and commits from a write buffer) go into the page
-    cache through pwrite(2) instead of through the mapping, and the runway is neither zeroed nor pre-faulted
-    (ASYNC): pages written that way are never mapped writable, so writeback need not write-protect them with a
-    TLB shootdown IPI per page (a fifth of the CPU time of a full-speed put_batch here). Smaller appends (one
-    message) are cheaper as a copy into the mapping than as a system call. -1: every append through the mapping.
+    cache through pwrite(2) instead of through the mapping: pages written that way are never mapped writable, so
+    writeback need not write-protect them with a TLB shootdown IPI per page (a fifth of the CPU time of a
+    full-speed put_batch here). Smaller appends (one message) are cheaper as a copy into the mapping than as a
+    system call. Each stretch of runway is made for the appends that came since the last one (ASYNC): zeroed and
+    pre-faulted for copies, only allocated for pwrites; ``copies_expected`` says what the first stretch is for.
+    -1: every append through the mapping.
     """
 
     def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
