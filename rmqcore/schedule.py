@@ -60,7 +60,6 @@ DELAY_OFFSET_FILE = "delayOffset.json"
 
 DELAY_FOR_A_WHILE_MS = 100       # ScheduleMessageService.DELAY_FOR_A_WHILE: idle poll of a level
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
-_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
 def delay_level_to_queue_id(level: int) -> int:
@@ -71,13 +70,16 @@ def queue_id_to_delay_level(queue_id: int) -> int:
     return queue_id + 1
 
 
-def parse_java_int(value, field: str) -> int:
-    """Java's Integer.parseInt: an optional sign and ASCII digits, within int32 (Python's int() is laxer)."""
+def parse_java_int(value, field: str, bits: int = 32) -> int:
+    """Java's Integer.parseInt (``bits`` 64: Long.parseLong): one optional sign and ASCII digits, within the type's
+    range (Python's int() is laxer); else MessageIllegalError naming ``field``."""
+    name, kind = ("Integer.parseInt", "int") if bits == 32 else ("Long.parseLong", "long")
     if not isinstance(value, str) or not _JAVA_INT.fullmatch(value):
-        raise MessageIllegalError(field, f"{value!r} is not an integer (Integer.parseInt)", None)
+        raise MessageIllegalError(field, f"{value!r} is not an integer ({name})", None)
     n = int(value)
-    if not _INT_MIN <= n <= _INT_MAX:
-        raise MessageIllegalError(field, f"{value} is outside Java's int range", _INT_MAX)
+    hi = (1 << (bits - 1)) - 1
+    if not -hi - 1 <= n <= hi:
+        raise MessageIllegalError(field, f"{value} is outside Java's {kind} range", hi)
     return n
 
 

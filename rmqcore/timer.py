@@ -36,7 +36,7 @@ import numpy as np
 from ._codec import EncodeBuffer, Message, select_messages
 from ._schedule import NO_RECORD, timer_out_times
 from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
-from .schedule import (_JAVA_INT, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
                        TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, flush_past,
                        load_config_file, parse_java_int, put_in_order, read_fastjson, redeliver, write_config_file)
 from .status import PutStatus
@@ -54,18 +54,7 @@ SLOT_MS = 10
 # How often an idle wheel looks for new timer messages: a store without any costs 20 wake-ups a second, and a
 # message due sooner than this after its put is at most this late.
 IDLE_POLL_MS = 50
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def _java_long(value, field):
-    # Long.parseLong: one optional sign, then ASCII digits ("+-5" passed a lstrip("+-") check, then int() raised
-    # ValueError instead of the precise error).
-    if not isinstance(value, str) or not _JAVA_INT.fullmatch(value):
-        raise MessageIllegalError(field, f"{value!r} is not an integer (Long.parseLong)", None)
-    n = int(value)
-    if not _LONG_MIN <= n <= _LONG_MAX:
-        raise MessageIllegalError(field, f"{value} is outside Java's long range", _LONG_MAX)
-    return n
+_LONG_MAX = (1 << 63) - 1
 
 
 def rewrite_timer(msg, now_ms: int, max_delay_sec: int = 3 * 24 * 3600) -> bool:
@@ -93,13 +82,13 @@ def rewrite_timer(msg, now_ms: int, max_delay_sec: int = 3 * 24 * 3600) -> bool:
             props.pop(n, None)
         return False
     if PROPERTY_TIMER_DELAY_SEC in props:
-        deliver = now_ms + _java_long(props[PROPERTY_TIMER_DELAY_SEC], f"properties[{PROPERTY_TIMER_DELAY_SEC}]") \
+        deliver = now_ms + parse_java_int(props[PROPERTY_TIMER_DELAY_SEC], f"properties[{PROPERTY_TIMER_DELAY_SEC}]", 64) \
             * 1000
     elif PROPERTY_TIMER_DELAY_MS in props:
-        deliver = now_ms + _java_long(props[PROPERTY_TIMER_DELAY_MS], f"properties[{PROPERTY_TIMER_DELAY_MS}]")
+        deliver = now_ms + parse_java_int(props[PROPERTY_TIMER_DELAY_MS], f"properties[{PROPERTY_TIMER_DELAY_MS}]", 64)
     else:
         name = PROPERTY_TIMER_DELIVER_MS if PROPERTY_TIMER_DELIVER_MS in props else PROPERTY_START_DELIVER_TIME
-        deliver = _java_long(props[name], f"properties[{name}]")
+        deliver = parse_java_int(props[name], f"properties[{name}]", 64)
     if deliver <= now_ms:
         return False
     if deliver - now_ms > max_delay_sec * 1000:
