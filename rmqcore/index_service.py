@@ -147,8 +147,11 @@ class IndexService:
             self.index_file_list.clear()
             self._flushed_full.clear()
 
-    def flush(self, index_file: IndexFile | None = None) -> int:
-        """IndexService.flush(f) for one file; without one, every file (only the last one is normally dirty).
+    def flush(self, index_file: IndexFile | None = None, active: bool = True) -> int:
+        """IndexService.flush(f) for one file; without one, every file not yet flushed full, and the one being
+        written only when ``active``. RocketMQ msyncs that one at shutdown alone: after a crash ``load`` deletes it
+        and dispatch rebuilds it, while an msync every second would write-protect (a TLB shootdown each) and then
+        refault every hash-slot page the random keys dirtied.
         A full file's end time becomes indexMsgTimestamp (and the checkpoint's, when the service has one); returns
         that time: the end time of the newest full file flushed so far, 0 before any file filled up. As in RocketMQ
         only full files move it, so after a crash ``load`` deletes the file that was being written, whole."""
@@ -157,7 +160,8 @@ class IndexService:
         else:
             with self.lock:
                 # A full file is written no more: once flushed after filling up it needs no further msync.
-                files = [f for f in self.index_file_list if f.file_name not in self._flushed_full]
+                files = [f for f in self.index_file_list if f.file_name not in self._flushed_full
+                         and (active or f.is_write_full())]
         for f in files:
             full = f.is_write_full()
             index_msg_timestamp = f.end_timestamp if full else 0

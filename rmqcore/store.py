@@ -344,7 +344,8 @@ class MessageStore:
         logics_ts = self._last_dispatched_ts
         for cq in self._all_consume_queues():
             cq.flush(least)
-        self.index_service.flush()     # moves the checkpoint's indexMsgTimestamp when a full file is flushed
+        # Moves the checkpoint's indexMsgTimestamp when a full file is flushed (its own thread normally has).
+        self.index_service.flush(active=thorough)
         if logics_ts:
             self.checkpoint.logics_msg_timestamp = logics_ts
         if self.group_commit is not None:
