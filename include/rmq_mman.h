@@ -32,6 +32,19 @@ static inline int rmq_prefault_write(unsigned char *p, size_t len)
     return 0;
 }
 
+/* Drop this process's page-table entries for the whole pages of [from, to) of a shared file mapping; the pages stay
+ * in the page cache, dirty or not, and a later access maps them again. Writeback must write-protect every page
+ * mapped writable, with a TLB-shootdown IPI per page when another thread of the process runs (one put a message
+ * copied into the mapping: 3 us of the flushing thread's time per message here, most of a core); zapping them first
+ * costs one shootdown for the range. Only for pages no append touches again. Best effort: an error is ignored. */
+static inline void rmq_unmap_written(unsigned char *base, int64_t from, int64_t to)
+{
+    int64_t start = from & ~((int64_t)RMQ_OS_PAGE_SIZE - 1);
+    int64_t end = to & ~((int64_t)RMQ_OS_PAGE_SIZE - 1);
+    if (end > start)
+        (void)madvise(base + start, (size_t)(end - start), MADV_DONTNEED);
+}
+
 /* msync over [from, to) of a mapping: the start is rounded down to the page, as msync requires. */
 static inline int rmq_msync_range(unsigned char *base, int64_t from, int64_t to)
 {

@@ -76,7 +76,9 @@ static inline int rmq_runway_write_zeros(int fd, int64_t size, int64_t from, int
  * write cut short leaves a zero size, which recovery reads as the end of data. Returns 0 or an errno. */
 static inline int rmq_pwrite_size_last(int fd, const unsigned char *src, size_t n, int64_t pos, int size_last)
 {
-    size_t head = size_last && n > 4 ? 4 : 0;
+    /* A write within one page lands whole or not at all under kill -9: the kernel copies a write a page (folio) at
+     * a time and stops for a fatal signal only between them. Such a record takes one system call. */
+    size_t head = size_last && n > 4 && (pos >> 12) != ((pos + (int64_t)n - 1) >> 12) ? 4 : 0;
     size_t done = head;
     while (done < n) {
         ssize_t w = pwrite(fd, src + done, n - done, (off_t)(pos + (int64_t)done));

@@ -38,6 +38,7 @@ cdef class MappedFile:
     cdef int64_t _pwrite_min            # appends of at least this many bytes go through pwrite (-1: none do)
     cdef int64_t _copied                # bytes appended through the mapping since the last runway stretch
     cdef int64_t _pwritten              # ... and through pwrite: which is more decides how the next is made
+    cdef int64_t _mapped_dirty          # 1 once bytes were stored through the mapping since the last flush
     cdef bint _runway_mapped
     cdef bint _crc_records              # commitlog records carry __CRC32#: a torn pwrite is caught, no size-last
     cdef pthread_mutex_t _extend_mu

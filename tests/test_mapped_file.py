@@ -223,3 +223,44 @@ def test_runway_is_made_for_the_appends_that_came(tmp_path):
         assert not nxt.runway_mapped
     finally:
         nxt.close()
+
+
+def _mapped_rss(view) -> int:
+    """Bytes of the mapping holding ``view`` that this process has page-table entries for (/proc/self/smaps)."""
+    import numpy as np
+    addr = np.frombuffer(view, dtype=np.uint8).ctypes.data
+    rss = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "Rss:":
+                rss = int(line.split()[1]) * 1024
+                break
+    assert rss is not None
+    return rss
+
+
+def test_flush_unmaps_whole_written_pages_and_keeps_their_bytes(tmp_path):
+    # Pages copied into through the mapping are dropped from the page tables before their msync (writeback would
+    # otherwise write-protect each one with a TLB shootdown of its own); the bytes stay, in views taken before too.
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), 1 << 20, pwrite_min=4096)
+    try:
+        data = os.urandom(768 * 1024 + 100)
+        for i in range(0, len(data), 1000):
+            mf.append(data[i:i + 1000])                       # small appends: copied into the mapping
+        whole = mf.view()
+        before = _mapped_rss(whole)
+        assert before >= 768 * 1024
+        assert mf.flush(0) == len(data)
+        assert _mapped_rss(whole) <= before - 768 * 1024      # every whole page written: out of the page tables
+        assert bytes(whole[:len(data)]) == data               # read back: the page cache kept them
+        mf.append(b"tail")
+        assert bytes(mf.select(len(data) - 4, 8)) == data[-4:] + b"tail"
+    finally:
+        del whole
+        mf.close()
+    with open(mf.file_name, "rb") as f:
+        assert f.read(len(data) + 4) == data + b"tail"
