@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, final
 
-from rmqcore._mapped_file import MappedFile
+from rmqcore._mapped_file import MappedFile, WakeEvent
 from rmqcore.errors import CorruptRecordError as CorruptRecordError
 from rmqcore.errors import MessageIllegalError as MessageIllegalError
 from rmqcore.status import PutStatus as PutStatus
@@ -281,7 +281,13 @@ class CommitLogWriter:
     def __init__(self, encoder: MessageEncoder, callback: AppendMessageCallback, lock: threading.Lock,
                  mapped_file_queue: Any, max_record: int, file_size: int,
                  failed_result: Callable[[], PutResult]) -> None: ...
+    @property
+    def put_messages(self) -> int:
+        """Messages every put path took (the store's put_calls)."""
     def reset(self) -> None: ...
+    def set_dispatcher(self, arrivals: WakeEvent) -> None:
+        """The dispatcher's event, poked after appends while it idles."""
+    def dispatcher_idle(self, idle: bool) -> None: ...
     def put(self, msg: Message) -> PutResult: ...
     def put_batch(self, messages: Iterable[Message], properties: dict[str, str] | None = None) -> list[PutResult]: ...
     def check_record_length(self, length: int, row: int) -> None:

@@ -5,8 +5,8 @@ from libc.stdint cimport int64_t
 from rmqcore._c cimport pthread_mutex_t, rmq_event
 
 
-cdef class Runway:
-    cdef rmq_event ev                   # poked by appends nearing the allocated end; the allocate thread waits here
+cdef class WakeEvent:
+    cdef rmq_event ev                   # poked from C without the GIL; the waiting thread waits here without it
 
 
 cdef class MappedFile:

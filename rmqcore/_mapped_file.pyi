@@ -5,8 +5,8 @@ from typing import Any
 
 OS_PAGE_SIZE: int
 
-class Runway:
-    """The event between the writer and the allocate thread (AllocateMappedFileService)."""
+class WakeEvent:
+    """Poked from C without the GIL, waited on with it released (the allocate thread's, the dispatcher's)."""
     def wait(self, timeout: float) -> int:
         """1 poked, 0 timed out, -1 stopped."""
     def poke(self) -> None: ...
@@ -37,7 +37,7 @@ class MappedFile:
         """Bytes from the start known to be allocated on disk (the runway's end)."""
     def prepare_runway(self) -> bool:
         """The allocate thread's step; True once the runway reaches the end of the file."""
-    def set_allocator(self, runway: Runway | None) -> None: ...
+    def set_allocator(self, runway: WakeEvent | None) -> None: ...
     @property
     def wrote_position(self) -> int: ...
     @property

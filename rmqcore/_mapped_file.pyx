@@ -348,7 +348,7 @@ cdef class MappedFile:
         left to pwrite): what a next file's first stretch is made for (``copies_expected``)."""
         return self._runway_mapped
 
-    def set_allocator(self, Runway runway):
+    def set_allocator(self, WakeEvent runway):
         """Poke ``runway`` (the allocate thread's event) whenever appends come within half a runway of its end."""
         self._poke_owner = runway
         self._poke = &runway.ev if runway is not None else NULL
@@ -645,14 +645,15 @@ def lock_memory(buffer):
     return ""
 
 
-cdef class Runway:
-    """The event between the writer and the allocate thread (AllocateMappedFileService): appends poke it when they
-    come within half a runway of a file's allocated end; the thread waits on it without the GIL."""
+cdef class WakeEvent:
+    """An event poked from C without the GIL and waited on with the GIL released. The allocate thread's
+    (AllocateMappedFileService: appends poke it when they come within half a runway of a file's allocated end) and
+    the dispatcher's (ReputMessageService: the writer pokes it after appending while the dispatcher idles)."""
 
     def __cinit__(self):
         cdef int err = rmq_event_init(&self.ev)
         if err != 0:
-            raise OSError(err, f"runway event: {os.strerror(err)}")
+            raise OSError(err, f"wake event: {os.strerror(err)}")
 
     def __dealloc__(self):
         rmq_event_destroy(&self.ev)

@@ -12,6 +12,7 @@ import time
 
 from ._dispatch import ScanBuffers, scan_for_dispatch
 from ._codec import RESULT_BLANK, RESULT_END, record_error
+from ._mapped_file import WakeEvent
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,8 @@ class ReputMessageService(threading.Thread):
         self.store = store
         self.reput_from_offset = reput_from_offset
         self.max_records = max_records
-        self._wake = threading.Event()
+        self._wake = WakeEvent()        # the writer pokes it in C after appends while this thread idles
+        store.commit_log.writer.set_dispatcher(self._wake)
         self._stopped = threading.Event()
         self._idle = False
         self._topic_ids: dict = {}
@@ -36,16 +38,16 @@ class ReputMessageService(threading.Thread):
     # -- the loop -----------------------------------------------------------------------------------------------
 
     def wakeup(self) -> None:
-        self._wake.set()
+        self._wake.poke()
 
     def behind(self) -> int:
         return max(0, self.store.commit_log.max_offset - self.reput_from_offset)
 
     MAX_IDLE = 0.05
-    sleeping = False
 
     def run(self) -> None:
         idle = 0.0
+        writer = self.store.commit_log.writer
         while not self._stopped.is_set():
             try:
                 n = self.do_reput()
@@ -58,12 +60,14 @@ class ReputMessageService(threading.Thread):
             if n == 0:
                 # RocketMQ's reput thread sleeps 1 ms between passes. Here each wake-up takes the GIL from whoever
                 # runs (reads and queries showed it in their p99), so an idle dispatcher backs off to 50 ms; a put
-                # wakes it at once when it sleeps that long (``sleeping``).
+                # wakes it at once when it sleeps that long (the writer's ``dispatcher_idle``).
                 idle = min(idle * 2, self.MAX_IDLE) if idle else 0.001
-                self.sleeping = idle > 0.001
-                self._wake.wait(idle)
-                self._wake.clear()
-                self.sleeping = False
+                if idle > 0.001:
+                    writer.dispatcher_idle(True)
+                    self._wake.wait(idle)
+                    writer.dispatcher_idle(False)
+                else:
+                    self._wake.wait(idle)
             else:
                 idle = 0.0
 
@@ -77,7 +81,7 @@ class ReputMessageService(threading.Thread):
                 log.error("dispatch could not finish before shutdown: %r", e)
                 break
         self._stopped.set()
-        self._wake.set()
+        self._wake.stop()
         if self.is_alive():
             self.join()
 

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 
-from ._mapped_file import MappedFile, Runway, offset_to_file_name
+from ._mapped_file import MappedFile, WakeEvent, offset_to_file_name
 from .errors import StoreLayoutError
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class MappedFileQueue:
         # taking it (lock order: _lock, then _create_lock; the allocate thread takes only _create_lock).
         self._pending: dict[int, MappedFile] = {}
         self._create_lock = threading.Lock()
-        self._runway = Runway() if allocate and not read_only else None
+        self._runway = WakeEvent() if allocate and not read_only else None
         self._allocator: threading.Thread | None = None
         self.allocate_error: str | None = None
         self._attached: MappedFile | None = None

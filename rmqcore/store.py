@@ -124,7 +124,6 @@ class MessageStore:
         self.reput: ReputMessageService | None = None
         self.group_commit: GroupCommitService | None = None
         self.recovery: dict = {}
-        self._put_count = 0
         self._start_time = time.time()
 
     # -- open / close -------------------------------------------------------------------------------------------
@@ -461,6 +460,10 @@ class MessageStore:
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once an msync covers it, or
         FLUSH_DISK_TIMEOUT, unless the message's WAIT property is "false": see wait_flushed); raises
         MessageIllegalError (nothing written) for a message RocketMQ refuses."""
+        if not self._sync_flush:
+            if not self._running:
+                self._check_running()
+            return self._writer.put(msg)        # counted, and the dispatcher woken, by the writer (in C)
         result, end = self._append(msg)
         if end is None:
             return result
@@ -472,9 +475,6 @@ class MessageStore:
         if not self._running:
             self._check_running()
         result = self._writer.put(msg)
-        self._put_count += 1
-        if self.reput.sleeping:
-            self.reput.wakeup()
         if self._sync_flush and result.status is PutStatus.PUT_OK:
             end = result.commitlog_offset + result.wrote_bytes
             if msg.properties.get("WAIT") != "false":
@@ -495,9 +495,6 @@ class MessageStore:
         if not self._running:
             self._check_running()
         results = self._writer.put_batch(messages, properties)
-        self._put_count += len(results)
-        if self.reput.sleeping:
-            self.reput.wakeup()
         if self._sync_flush and results and results[-1].status is PutStatus.PUT_OK:
             wait = properties.get("WAIT") if properties else None      # a batch's WAIT is every message's
             if (wait == "false" if wait is not None
@@ -521,9 +518,6 @@ class MessageStore:
             self._check_running()
         result = self.commit_log.put_arrow(data, self.put_batch)
         n = result.num_rows
-        self._put_count += n
-        if self.reput.sleeping:
-            self.reput.wakeup()
         if self._sync_flush and n:
             import pyarrow.compute as pc
             ends = pc.add(result.column("commitlog_offset"), result.column("wrote_bytes").cast("int64"))
@@ -547,9 +541,6 @@ class MessageStore:
             self._check_running()
         self._writer.put_arrow_rows(encoded, result)
         n = len(encoded)
-        self._put_count += n
-        if self.reput.sleeping:
-            self.reput.wakeup()
         if self._sync_flush and n:
             written = np.flatnonzero(result[:n, 1] >= 0)
             if len(written):
@@ -840,7 +831,7 @@ class MessageStore:
             "dispatched_records": self.reput.dispatched if self.reput else 0,
             "dispatch_lag_ms": self.reput.lag_ms if self.reput else 0,
             "dispatch_error": self.reput.last_error if self.reput else None,
-            "put_calls": self._put_count,
+            "put_calls": self.commit_log.writer.put_messages,
             "recovery": dict(self.recovery),
             "checkpoint": self.checkpoint.as_dict() if self.checkpoint else {},
             "flush_disk_type": self.config.flush_disk_type,

@@ -156,3 +156,26 @@ def test_foreign_file_in_commitlog_dir_is_a_clear_error(tmp_path, config):
     from rmqcore import StoreLayoutError
     with pytest.raises(StoreLayoutError, match="readme.md"):
         CommitLog.open(str(d), config)
+
+
+def test_appends_poke_the_dispatcher_only_while_it_idles(tmp_path, config):
+    # The writer wakes an idle dispatcher itself, in C: a put after a quiet spell is dispatched at once rather
+    # than after the dispatcher's longest sleep, and a busy dispatcher costs a put nothing.
+    from rmqcore._mapped_file import WakeEvent
+    cl = open_log(tmp_path, config)
+    w = cl.writer
+    ev = WakeEvent()
+    w.set_dispatcher(ev)
+    msg = Message("TopicA", b"x", 0)
+    cl.put_message(msg)
+    assert ev.wait(0) == 0                               # not idle: no poke
+    w.dispatcher_idle(True)
+    w.put(msg)
+    assert ev.wait(0) == 1 and ev.wait(0) == 0           # one poke, consumed by the wait
+    w.put_batch([msg, msg])
+    assert ev.wait(0) == 1
+    w.dispatcher_idle(False)
+    w.put_batch([msg])
+    assert ev.wait(0) == 0
+    assert w.put_messages == 5
+    cl.close()
