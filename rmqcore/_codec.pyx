@@ -33,6 +33,12 @@ from rmqcore.status import PutStatus
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) noexcept nogil
+
+cdef enum:
+    SELECT_PREFETCH_AHEAD = 4       # units ahead select_messages prefetches records (see there)
+
 # Public constants (Python names as RocketMQ's).
 PY_MESSAGE_MAGIC_CODE = MESSAGE_MAGIC_CODE
 PY_MESSAGE_MAGIC_CODE_V2 = MESSAGE_MAGIC_CODE_V2
@@ -1962,6 +1968,9 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
     cdef object topic_obj = None
     cdef const unsigned char *prev_topic = NULL
     cdef int32_t prev_topic_len = -1
+    cdef const unsigned char *ahead
+    cdef int64_t ahead_pos
+    cdef int32_t ahead_size
     if nfiles == 0 or nunits == 0:
         return out, 0, status, 0, 0
     first_from = (<MappedFile>files[0]).file_from_offset
@@ -2007,6 +2016,18 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
             continue
         b = <_Buffer>bufs[findex]
         p = <const unsigned char *>b.view.buf + pos
+        if i + SELECT_PREFETCH_AHEAD < nunits:
+            # A queue's records lie a record of every other queue apart, so each is a cache (and TLB) miss the
+            # hardware prefetcher does not see coming: ask for the head and the tail (topic, properties) of the
+            # record a few units on, when it is in this file (a prefetch never faults).
+            u = &units[0] + (i + SELECT_PREFETCH_AHEAD) * 20
+            ahead_pos = <int64_t>rmq_load_be64(u) - (first_from + findex * file_size)
+            ahead_size = <int32_t>rmq_load_be32(u + 8)
+            if 0 <= ahead_pos and ahead_size > 128 and ahead_pos + ahead_size <= <int64_t>readable[findex]:
+                ahead = <const unsigned char *>b.view.buf + ahead_pos
+                __builtin_prefetch(ahead)
+                __builtin_prefetch(ahead + ahead_size - 128)
+                __builtin_prefetch(ahead + ahead_size - 64)
         if parse_record(p, size, &rv, False) != RECORD_OK or rv.total_size != size:
             if total == 0:
                 status = SELECT_MESSAGE_WAS_REMOVING
