@@ -923,7 +923,10 @@ cdef class UniqKeyGenerator:
         return plen + 12
 
     cpdef str next_key(self):
-        cdef int64_t now = now_ms()
+        return self.key_at(now_ms())
+
+    cdef str key_at(self, int64_t now):
+        # next_key with the clock read by the caller (the encoder's, shared with the born time)
         cdef unsigned char tail[6]
         cdef Py_ssize_t plen = len(self._prefix)
         cdef object out
@@ -1084,6 +1087,7 @@ cdef class MessageEncoder:
         cdef Py_ssize_t n_over = 0     # the message's own property names the batch's override
         cdef Py_ssize_t j
         cdef bint generated = False    # a UNIQ_KEY made here: written after the batch's properties
+        cdef int64_t now = 0           # the clock, read once for a generated UNIQ_KEY and a born time of "now"
         cdef const char *be = NULL
         cdef const char *topic_u
         cdef const char *ku
@@ -1137,7 +1141,8 @@ cdef class MessageEncoder:
         if batch is not None and batch.uniq is not None:
             uniq = batch.uniq
         elif PROPERTY_UNIQ_KEY not in props:
-            uniq = self.uniq_keys.next_key()
+            now = now_ms()
+            uniq = self.uniq_keys.key_at(now)
             props[_UNIQ_KEY_NAME] = uniq
             generated = True
         else:
@@ -1184,7 +1189,7 @@ cdef class MessageEncoder:
             raise MessageIllegalError("body", f"record of {body_n if body_n > self.max_message_size else total} "
                                       f"bytes exceeds max_message_size {self.max_message_size}",
                                       self.max_message_size)
-        born_ts = msg._born_timestamp if msg._born_timestamp != 0 else now_ms()
+        born_ts = msg._born_timestamp if msg._born_timestamp != 0 else now if now != 0 else now_ms()
 
         out.reserve(total)
         p = out.data + out.size
