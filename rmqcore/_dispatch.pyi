@@ -1,7 +1,7 @@
 """The reput scan: commitlog records → consume-queue units and index key hashes, in bulk."""
 
 from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,7 +61,9 @@ def scan_for_dispatch(data: Buffer, base_offset: int, start: int = 0, end: int =
                       topics: list[str] | None = None, delay_level_ms: Sequence[int] | None = None,
                       buffers: ScanBuffers | None = None) -> DispatchBatch:
     """Scan ``data`` (byte 0 is global ``base_offset``) from ``start`` into a DispatchBatch."""
-def queue_runs(b: DispatchBatch, unit_dtype: np.dtype[Any]) -> list[
+def queue_runs(b: DispatchBatch, unit_dtype: np.dtype[Any],
+               find_queue: Callable[[str, int], Any] | None = None) -> list[
         tuple[str, int, npt.NDArray[np.void], npt.NDArray[np.int64], npt.NDArray[np.int64], bool, int]]:
     """The batch's consumable records per (topic, queue id): (topic, queue_id, units, queue_offsets, ends,
-    contiguous, last_store_ts)."""
+    contiguous, last_store_ts); with ``find_queue``, the runs that continue their queue's last file are appended
+    there and left out."""

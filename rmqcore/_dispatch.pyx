@@ -14,7 +14,8 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
-from rmqcore._c cimport rmq_java_hash_utf8, rmq_store_be32, rmq_store_be64
+from rmqcore._c cimport rmq_atomic_load_i64, rmq_java_hash_utf8, rmq_store_be32, rmq_store_be64
+from rmqcore._mapped_file cimport MappedFile
 from rmqcore._codec cimport (DispatchProps, RECORD_OK, RecordView, TRANSACTION_ROLLBACK_TYPE, dispatch_properties,
                              parse_record)
 
@@ -266,19 +267,50 @@ cdef enum:
     CQ_UNIT_SIZE = 20
 
 
-def queue_runs(DispatchBatch b not None, unit_dtype):
+cdef int _append_run(object cq, const unsigned char *units, int64_t count, int64_t first_queue_offset,
+                     const int64_t *ends, int64_t last_ts) except -1:
+    # ConsumeQueue.append_units' common case without a Python frame: the run continues the queue's last file
+    # (its first unit goes where that file's data ends), holds only units the queue lacks, and fits the file.
+    # 1: appended (and the queue's max physical offset moved); 0: the caller goes the general way.
+    cdef MappedFile mf
+    cdef int64_t wrote, nbytes = count * CQ_UNIT_SIZE
+    if count <= 0 or cq.max_physic_offset >= ends[0]:
+        return 0
+    files = cq.mapped_file_queue._files
+    if not files:
+        return 0
+    mf = files[len(files) - 1]
+    if mf._closed or mf.read_only:
+        return 0
+    wrote = rmq_atomic_load_i64(&mf._wrote)
+    if mf.file_from_offset + wrote != first_queue_offset * CQ_UNIT_SIZE or wrote + nbytes > mf.file_size:
+        return 0
+    if mf.write_c(wrote, units, nbytes, False) != 0:
+        return 0                        # the general way retries, and raises what it meets
+    mf.advance(nbytes, last_ts)
+    cq.max_physic_offset = ends[count - 1]
+    return 1
+
+
+def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None):
     """The batch's consumable records (not prepared, not rolled back) split per (topic, queue id), each run in
     commitlog order: a list of ``(topic, queue_id, units, queue_offsets, ends, contiguous, last_store_ts)`` with
     ``units`` the consume-queue units (``unit_dtype``: 20 bytes, big-endian offset, size, tagsCode), ``queue_offsets``
     and ``ends`` (offset + size) int64 arrays, ``contiguous`` whether the queue offsets follow each other. Runs come
     in the order of their first record.
 
+    ``find_queue`` (the store's find_consume_queue): a contiguous run that continues its queue's last file with
+    units the queue lacks and fits it is appended there directly (one copy, the file's wrote position and store
+    time published, the queue's max physical offset moved) and left out of the list; the rest (a new file, a
+    rebuild after recovery, a gap) are returned for ConsumeQueue.append_units. Per run that saves the Python
+    frames that cost ~6 us (16 queues, passes of 256 records: ~400 ns a record with the GIL held).
+
     Plain C loops that keep the GIL: numpy's sorts and ufuncs release and retake it on arrays of a few hundred
     items, and every retake waits for the producer's switch interval (5 ms), which left the dispatcher behind a
     full-speed producer.
     """
     cdef int n = b.n, i, g, ng = 0, bits = 4
-    cdef int64_t cap = 16, k, j
+    cdef int64_t cap = 16, k, j, c
     cdef uint64_t h
     cdef int32_t tran
     if unit_dtype.itemsize != CQ_UNIT_SIZE:
@@ -296,16 +328,19 @@ def queue_runs(DispatchBatch b not None, unit_dtype):
     cdef int *rec_group = <int *>malloc(n * sizeof(int))
     cdef int *first = <int *>malloc(n * sizeof(int))
     cdef int64_t *count = <int64_t *>malloc(n * sizeof(int64_t))
+    cdef int64_t *start = <int64_t *>malloc(n * sizeof(int64_t))     # a group's first slot in the buffers below
     cdef int64_t *filled = <int64_t *>malloc(n * sizeof(int64_t))
-    cdef unsigned char **unit_p = <unsigned char **>malloc(n * sizeof(unsigned char *))
-    cdef int64_t **qo_p = <int64_t **>malloc(n * sizeof(int64_t *))
-    cdef int64_t **end_p = <int64_t **>malloc(n * sizeof(int64_t *))
+    cdef unsigned char *unit_buf = <unsigned char *>malloc(n * CQ_UNIT_SIZE)
+    cdef int64_t *qo_buf = <int64_t *>malloc(n * sizeof(int64_t))
+    cdef int64_t *end_buf = <int64_t *>malloc(n * sizeof(int64_t))
     cdef char *contiguous = <char *>malloc(n)
     cdef int64_t *last_ts = <int64_t *>malloc(n * sizeof(int64_t))
     cdef unsigned char *u
+    cdef cnp.ndarray units, queue_offsets, ends
     try:
-        if (keys == NULL or slot == NULL or rec_group == NULL or first == NULL or count == NULL or filled == NULL
-                or unit_p == NULL or qo_p == NULL or end_p == NULL or contiguous == NULL or last_ts == NULL):
+        if (keys == NULL or slot == NULL or rec_group == NULL or first == NULL or count == NULL or start == NULL
+                or filled == NULL or unit_buf == NULL or qo_buf == NULL or end_buf == NULL or contiguous == NULL
+                or last_ts == NULL):
             raise MemoryError()
         memset(slot, 0xFF, cap * sizeof(int))            # -1: empty slot
         # Group ids by first appearance, through an open-addressing table on (topic index, queue id).
@@ -327,36 +362,41 @@ def queue_runs(DispatchBatch b not None, unit_dtype):
             g = slot[h]
             rec_group[i] = g
             count[g] += 1
-        arrays = []
+        c = 0
         for g in range(ng):
-            units = np.empty(count[g], unit_dtype)
-            queue_offsets = np.empty(count[g], np.int64)
-            ends = np.empty(count[g], np.int64)
-            arrays.append((units, queue_offsets, ends))
-            unit_p[g] = <unsigned char *>cnp.PyArray_DATA(units)
-            qo_p[g] = <int64_t *>cnp.PyArray_DATA(queue_offsets)
-            end_p[g] = <int64_t *>cnp.PyArray_DATA(ends)
+            start[g] = c
+            c += count[g]
             filled[g] = 0
             contiguous[g] = 1
         for i in range(n):
             g = rec_group[i]
             if g < 0:
                 continue
-            j = filled[g]
-            filled[g] = j + 1
-            u = unit_p[g] + j * CQ_UNIT_SIZE
+            j = start[g] + filled[g]
+            u = unit_buf + j * CQ_UNIT_SIZE
             rmq_store_be64(u, <uint64_t>phys[i])
             rmq_store_be32(u + 8, <uint32_t>size[i])
             rmq_store_be64(u + 12, <uint64_t>tags[i])
-            qo_p[g][j] = qo[i]
-            end_p[g][j] = phys[i] + size[i]
-            if j > 0 and qo[i] != qo_p[g][j - 1] + 1:
+            qo_buf[j] = qo[i]
+            end_buf[j] = phys[i] + size[i]
+            if filled[g] > 0 and qo[i] != qo_buf[j - 1] + 1:
                 contiguous[g] = 0
+            filled[g] += 1
             last_ts[g] = ts[i]
         for g in range(ng):
-            units, queue_offsets, ends = arrays[g]
-            out.append((b.topics[tix[first[g]]], qid[first[g]], units, queue_offsets, ends, bool(contiguous[g]),
-                        last_ts[g]))
+            j = start[g]
+            topic = b.topics[tix[first[g]]]
+            if find_queue is not None and contiguous[g] and _append_run(
+                    find_queue(topic, qid[first[g]]), unit_buf + j * CQ_UNIT_SIZE, count[g], qo_buf[j],
+                    end_buf + j, last_ts[g]):
+                continue
+            units = np.empty(count[g], unit_dtype)
+            queue_offsets = np.empty(count[g], np.int64)
+            ends = np.empty(count[g], np.int64)
+            memcpy(cnp.PyArray_DATA(units), unit_buf + j * CQ_UNIT_SIZE, count[g] * CQ_UNIT_SIZE)
+            memcpy(cnp.PyArray_DATA(queue_offsets), qo_buf + j, count[g] * sizeof(int64_t))
+            memcpy(cnp.PyArray_DATA(ends), end_buf + j, count[g] * sizeof(int64_t))
+            out.append((topic, qid[first[g]], units, queue_offsets, ends, bool(contiguous[g]), last_ts[g]))
         return out
     finally:
         free(keys)
@@ -364,9 +404,10 @@ def queue_runs(DispatchBatch b not None, unit_dtype):
         free(rec_group)
         free(first)
         free(count)
+        free(start)
         free(filled)
-        free(unit_p)
-        free(qo_p)
-        free(end_p)
+        free(unit_buf)
+        free(qo_buf)
+        free(end_buf)
         free(contiguous)
         free(last_ts)

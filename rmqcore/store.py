@@ -630,8 +630,10 @@ class MessageStore:
 
     def _apply_dispatch(self, batch) -> None:
         # No numpy on whole runs here: its ufuncs release and retake the GIL, and under a full-speed producer
-        # every retake waits out a switch interval (see _dispatch.queue_runs).
-        for topic, queue_id, units, queue_offsets, ends, contiguous, last_ts in queue_runs(batch, CQ_DTYPE):
+        # every retake waits out a switch interval (see _dispatch.queue_runs). The runs that continue their
+        # queue's last file were appended by queue_runs itself; these are the others.
+        for topic, queue_id, units, queue_offsets, ends, contiguous, last_ts in queue_runs(
+                batch, CQ_DTYPE, self.find_consume_queue):
             cq = self.find_consume_queue(topic, queue_id)
             # Units the queue already holds (a rebuild after recovery) are a prefix of the run: commitlog order.
             built = cq.max_physic_offset

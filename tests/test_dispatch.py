@@ -1,7 +1,7 @@
 """The reput scan's split into consume-queue runs (rmqcore._dispatch.queue_runs) against a plain Python grouping of
 the records the reference decoder reads."""
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given, note, strategies as st
 
 from rmqcore import reference as R
 from rmqcore._dispatch import queue_runs, scan_for_dispatch
@@ -106,3 +106,70 @@ def test_scan_reads_tags_and_keys_as_string2messageProperties_does(props_list):
     assert batch.n == len(props_list)
     assert list(batch.tags_code) == want_tags
     assert list(batch.key_hash) == want_keys
+
+
+def _apply_runs(runs, find):
+    # What MessageStore._apply_dispatch does with the runs queue_runs returns (the general way).
+    import bisect
+    for topic, qid, units, queue_offsets, ends, contiguous, last_ts in runs:
+        cq = find(topic, qid)
+        start = 0 if ends[0] > cq.max_physic_offset else bisect.bisect_right(ends, cq.max_physic_offset)
+        units, queue_offsets = units[start:], queue_offsets[start:]
+        if not len(units):
+            continue
+        if contiguous:
+            cq.append_units(units, int(queue_offsets[0]), last_ts)
+        else:
+            for u, qo in zip(units, queue_offsets):
+                cq.put_message_position_info(int(u["offset"]), int(u["size"]), int(u["tags_code"]), int(qo), last_ts)
+
+
+@given(records, st.integers(1, 9), st.integers(1, 12))
+def test_runs_appended_in_c_leave_the_queues_the_general_way_does(tmp_path_factory, recs, units_per_file, chunk):
+    # queue_runs(find_queue=...) appends the runs that continue their queue's last file itself; the queues must end
+    # byte for byte as when every run goes through ConsumeQueue.append_units, with small files (runs that do not
+    # fit), holes in the queue offsets, passes of ``chunk`` records, and everything dispatched twice (a rebuild:
+    # nothing appended again).
+    from rmqcore.consume_queue import ConsumeQueue
+    buf = bytearray()
+    next_offset: dict = {}
+    for i, (topic, qid, tran, gap, tags, body) in enumerate(recs):
+        qo = next_offset.get((topic, qid), 0) + (gap if gap > 3 else 0)
+        next_offset[(topic, qid)] = qo + 1
+        props = {"UNIQ_KEY": f"U{i}"} | ({"TAGS": tags} if tags else {})
+        buf += R.encode_message(topic=topic, body=body, queue_id=qid, sys_flag=tran, queue_offset=qo,
+                                physical_offset=len(buf), store_timestamp=1000 + i, properties=props)
+    batches = []
+    pos = 0
+    while pos < len(buf):
+        batches.append(scan_for_dispatch(bytes(buf), 0, pos, -1, chunk, 4 * chunk))
+        pos = batches[-1].end_offset
+    roots = [tmp_path_factory.mktemp("fast"), tmp_path_factory.mktemp("general")]
+    queues: list[dict] = [{}, {}]
+
+    def finder(k):
+        def find(topic, qid):
+            if (topic, qid) not in queues[k]:
+                queues[k][(topic, qid)] = ConsumeQueue(topic, qid, str(roots[k]), 20 * units_per_file)
+            return queues[k][(topic, qid)]
+        return find
+
+    fast_runs = 0
+    for _ in range(2):
+        for batch in batches:
+            left = queue_runs(batch, CQ_DTYPE, finder(0))
+            fast_runs += len(queue_runs(batch, CQ_DTYPE)) - len(left)
+            _apply_runs(left, finder(0))
+            _apply_runs(queue_runs(batch, CQ_DTYPE), finder(1))
+    assert queues[0].keys() == queues[1].keys()
+    for key, fast in queues[0].items():
+        general = queues[1][key]
+        assert (fast.max_physic_offset, fast.min_offset_in_queue, fast.max_offset_in_queue) == \
+            (general.max_physic_offset, general.min_offset_in_queue, general.max_offset_in_queue)
+        assert [(mf.file_from_offset, bytes(mf.select(0, mf.wrote_position) or b""))
+                for mf in fast.mapped_file_queue._files] == \
+            [(mf.file_from_offset, bytes(mf.select(0, mf.wrote_position) or b""))
+             for mf in general.mapped_file_queue._files]
+        fast.close()
+        general.close()
+    note(f"{fast_runs} runs appended in C")
