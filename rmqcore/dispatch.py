@@ -64,7 +64,8 @@ class ReputMessageService(threading.Thread):
                 idle = min(idle * 2, self.MAX_IDLE) if idle else 0.001
                 if idle > 0.001:
                     writer.dispatcher_idle(True)
-                    self._wake.wait(idle)
+                    if self.behind() == 0:      # a put between the pass and the flag did not poke: look again
+                        self._wake.wait(idle)
                     writer.dispatcher_idle(False)
                 else:
                     self._wake.wait(idle)
