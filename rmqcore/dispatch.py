@@ -49,8 +49,10 @@ class ReputMessageService(threading.Thread):
         idle = 0.0
         writer = self.store.commit_log.writer
         while not self._stopped.is_set():
+            seen = None
             try:
                 n = self.do_reput()
+                seen = self.store.commit_log.max_offset
             except Exception as e:  # keep the service alive; the store reports the error in runtime_info
                 if self.last_error != repr(e):
                     log.exception("dispatch failed; retrying from offset %d", self.reput_from_offset)
@@ -64,7 +66,9 @@ class ReputMessageService(threading.Thread):
                 idle = min(idle * 2, self.MAX_IDLE) if idle else 0.001
                 if idle > 0.001:
                     writer.dispatcher_idle(True)
-                    if self.behind() == 0:      # a put between the pass and the flag did not poke: look again
+                    # A put between the pass and the flag did not poke: then look again at once. (Not behind():
+                    # a pass stuck at a bad record is always behind, and must still back off.)
+                    if seen is None or self.store.commit_log.max_offset == seen:
                         self._wake.wait(idle)
                     writer.dispatcher_idle(False)
                 else:
