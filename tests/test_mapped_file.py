@@ -129,6 +129,50 @@ def test_queue_rolls_and_finds_by_offset(tmp_path):
     q.shutdown()
 
 
+def test_queue_lookups_without_the_lock_while_files_are_deleted(tmp_path):
+    # find_mapped_file_by_offset and get_max_offset read the file list without the lock (pulls and dispatch ask on
+    # every call): while another thread deletes files from the front, a lookup gives the file holding the offset,
+    # or None once it is gone, never a wrong file or an exception.
+    import random
+    import threading
+    q = MappedFileQueue(str(tmp_path / "q"), SIZE)
+    n = 40
+    for _ in range(n):
+        q.get_last_mapped_file().append(b"x" * SIZE)
+    end = q.get_max_offset()
+    errors: list = []
+    done = threading.Event()
+
+    def look():
+        rnd = random.Random(5)
+        while not done.is_set():
+            off = rnd.randrange(0, end)
+            try:
+                mf = q.find_mapped_file_by_offset(off)
+                if mf is not None and not mf.file_from_offset <= off < mf.file_from_offset + SIZE:
+                    errors.append((off, mf.file_from_offset))
+                if q.get_max_offset() not in (end, end + SIZE):
+                    errors.append(("max", q.get_max_offset()))
+            except Exception as e:   # noqa: BLE001 - any exception is the failure
+                errors.append(repr(e))
+
+    readers = [threading.Thread(target=look) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        for k in range(1, n):
+            q.delete_files_below(k * SIZE)
+            time.sleep(0.0005)
+    finally:
+        done.set()
+        for t in readers:
+            t.join()
+    assert errors == []
+    assert len(q) == 1 and q.find_mapped_file_by_offset(0) is None
+    assert q.find_mapped_file_by_offset(0, return_first_on_not_found=True) is q.first()
+    q.shutdown()
+
+
 def test_queue_load_rejects_foreign_files_gaps_and_sizes(tmp_path):
     d = tmp_path / "q"
     d.mkdir()
