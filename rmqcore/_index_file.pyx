@@ -104,58 +104,82 @@ cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
 
-def query_files(list files, str topic not None, str key not None, int max_num, int64_t begin, int64_t end):
-    """IndexService.queryOffset over ``files`` (oldest first, the service's list, read under its lock) for
-    ``topic#key``: commitlog offsets newest file first, at most ``max_num``; a file is searched when its time span
-    meets [begin, end] and the walk stops at a file that began before ``begin``. No Python string is built and
-    the GIL is kept: a walk is a few cache misses, less than a GIL hand-off."""
-    cdef Py_ssize_t tn, kn, i
-    cdef const char *tu = PyUnicode_AsUTF8AndSize(topic, &tn)
-    cdef const char *ku = PyUnicode_AsUTF8AndSize(key, &kn)
+cdef int32_t topic_key_hash(const char *topic, Py_ssize_t tn, const char *key, Py_ssize_t kn) except -1:
+    """indexKeyHashMethod(IndexService.buildKey(topic, key)) over the UTF-8 of ``topic`` and ``key``, without
+    building the Python string ``topic#key``."""
     cdef unsigned char stack[512]
     cdef unsigned char *buf = stack
     cdef int32_t h
-    cdef IndexFile f
-    cdef int64_t found[64]
-    cdef int64_t *out = found
-    cdef int32_t n = 0, got, room
-    cdef list result = []
-    if max_num <= 0:
-        return result
     if tn + 1 + kn > 512:
         buf = <unsigned char *>malloc(<size_t>(tn + 1 + kn))
         if buf == NULL:
             raise MemoryError()
+    memcpy(buf, topic, <size_t>tn)
+    buf[tn] = 35     # '#': IndexService.buildKey
+    memcpy(buf + tn + 1, key, <size_t>kn)
+    h = rmq_java_hash_utf8(buf, <size_t>(tn + 1 + kn))
+    if buf != stack:
+        free(buf)
+    return 0 if h == INT32_MIN else (-h if h < 0 else h)
+
+
+cdef int32_t query_files_c(list files, int32_t key_hash, int32_t max_num, int64_t begin, int64_t end,
+                           int64_t *out) except -1:
+    """IndexService.queryOffset's walk over ``files`` (the service's list, oldest first; the GIL is held, so the
+    list cannot change under the walk): at most ``max_num`` commitlog offsets into ``out``, newest file first; a file
+    is searched when its time span meets [begin, end], and the walk stops at a file that began before ``begin``.
+    Returns how many. The GIL is kept: a walk is a few cache misses, less than a GIL hand-off."""
+    cdef Py_ssize_t i, nfiles = len(files), pf
+    cdef IndexFile f
+    cdef int32_t n = 0
+    if files is None:
+        raise TypeError("files must be a list of IndexFile, not None")
+    if max_num <= 0 or key_hash < 0:
+        return 0
+    # Every slot the walk may read, fetched at once: with several files their misses overlap instead of queueing
+    # behind each chain (a prefetch of an address no longer mapped is a no-op, it cannot fault).
+    pf = nfiles - 1
+    while pf >= 0 and pf >= nfiles - 8:
+        f = <IndexFile>files[pf]
+        if f.base != NULL:
+            __builtin_prefetch(f.base + _HEADER + <int64_t>(key_hash % f.hash_slot_num) * _SLOT, 0)
+        pf -= 1
+    for i in range(nfiles - 1, -1, -1):
+        f = <IndexFile>files[i]
+        if ((begin < f._begin_timestamp and end > f._end_timestamp)
+                or (f._begin_timestamp <= begin <= f._end_timestamp)
+                or (f._begin_timestamp <= end <= f._end_timestamp)):
+            if f.hold():
+                n += f.select_hash_c(key_hash, max_num - n, begin, end, out + n)
+                f.release()
+        if f._begin_timestamp < begin or n >= max_num:
+            break
+    return n
+
+
+def query_files(list files not None, str topic not None, str key not None, int max_num, int64_t begin, int64_t end):
+    """IndexService.queryOffset over ``files`` (oldest first, the service's list, read under its lock) for
+    ``topic#key``: commitlog offsets newest file first, at most ``max_num``; a file is searched when its time span
+    meets [begin, end] and the walk stops at a file that began before ``begin``. No Python string is built."""
+    cdef Py_ssize_t tn, kn, i
+    cdef const char *tu = PyUnicode_AsUTF8AndSize(topic, &tn)
+    cdef const char *ku = PyUnicode_AsUTF8AndSize(key, &kn)
+    cdef int64_t found[64]
+    cdef int64_t *out = found
+    cdef int32_t n
+    cdef list result = []
+    if max_num <= 0:
+        return result
     if max_num > 64:
         out = <int64_t *>malloc(<size_t>max_num * sizeof(int64_t))
         if out == NULL:
-            if buf != stack:
-                free(buf)
             raise MemoryError()
     try:
-        memcpy(buf, tu, <size_t>tn)
-        buf[tn] = 35     # '#': IndexService.buildKey
-        memcpy(buf + tn + 1, ku, <size_t>kn)
-        h = rmq_java_hash_utf8(buf, <size_t>(tn + 1 + kn))
-        h = 0 if h == INT32_MIN else (-h if h < 0 else h)
-        for i in range(len(files) - 1, -1, -1):
-            f = <IndexFile>files[i]
-            if ((begin < f._begin_timestamp and end > f._end_timestamp)
-                    or (f._begin_timestamp <= begin <= f._end_timestamp)
-                    or (f._begin_timestamp <= end <= f._end_timestamp)):
-                if f.hold():
-                    room = max_num - n
-                    got = f.select_hash_c(h, room, begin, end, out + n)
-                    f.release()
-                    n += got
-            if f._begin_timestamp < begin or n >= max_num:
-                break
+        n = query_files_c(files, topic_key_hash(tu, tn, ku, kn), max_num, begin, end, out)
         for i in range(n):
             result.append(out[i])
         return result
     finally:
-        if buf != stack:
-            free(buf)
         if out != found:
             free(out)
 

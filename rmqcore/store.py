@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code,
-                     pickup_store_timestamp, query_records, select_messages)
+                     pickup_store_timestamp, query_messages, select_messages)
 from ._dispatch import queue_runs
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
@@ -771,24 +771,11 @@ class MessageStore:
         max_num = _int_arg("max_num", max_num, LONG_MIN, LONG_MAX)
         if max_num <= 0:
             return []
-        out: list = []
-        seen: set = set()
-        files = self.commit_log.mapped_file_queue._files      # read only: a list taken whole under the GIL
-        file_size = self.config.mapped_file_size_commit_log
-        last_query_time = end
-        # DefaultMessageStore.queryMessage: up to three rounds, each ending the window at the store time of the
-        # newest hit of the round before (older hits past maxMsgsNumBatch are reached that way).
-        for _ in range(3):
-            offsets = self.index_service.query_offsets(topic, key, max_num, begin, last_query_time)
-            if not offsets:
-                break
-            found, first_ts = query_records(files, file_size, offsets, topic, key, max_num - len(out), seen)
-            out += found
-            if first_ts >= 0:
-                last_query_time = first_ts
-            if out or len(out) >= max_num or last_query_time < begin:
-                break
-        return out
+        # DefaultMessageStore.queryMessage (up to three rounds, see query_messages) in one Cython call over the
+        # live file lists: no intermediate offset list, lock or Python frame per round.
+        return query_messages(self.index_service.index_file_list, self.commit_log.mapped_file_queue._files,
+                              self.config.mapped_file_size_commit_log, topic, key, max_num, begin, end,
+                              self.index_service.max_msgs_num_batch)
 
     # -- information --------------------------------------------------------------------------------------------
 
