@@ -266,7 +266,7 @@ SELECT_MESSAGE_WAS_REMOVING: int
 def look_record(files: list[MappedFile], file_size: int, offset: int, check_crc: bool = ...) -> MessageExt | None:
     """The zero-copy MessageExt of the record that starts at ``offset``, or None."""
 def query_messages(index_files: list[IndexFile], files: list[MappedFile], file_size: int, topic: str, key: str,
-                   max_num: int, begin: int, end: int, max_batch: int) -> list[MessageExt]:
+                   max_num: int, begin: int, end: int | None, max_batch: int) -> list[MessageExt]:
     """DefaultMessageStore.queryMessage in one call: the messages of ``topic`` carrying ``key`` (KEYS or UNIQ_KEY)
     stored in [begin, end], newest index file first, at most ``max_num``, up to three rounds of at most
     min(max_num, max_batch) index hits."""

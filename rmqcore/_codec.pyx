@@ -2402,9 +2402,10 @@ cdef enum:
 
 
 def query_messages(list index_files not None, list files not None, int64_t file_size, str topic not None,
-                   str key not None, int64_t max_num, int64_t begin, int64_t end, int64_t max_batch):
+                   str key not None, int64_t max_num, int64_t begin, end, int64_t max_batch):
     """DefaultMessageStore.queryMessage in one call: the messages of ``topic`` with ``key`` among their KEYS or as
-    their UNIQ_KEY, stored in [begin, end] (ms), newest index file first, at most ``max_num``.
+    their UNIQ_KEY, stored in [begin, end] (ms; ``end`` None: now + 1 s), newest index file first, at most
+    ``max_num``.
 
     ``index_files``: the IndexService's list (oldest first), ``files``: the commitlog's mapped files, both read as
     they are (the GIL is held throughout, so neither list changes under the call; each file is held while read).
@@ -2421,7 +2422,8 @@ def query_messages(list index_files not None, list files not None, int64_t file_
     cdef int64_t seen_stack[64]
     cdef int64_t *offs = offs_stack
     cdef int64_t *seen = seen_stack
-    cdef int64_t last_query_time = end, offset, lowest, first_from
+    cdef int64_t last_query_time = now_ms() + 1000 if end is None else end
+    cdef int64_t offset, lowest, first_from
     cdef int32_t batch, n, i, rnd, h
     cdef Py_ssize_t nout = 0
     cdef MappedFile mf
