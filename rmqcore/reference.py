@@ -473,7 +473,22 @@ class IndexFileRef:
         return out
 
 
-# -- DefaultMessageStore.queryMessage -------------------------------------------------------------------------------
+# -- IndexService.queryOffset, DefaultMessageStore.queryMessage ----------------------------------------------------
+
+def query_offset(index_files, key: str, max_num: int, begin: int, end: int) -> list[int]:
+    """IndexService.queryOffset's walk for ``key`` (``topic#key``) over ``index_files`` (oldest first, objects with
+    ``begin_timestamp``, ``is_time_matched`` and ``select_phy_offsets``): newest file first, each asked for the room
+    left, until ``max_num`` offsets or a file that began before ``begin`` (the twin of ``query_files``)."""
+    offsets: list[int] = []
+    if max_num <= 0:
+        return offsets
+    for f in reversed(index_files):
+        if f.is_time_matched(begin, end):
+            offsets += f.select_phy_offsets(key, max_num - len(offsets), begin, end)
+        if f.begin_timestamp < begin or len(offsets) >= max_num:
+            break
+    return offsets
+
 
 def query_message(index_files, look, topic: str, key: str, max_num: int, begin: int, end: int,
                   max_batch: int = 64) -> list[int]:
@@ -499,12 +514,7 @@ def query_message(index_files, look, topic: str, key: str, max_num: int, begin: 
     out: list[int] = []
     last_query_time = end
     for _ in range(3):
-        offsets: list[int] = []
-        for f in reversed(index_files):
-            if f.is_time_matched(begin, last_query_time):
-                offsets += f.select_phy_offsets(full_key, batch - len(offsets), begin, last_query_time)
-            if f.begin_timestamp < begin or len(offsets) >= batch:
-                break
+        offsets = query_offset(index_files, full_key, batch, begin, last_query_time)
         if not offsets:
             break
         lowest = min(offsets)
