@@ -716,12 +716,13 @@ cdef class MessageExt:
                 f"commitlog_offset={self.commitlog_offset}, store_size={self.store_size})")
 
 
-cdef MessageExt _make_ext(object src, Py_ssize_t pos, const unsigned char *p, RecordView *rv):
+cdef MessageExt _make_ext(object src, Py_ssize_t pos, const unsigned char *p, RecordView *rv, str topic=None):
+    # ``topic``: a str whose UTF-8 the caller has found equal to the record's topic bytes (it is the decoded topic).
     cdef MessageExt m = MessageExt.__new__(MessageExt)
     m._src = src
     m._pos = pos
     m.rv = rv[0]
-    m.topic = PyUnicode_DecodeUTF8(<const char *>p + rv.topic_pos, rv.topic_len, "replace")
+    m.topic = PyUnicode_DecodeUTF8(<const char *>p + rv.topic_pos, rv.topic_len, "replace") if topic is None else topic
     return m
 
 
@@ -2431,6 +2432,7 @@ def query_messages(list index_files not None, list files not None, int64_t file_
     cdef const unsigned char *p
     cdef bint dup
     cdef list out = []
+    cdef str exact_topic = topic if type(topic) is str else None     # a str subclass is not handed out as topic
     if max_num <= 0 or max_batch <= 0 or file_size <= 0:
         return out
     batch = <int32_t>min(max_num, max_batch, INT32_MAX)
@@ -2475,7 +2477,8 @@ def query_messages(list index_files not None, list files not None, int64_t file_
                         continue
                     seen[nseen] = offset
                     nseen += 1
-                    out.append(_make_ext(mf, p - mf.base, p, &rv))   # the MessageExt holds the file through its buffer
+                    # The MessageExt holds the file through its buffer; its topic is the caller's (same bytes).
+                    out.append(_make_ext(mf, p - mf.base, p, &rv, exact_topic))
                     nout += 1
                 finally:
                     mf.release()
