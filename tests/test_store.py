@@ -1,6 +1,7 @@
 """MessageStore: put/get/query/offset-by-time as RocketMQ's DefaultMessageStore (ported test intents), long
 polling, locking, reopening, threads, and a differential check of consume queues and index against the commitlog."""
 import os
+import random
 import threading
 import time
 
@@ -467,3 +468,44 @@ def test_query_message_rounds_reach_hits_older_than_a_batch(tmp_path):
         # Rounds stop once the window ends before ``begin``: "Aa" is older than the window.
         assert s.query_message("T", "Aa", 32, base + 5_000) == []
         assert R.query_message(s.index_service.index_files, _reference_look(s), "T", "Aa", 32, 0, 1 << 62) == [0]
+
+
+def test_query_message_while_puts_roll_index_files_over(tmp_path):
+    # The dispatcher writes index items without the GIL and starts a new index file every ~25 keys while a reader
+    # walks the files in lockstep: every hit must be the asked key's own message, and all are found once dispatched.
+    with MessageStore.open(str(tmp_path / "s"), cfg(max_hash_slot_num=7, max_index_num=50)) as s:
+        results: list = []
+        errors: list = []
+        done = threading.Event()
+
+        def producer():
+            try:
+                for i in range(1500):
+                    results.append(s.put(Message("Q", b"%d" % i, i % 2, keys=[f"q{i}"])))
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+            finally:
+                done.set()
+
+        def reader():
+            try:
+                rnd = random.Random(3)
+                while not done.is_set() or rnd.random() < 0.999:
+                    if not results:
+                        continue
+                    i = rnd.randrange(len(results))
+                    for m in s.query_message("Q", f"q{i}", 4):
+                        assert bytes(m.body) == b"%d" % i and m.commitlog_offset == results[i].commitlog_offset
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=producer), threading.Thread(target=reader)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        assert s.wait_dispatched()
+        assert len(s.index_service.index_files) > 50
+        for i in range(0, 1500, 7):
+            assert [m.commitlog_offset for m in s.query_message("Q", f"q{i}")] == [results[i].commitlog_offset]
