@@ -25,7 +25,7 @@ from libc.string cimport memchr, memcmp, memcpy
 from rmqcore._c cimport (rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_crc32, rmq_event_poke, rmq_find_byte, rmq_java_hash_utf8, rmq_load_be16,
                          rmq_load_be32, rmq_load_be64,
                          rmq_store_be16, rmq_store_be32, rmq_store_be64)
-from rmqcore._index_file cimport query_files_c, topic_key_hash
+from rmqcore._index_file cimport items_in, query_files_c, topic_key_hash
 from rmqcore._mapped_file cimport MappedFile, WakeEvent
 
 from rmqcore.errors import CorruptRecordError, MessageIllegalError
@@ -2435,7 +2435,9 @@ def query_messages(list index_files not None, list files not None, int64_t file_
     cdef str exact_topic = topic if type(topic) is str else None     # a str subclass is not handed out as topic
     if max_num <= 0 or max_batch <= 0 or file_size <= 0:
         return out
-    batch = <int32_t>min(max_num, max_batch, INT32_MAX)
+    # At most maxMsgsNumBatch offsets a round, and never more than the index holds (a huge max_num and batch size
+    # ask for no huge buffer).
+    batch = <int32_t>min(max_num, max_batch, INT32_MAX, max(1, items_in(index_files)))
     h = topic_key_hash(tu, tn, ku, kn)
     if batch > 64:
         offs = <int64_t *>malloc(<size_t>batch * sizeof(int64_t))

@@ -59,6 +59,7 @@ cdef class IndexFile:
 
 # IndexService.buildKey + indexKeyHashMethod over UTF-8 bytes, and queryOffset's walk over a list of files
 # (oldest first) into ``out`` (room for max_num): MessageStore.query_message's kernel in _codec calls them.
+cdef int64_t items_in(list files) except -1
 cdef int32_t topic_key_hash(const char *topic, Py_ssize_t tn, const char *key, Py_ssize_t kn) except -1
 cdef int32_t query_files_c(list files, int32_t key_hash, int32_t max_num, int64_t begin, int64_t end,
                            int64_t *out) except -1

@@ -124,6 +124,15 @@ cdef int32_t topic_key_hash(const char *topic, Py_ssize_t tn, const char *key, P
     return 0 if h == INT32_MIN else (-h if h < 0 else h)
 
 
+cdef int64_t items_in(list files) except -1:
+    """Items the index files hold (min(indexCount, index_num) each): no query can return more offsets."""
+    cdef IndexFile f
+    cdef int64_t n = 0
+    for f in files:
+        n += f._index_count if f._index_count < f.index_num else f.index_num
+    return n
+
+
 cdef enum:
     WALKS_ON_STACK = 8
 
@@ -137,39 +146,41 @@ cdef int32_t query_files_c(list files, int32_t key_hash, int32_t max_num, int64_
 
     Java walks one file after the other, each chain a run of dependent cache misses. Here the chains of all the
     files to search are walked in lockstep, one item of each per turn, so their misses overlap: a store of many
-    index files costs about its longest chain, not the sum. Each file's walk is its selectPhyOffset for max_num into
-    its own stretch of ``out``-sized room; the answer is their concatenation, newest file first, cut at max_num (what
-    the file-by-file walk, asking each file for the room left, returns). Walks stop once the files before them have
+    index files costs about its longest chain, not the sum. Each file's walk is its selectPhyOffset for max_num (or
+    for all its items, when fewer) into a room of its own; the answer is their concatenation, newest file first, cut
+    at max_num (what the file-by-file walk, asking each file for the room left, returns). Walks stop once the files before them have
     filled max_num. The GIL is kept: a query is a few cache misses, less than a GIL hand-off."""
     cdef Py_ssize_t i, nfiles, nwalks = 0, k, first_open
     cdef IndexFile f
     cdef IndexWalk walks_stack[WALKS_ON_STACK]
     cdef int64_t found_stack[WALKS_ON_STACK * 64]
     cdef PyObject *picked_stack[WALKS_ON_STACK]
+    cdef int32_t rooms_stack[WALKS_ON_STACK]
     cdef IndexWalk *walks = walks_stack
     cdef int64_t *found = found_stack
     cdef PyObject **picked = picked_stack     # borrowed from ``files``: no Python code runs until the return
-    cdef int32_t n = 0, take
-    cdef int64_t filled = 0
+    cdef int32_t *rooms = rooms_stack
+    cdef int32_t n = 0, take, count
+    cdef int64_t filled = 0, total = 0
     cdef bint active
     if files is None:
         raise TypeError("files must be a list of IndexFile, not None")
     if max_num <= 0 or key_hash < 0:
         return 0
     nfiles = len(files)
-    if nfiles > WALKS_ON_STACK or max_num > 64:
+    if nfiles > WALKS_ON_STACK:
         walks = <IndexWalk *>malloc(<size_t>nfiles * sizeof(IndexWalk))
-        found = <int64_t *>malloc(<size_t>nfiles * <size_t>max_num * sizeof(int64_t))
         picked = <PyObject **>malloc(<size_t>nfiles * sizeof(PyObject *))
-        if walks == NULL or found == NULL or picked == NULL:
+        rooms = <int32_t *>malloc(<size_t>nfiles * sizeof(int32_t))
+        if walks == NULL or picked == NULL or rooms == NULL:
             free(walks)
-            free(found)
             free(picked)
+            free(rooms)
             raise MemoryError()
     try:
         # The files to search, newest first, held: the file-by-file walk's choice (it stops at a file that began
         # before ``begin``, searched or not; a file closed meanwhile has nothing to read). Their slots are fetched
-        # at once.
+        # at once. A file yields at most min(indexCount, index_num) hits: its room in ``found``.
         for i in range(nfiles - 1, -1, -1):
             f = <IndexFile>files[i]
             if ((begin < f._begin_timestamp and end > f._end_timestamp)
@@ -177,13 +188,22 @@ cdef int32_t query_files_c(list files, int32_t key_hash, int32_t max_num, int64_
                     or (f._begin_timestamp <= end <= f._end_timestamp)) and f.hold():
                 __builtin_prefetch(f.base + _HEADER + <int64_t>(key_hash % f.hash_slot_num) * _SLOT, 0)
                 picked[nwalks] = <PyObject *>f
+                count = f._index_count if f._index_count < f.index_num else f.index_num
+                rooms[nwalks] = max_num if max_num < count else (count if count > 0 else 1)
+                total += rooms[nwalks]
                 nwalks += 1
             if f._begin_timestamp < begin:
                 break
         if nwalks == 1:
             return (<IndexFile>picked[0]).select_hash_c(key_hash, max_num, begin, end, out)
+        if total > WALKS_ON_STACK * 64:
+            found = <int64_t *>malloc(<size_t>total * sizeof(int64_t))
+            if found == NULL:
+                raise MemoryError()
+        total = 0
         for k in range(nwalks):
-            _walk_start(<IndexFile>picked[k], &walks[k], key_hash, max_num, begin, end, found + k * max_num)
+            _walk_start(<IndexFile>picked[k], &walks[k], key_hash, rooms[k], begin, end, found + total)
+            total += rooms[k]
         first_open = 0
         while True:
             active = False
@@ -210,10 +230,12 @@ cdef int32_t query_files_c(list files, int32_t key_hash, int32_t max_num, int64_
     finally:
         for k in range(nwalks):
             (<IndexFile>picked[k]).release()
+        if found != found_stack:
+            free(found)
         if walks != walks_stack:
             free(walks)
-            free(found)
             free(picked)
+            free(rooms)
 
 
 def query_files(list files not None, str topic not None, str key not None, int max_num, int64_t begin, int64_t end):
@@ -226,9 +248,12 @@ def query_files(list files not None, str topic not None, str key not None, int m
     cdef int64_t found[64]
     cdef int64_t *out = found
     cdef int32_t n
+    cdef int64_t room = items_in(files)
     cdef list result = []
     if max_num <= 0:
         return result
+    if max_num > room:               # no more hits than items: a huge max_num asks for no huge buffer
+        max_num = <int>room if room > 0 else 1
     if max_num > 64:
         out = <int64_t *>malloc(<size_t>max_num * sizeof(int64_t))
         if out == NULL:

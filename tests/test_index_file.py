@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmqcore import reference as ref
-from rmqcore._index_file import IndexFile, index_file_size, index_key_hash
+from rmqcore._index_file import IndexFile, index_file_size, index_key_hash, query_files
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 from rmqcore.index_service import IndexService, build_key
 
@@ -716,4 +716,7 @@ def test_service_query_across_files_against_reference(tmp_path_factory, slots, n
         end = LONG_MAX if e == -2 else base + e * 1000
         expected = ref.query_offset(files, build_key("T", key), min(max_num, 64), begin, end)
         assert s.query_offset("T", key, max_num, begin, end)[0] == expected
+        # Uncapped (no maxMsgsNumBatch): each file's room is its item count, not max_num.
+        assert query_files(files, "T", key, 1 << 30, begin, end) == ref.query_offset(files, build_key("T", key),
+                                                                                 1 << 30, begin, end)
     s.shutdown()

@@ -393,6 +393,7 @@ def test_query_message_matches_the_key_itself(tmp_path):
         s.wait_dispatched()
         got = s.query_message("T", "many", max_num=10)
         assert [bytes(m.body) for m in got] == [b"%d" % i for i in range(39, 29, -1)]     # newest first
+        assert len(s.query_message("T", "many", max_num=1 << 40)) == 40     # no buffer of max_num made
 
 
 def _reference_look(store):
