@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, final
 
+from rmqcore._index_file import IndexFile
 from rmqcore._mapped_file import MappedFile, WakeEvent
 from rmqcore.errors import CorruptRecordError as CorruptRecordError
 from rmqcore.errors import MessageIllegalError as MessageIllegalError
@@ -264,10 +265,11 @@ SELECT_MESSAGE_WAS_REMOVING: int
 
 def look_record(files: list[MappedFile], file_size: int, offset: int, check_crc: bool = ...) -> MessageExt | None:
     """The zero-copy MessageExt of the record that starts at ``offset``, or None."""
-def query_records(files: list[MappedFile], file_size: int, offsets: list[int], topic: str, key: str, max_num: int,
-                  seen: set[int] | None = None) -> tuple[list[MessageExt], int]:
-    """The messages at index hits that are whole records of ``topic`` carrying ``key`` (KEYS or UNIQ_KEY):
-    (messages, store time of the first hit's record or -1)."""
+def query_messages(index_files: list[IndexFile], files: list[MappedFile], file_size: int, topic: str, key: str,
+                   max_num: int, begin: int, end: int | None, max_batch: int) -> list[MessageExt]:
+    """DefaultMessageStore.queryMessage in one call: the messages of ``topic`` carrying ``key`` (KEYS or UNIQ_KEY)
+    stored in [begin, end], newest index file first, at most ``max_num``, up to three rounds of at most
+    min(max_num, max_batch) index hits."""
 def select_messages(units: Buffer, files: list[MappedFile], file_size: int, max_count: int,
                     max_transfer_bytes: int, max_transfer_count: int, tag_codes: Collection[int] | None = None,
                     exact_tags: Collection[str] | None = None) -> tuple[list[MessageExt], int, int, int, int]:

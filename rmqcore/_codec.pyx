@@ -18,13 +18,14 @@ from cpython.dict cimport PyDict_GetItem, PyDict_GetItemWithError, PyDict_SetIte
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy
 
 from rmqcore._c cimport (rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_crc32, rmq_event_poke, rmq_find_byte, rmq_java_hash_utf8, rmq_load_be16,
                          rmq_load_be32, rmq_load_be64,
                          rmq_store_be16, rmq_store_be32, rmq_store_be64)
+from rmqcore._index_file cimport items_in, query_files_c, topic_key_hash
 from rmqcore._mapped_file cimport MappedFile, WakeEvent
 
 from rmqcore.errors import CorruptRecordError, MessageIllegalError
@@ -715,12 +716,13 @@ cdef class MessageExt:
                 f"commitlog_offset={self.commitlog_offset}, store_size={self.store_size})")
 
 
-cdef MessageExt _make_ext(object src, Py_ssize_t pos, const unsigned char *p, RecordView *rv):
+cdef MessageExt _make_ext(object src, Py_ssize_t pos, const unsigned char *p, RecordView *rv, str topic=None):
+    # ``topic``: a str whose UTF-8 the caller has found equal to the record's topic bytes (it is the decoded topic).
     cdef MessageExt m = MessageExt.__new__(MessageExt)
     m._src = src
     m._pos = pos
     m.rv = rv[0]
-    m.topic = PyUnicode_DecodeUTF8(<const char *>p + rv.topic_pos, rv.topic_len, "replace")
+    m.topic = PyUnicode_DecodeUTF8(<const char *>p + rv.topic_pos, rv.topic_len, "replace") if topic is None else topic
     return m
 
 
@@ -2353,90 +2355,177 @@ cdef bint _has_key(const unsigned char *props, int32_t props_len, const char *ke
     return False
 
 
-def look_record(list files, int64_t file_size, int64_t offset, bint check_crc=False):
-    """The zero-copy MessageExt of the record that starts at global ``offset`` in ``files`` (a mapped file queue's
-    list, equal-size files from the first's offset on), or None when no whole valid record starts there (a bad one
-    included: CommitLog.lookMessageByOffset's null). One call, no Python frame, no view object per read."""
-    cdef Py_ssize_t nfiles = len(files), findex
-    cdef int64_t first_from, pos, readable
+cdef MappedFile _hold_record(list files, int64_t first_from, int64_t file_size, int64_t offset, bint check_crc,
+                             RecordView *rv, const unsigned char **record):
+    """The mapped file, held, in which a whole valid record starts at global ``offset`` (``rv`` and ``*record``
+    then describe it; the caller releases the file), or None: before the first file, past the readable bytes,
+    a file closed or being deleted, or no valid record there (CommitLog.lookMessageByOffset's null)."""
+    cdef Py_ssize_t findex
+    cdef int64_t pos, readable
     cdef MappedFile mf
-    cdef RecordView rv
-    cdef const unsigned char *p
-    if nfiles == 0 or file_size <= 0:
-        return None
-    first_from = (<MappedFile>files[0]).file_from_offset
     if offset < first_from:
         return None
     findex = (offset - first_from) // file_size
-    if findex >= nfiles:
+    if findex >= len(files):
         return None
     mf = <MappedFile>files[findex]
     pos = offset - mf.file_from_offset
-    if pos < 0 or pos >= mf.file_size or not mf.hold():     # closed or being deleted: the record is gone
+    if pos < 0 or pos >= mf.file_size or not mf.hold():
+        return None
+    readable = mf.read_position_c()
+    if pos >= readable or parse_record(mf.base + pos, readable - pos, rv, check_crc) != RECORD_OK:
+        mf.release()
+        return None
+    record[0] = mf.base + pos
+    return mf
+
+
+def look_record(list files not None, int64_t file_size, int64_t offset, bint check_crc=False):
+    """The zero-copy MessageExt of the record that starts at global ``offset`` in ``files`` (a mapped file queue's
+    list, equal-size files from the first's offset on), or None when no whole valid record starts there (a bad one
+    included: CommitLog.lookMessageByOffset's null). One call, no Python frame, no view object per read."""
+    cdef MappedFile mf
+    cdef RecordView rv
+    cdef const unsigned char *p
+    if not files or file_size <= 0:
+        return None
+    mf = _hold_record(files, (<MappedFile>files[0]).file_from_offset, file_size, offset, check_crc, &rv, &p)
+    if mf is None:
         return None
     try:
-        readable = mf.read_position_c()
-        if pos >= readable:
-            return None
-        p = mf.base + pos
-        if parse_record(p, readable - pos, &rv, check_crc) != RECORD_OK:
-            return None
-        return _make_ext(mf, pos, p, &rv)       # the MessageExt holds the file through its buffer
+        return _make_ext(mf, p - mf.base, p, &rv)       # the MessageExt holds the file through its buffer
     finally:
         mf.release()
 
 
-def query_records(list files, int64_t file_size, list offsets, str topic not None, str key not None, int max_num,
-                  set seen=None):
-    """The messages an index query found: for each commitlog offset (newest first), the record there when it is a
-    whole record of ``topic`` with ``key`` among its KEYS or as its UNIQ_KEY (hash collisions and entries of
-    records since removed are dropped), each offset once (``seen`` collects them across calls), at most
-    ``max_num``. Returns (messages, store time of the first offset's record or -1). Zero-copy MessageExts over
-    the mapped files, no properties parsed into Python objects."""
-    cdef Py_ssize_t tn, kn, nfiles = len(files), i, findex
+cdef void _prefetch_record(list files, int64_t first_from, int64_t file_size, int64_t offset, bint tail):
+    # Prefetch the head of the record at ``offset`` (no load: harmless on any address), or with ``tail`` its last
+    # two lines, at the size its head gives (a load, so only within the readable bytes of a held file).
+    cdef Py_ssize_t findex
+    cdef int64_t pos, readable
+    cdef int32_t total
+    cdef MappedFile mf
+    if offset < first_from:
+        return
+    findex = (offset - first_from) // file_size
+    if findex >= len(files):
+        return
+    mf = <MappedFile>files[findex]
+    pos = offset - mf.file_from_offset
+    if pos < 0 or pos >= mf.file_size or mf.base == NULL:
+        return
+    if not tail:
+        __builtin_prefetch(mf.base + pos)
+        return
+    if not mf.hold():
+        return
+    readable = mf.read_position_c()
+    if pos + 4 <= readable:
+        total = <int32_t>rmq_load_be32(mf.base + pos)
+        if total > 128 and pos + total <= readable:
+            __builtin_prefetch(mf.base + pos + total - 128)
+            __builtin_prefetch(mf.base + pos + total - 64)
+    mf.release()
+
+
+cdef enum:
+    QUERY_ROUNDS = 3        # DefaultMessageStore.queryMessage's rounds
+
+
+def query_messages(list index_files not None, list files not None, int64_t file_size, str topic not None,
+                   str key not None, int64_t max_num, int64_t begin, end, int64_t max_batch):
+    """DefaultMessageStore.queryMessage in one call: the messages of ``topic`` with ``key`` among their KEYS or as
+    their UNIQ_KEY, stored in [begin, end] (ms; ``end`` None: now + 1 s), newest index file first, at most
+    ``max_num``.
+
+    ``index_files``: the IndexService's list (oldest first), ``files``: the commitlog's mapped files, both read as
+    they are (the GIL is held throughout, so neither list changes under the call; each file is held while read).
+    Each round asks the index for at most min(max_num, ``max_batch``) offsets (maxMsgsNumBatch); an offset counts
+    when a whole record of ``topic`` carrying ``key`` starts there (hash collisions and entries of removed records
+    are dropped), each offset once. A round that found nothing is followed by another whose window ends at the
+    store time of its lowest offset's record (Java's ``lastQueryMsgTime``, taken after sorting the offsets), up to
+    three rounds, none once that time falls before ``begin``. Zero-copy MessageExts over the mapped files; no
+    Python object is made but the result list and its messages."""
+    cdef Py_ssize_t tn, kn, nseen = 0, j
     cdef const char *tu = PyUnicode_AsUTF8AndSize(topic, &tn)
     cdef const char *ku = PyUnicode_AsUTF8AndSize(key, &kn)
-    cdef int64_t offset, first_from, pos, first_ts = -1, readable
+    cdef int64_t offs_stack[64]
+    cdef int64_t seen_stack[64]
+    cdef int64_t *offs = offs_stack
+    cdef int64_t *seen = seen_stack
+    cdef int64_t last_query_time = now_ms() + 1000 if end is None else end
+    cdef int64_t offset, lowest, first_from
+    cdef int32_t batch, n, i, rnd, h
+    cdef Py_ssize_t nout = 0
     cdef MappedFile mf
     cdef RecordView rv
     cdef const unsigned char *p
+    cdef bint dup
     cdef list out = []
-    cdef bint ok
-    if seen is None:
-        seen = set()
-    if nfiles == 0:
-        return out, first_ts
-    first_from = (<MappedFile>files[0]).file_from_offset
-    for i in range(len(offsets)):
-        if len(out) >= max_num:
-            break
-        offset = offsets[i]
-        if offset < first_from:
-            continue
-        findex = (offset - first_from) // file_size
-        if findex >= nfiles:
-            continue
-        mf = <MappedFile>files[findex]
-        if not mf.hold():               # closed or being deleted: the record is gone
-            continue
-        try:
-            readable = mf.read_position_c()
-            pos = offset - mf.file_from_offset
-            if pos < 0 or pos >= readable:
-                continue
-            p = mf.base + pos
-            if parse_record(p, readable - pos, &rv, False) != RECORD_OK:
-                continue
-            if i == 0:
-                first_ts = rv.store_timestamp
-            if offset in seen:
-                continue
-            if rv.topic_len != tn or memcmp(p + rv.topic_pos, tu, <size_t>tn) != 0:
-                continue
-            if not _has_key(p + rv.props_pos, rv.props_len, ku, kn):
-                continue
-            seen.add(offset)
-            out.append(_make_ext(mf, pos, p, &rv))      # the MessageExt holds the file through its buffer
-        finally:
-            mf.release()
-    return out, first_ts
+    cdef str exact_topic = topic if type(topic) is str else None     # a str subclass is not handed out as topic
+    if max_num <= 0 or max_batch <= 0 or file_size <= 0:
+        return out
+    # At most maxMsgsNumBatch offsets a round, and never more than the index holds (a huge max_num and batch size
+    # ask for no huge buffer).
+    batch = <int32_t>min(max_num, max_batch, INT32_MAX, max(1, items_in(index_files)))
+    h = topic_key_hash(tu, tn, ku, kn)
+    if batch > 64:
+        offs = <int64_t *>malloc(<size_t>batch * sizeof(int64_t))
+        seen = <int64_t *>malloc(<size_t>batch * sizeof(int64_t))
+        if offs == NULL or seen == NULL:
+            free(offs)
+            free(seen)
+            raise MemoryError()
+    try:
+        for rnd in range(QUERY_ROUNDS):
+            n = query_files_c(index_files, h, batch, begin, last_query_time, offs)
+            if n == 0 or not files:
+                break
+            first_from = (<MappedFile>files[0]).file_from_offset
+            lowest = offs[0]
+            for i in range(1, n):
+                if offs[i] < lowest:
+                    lowest = offs[i]
+            if n > 1:
+                # The hits lie anywhere in the commitlog: a cache and TLB miss for each record's head, and another
+                # for its tail (topic, properties) a body further. Ask for every head at once, then every tail, so
+                # the misses overlap instead of queueing behind each parse.
+                for i in range(n):
+                    _prefetch_record(files, first_from, file_size, offs[i], False)
+                for i in range(n):
+                    _prefetch_record(files, first_from, file_size, offs[i], True)
+            for i in range(n):
+                if nout >= max_num:
+                    break
+                offset = offs[i]
+                mf = _hold_record(files, first_from, file_size, offset, False, &rv, &p)
+                if mf is None:
+                    continue
+                try:
+                    if offset == lowest:
+                        last_query_time = rv.store_timestamp
+                    # An offset the index holds twice (its UNIQ_KEY also among its KEYS, a key repeated) counts
+                    # once; results come from one round only, so the round's own offsets are all to compare.
+                    dup = False
+                    for j in range(nseen):
+                        if seen[j] == offset:
+                            dup = True
+                            break
+                    if dup or rv.topic_len != tn or memcmp(p + rv.topic_pos, tu, <size_t>tn) != 0:
+                        continue
+                    if not _has_key(p + rv.props_pos, rv.props_len, ku, kn):
+                        continue
+                    seen[nseen] = offset
+                    nseen += 1
+                    # The MessageExt holds the file through its buffer; its topic is the caller's (same bytes).
+                    out.append(_make_ext(mf, p - mf.base, p, &rv, exact_topic))
+                    nout += 1
+                finally:
+                    mf.release()
+            if nout > 0 or last_query_time < begin:
+                break
+        return out
+    finally:
+        if offs != offs_stack:
+            free(offs)
+            free(seen)

@@ -4,6 +4,24 @@
 from libc.stdint cimport int32_t, int64_t
 
 
+# One file's selectPhyOffset walk in progress (see _walk_start / _walk_step in _index_file.pyx).
+cdef struct IndexWalk:
+    const unsigned char *items       # the file's first item (item 0)
+    int64_t begin_ts                 # the header's beginTimestamp: an item's time is begin_ts + timeDiff s
+    int64_t begin
+    int64_t end
+    int64_t steps                    # items visited
+    int64_t limit                    # at most min(indexCount, index_num) items: ends cycles of a damaged file
+    int64_t *out                     # hits, newest first
+    int32_t count                    # the header's indexCount when the walk started
+    int32_t index_num
+    int32_t key_hash
+    int32_t max_num
+    int32_t next_index               # the item to read next
+    int32_t n                        # hits in out
+    bint done
+
+
 cdef class IndexFile:
     cdef readonly str file_name          # full path, as RocketMQ's getFileName
     cdef readonly int64_t file_size      # 40 + hash_slot_num*4 + index_num*20
@@ -37,3 +55,11 @@ cdef class IndexFile:
     cdef void release(self)
     cdef void _unmap(self)
     cdef int _hold_or_raise(self) except -1
+
+
+# IndexService.buildKey + indexKeyHashMethod over UTF-8 bytes, and queryOffset's walk over a list of files
+# (oldest first) into ``out`` (room for max_num): MessageStore.query_message's kernel in _codec calls them.
+cdef int64_t items_in(list files) except -1
+cdef int32_t topic_key_hash(const char *topic, Py_ssize_t tn, const char *key, Py_ssize_t kn) except -1
+cdef int32_t query_files_c(list files, int32_t key_hash, int32_t max_num, int64_t begin, int64_t end,
+                           int64_t *out) except -1

@@ -14,6 +14,7 @@ so neither a torn read nor a hostile file can make a walk leave the mapping.
 """
 import os
 
+from cpython.object cimport PyObject
 from libc.errno cimport EEXIST, errno
 from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
@@ -104,58 +105,165 @@ cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
 
-def query_files(list files, str topic not None, str key not None, int max_num, int64_t begin, int64_t end):
-    """IndexService.queryOffset over ``files`` (oldest first, the service's list, read under its lock) for
-    ``topic#key``: commitlog offsets newest file first, at most ``max_num``; a file is searched when its time span
-    meets [begin, end] and the walk stops at a file that began before ``begin``. No Python string is built and
-    the GIL is kept: a walk is a few cache misses, less than a GIL hand-off."""
-    cdef Py_ssize_t tn, kn, i
-    cdef const char *tu = PyUnicode_AsUTF8AndSize(topic, &tn)
-    cdef const char *ku = PyUnicode_AsUTF8AndSize(key, &kn)
+cdef int32_t topic_key_hash(const char *topic, Py_ssize_t tn, const char *key, Py_ssize_t kn) except -1:
+    """indexKeyHashMethod(IndexService.buildKey(topic, key)) over the UTF-8 of ``topic`` and ``key``, without
+    building the Python string ``topic#key``."""
     cdef unsigned char stack[512]
     cdef unsigned char *buf = stack
     cdef int32_t h
-    cdef IndexFile f
-    cdef int64_t found[64]
-    cdef int64_t *out = found
-    cdef int32_t n = 0, got, room
-    cdef list result = []
-    if max_num <= 0:
-        return result
     if tn + 1 + kn > 512:
         buf = <unsigned char *>malloc(<size_t>(tn + 1 + kn))
         if buf == NULL:
             raise MemoryError()
-    if max_num > 64:
-        out = <int64_t *>malloc(<size_t>max_num * sizeof(int64_t))
-        if out == NULL:
-            if buf != stack:
-                free(buf)
+    memcpy(buf, topic, <size_t>tn)
+    buf[tn] = 35     # '#': IndexService.buildKey
+    memcpy(buf + tn + 1, key, <size_t>kn)
+    h = rmq_java_hash_utf8(buf, <size_t>(tn + 1 + kn))
+    if buf != stack:
+        free(buf)
+    return 0 if h == INT32_MIN else (-h if h < 0 else h)
+
+
+cdef int64_t items_in(list files) except -1:
+    """Items the index files hold (min(indexCount, index_num) each): no query can return more offsets."""
+    cdef IndexFile f
+    cdef int64_t n = 0
+    for f in files:
+        n += f._index_count if f._index_count < f.index_num else f.index_num
+    return n
+
+
+cdef enum:
+    WALKS_ON_STACK = 8
+
+
+cdef int32_t query_files_c(list files, int32_t key_hash, int32_t max_num, int64_t begin, int64_t end,
+                           int64_t *out) except -1:
+    """IndexService.queryOffset over ``files`` (the service's list, oldest first; the GIL is held, so the list
+    cannot change under the call): at most ``max_num`` commitlog offsets into ``out``, newest file first; a file is
+    searched when its time span meets [begin, end], and none older than the first file that began before ``begin``.
+    Returns how many.
+
+    Java walks one file after the other, each chain a run of dependent cache misses. Here the chains of all the
+    files to search are walked in lockstep, one item of each per turn, so their misses overlap: a store of many
+    index files costs about its longest chain, not the sum. Each file's walk is its selectPhyOffset for max_num (or
+    for all its items, when fewer) into a room of its own; the answer is their concatenation, newest file first, cut
+    at max_num (what the file-by-file walk, asking each file for the room left, returns). Walks stop once the files before them have
+    filled max_num. The GIL is kept: a query is a few cache misses, less than a GIL hand-off."""
+    cdef Py_ssize_t i, nfiles, nwalks = 0, k, first_open
+    cdef IndexFile f
+    cdef IndexWalk walks_stack[WALKS_ON_STACK]
+    cdef int64_t found_stack[WALKS_ON_STACK * 64]
+    cdef PyObject *picked_stack[WALKS_ON_STACK]
+    cdef int32_t rooms_stack[WALKS_ON_STACK]
+    cdef IndexWalk *walks = walks_stack
+    cdef int64_t *found = found_stack
+    cdef PyObject **picked = picked_stack     # borrowed from ``files``: no Python code runs until the return
+    cdef int32_t *rooms = rooms_stack
+    cdef int32_t n = 0, take, count
+    cdef int64_t filled = 0, total = 0
+    cdef bint active
+    if files is None:
+        raise TypeError("files must be a list of IndexFile, not None")
+    if max_num <= 0 or key_hash < 0:
+        return 0
+    nfiles = len(files)
+    if nfiles > WALKS_ON_STACK:
+        walks = <IndexWalk *>malloc(<size_t>nfiles * sizeof(IndexWalk))
+        picked = <PyObject **>malloc(<size_t>nfiles * sizeof(PyObject *))
+        rooms = <int32_t *>malloc(<size_t>nfiles * sizeof(int32_t))
+        if walks == NULL or picked == NULL or rooms == NULL:
+            free(walks)
+            free(picked)
+            free(rooms)
             raise MemoryError()
     try:
-        memcpy(buf, tu, <size_t>tn)
-        buf[tn] = 35     # '#': IndexService.buildKey
-        memcpy(buf + tn + 1, ku, <size_t>kn)
-        h = rmq_java_hash_utf8(buf, <size_t>(tn + 1 + kn))
-        h = 0 if h == INT32_MIN else (-h if h < 0 else h)
-        for i in range(len(files) - 1, -1, -1):
+        # The files to search, newest first, held: the file-by-file walk's choice (it stops at a file that began
+        # before ``begin``, searched or not; a file closed meanwhile has nothing to read). Their slots are fetched
+        # at once. A file yields at most min(indexCount, index_num) hits: its room in ``found``.
+        for i in range(nfiles - 1, -1, -1):
             f = <IndexFile>files[i]
             if ((begin < f._begin_timestamp and end > f._end_timestamp)
                     or (f._begin_timestamp <= begin <= f._end_timestamp)
-                    or (f._begin_timestamp <= end <= f._end_timestamp)):
-                if f.hold():
-                    room = max_num - n
-                    got = f.select_hash_c(h, room, begin, end, out + n)
-                    f.release()
-                    n += got
-            if f._begin_timestamp < begin or n >= max_num:
+                    or (f._begin_timestamp <= end <= f._end_timestamp)) and f.hold():
+                __builtin_prefetch(f.base + _HEADER + <int64_t>(key_hash % f.hash_slot_num) * _SLOT, 0)
+                picked[nwalks] = <PyObject *>f
+                count = f._index_count if f._index_count < f.index_num else f.index_num
+                rooms[nwalks] = max_num if max_num < count else (count if count > 0 else 1)
+                total += rooms[nwalks]
+                nwalks += 1
+            if f._begin_timestamp < begin:
                 break
+        if nwalks == 1:
+            return (<IndexFile>picked[0]).select_hash_c(key_hash, max_num, begin, end, out)
+        if total > WALKS_ON_STACK * 64:
+            found = <int64_t *>malloc(<size_t>total * sizeof(int64_t))
+            if found == NULL:
+                raise MemoryError()
+        total = 0
+        for k in range(nwalks):
+            _walk_start(<IndexFile>picked[k], &walks[k], key_hash, rooms[k], begin, end, found + total)
+            total += rooms[k]
+        first_open = 0
+        while True:
+            active = False
+            for k in range(first_open, nwalks):
+                if not walks[k].done:
+                    _walk_step(&walks[k])
+                    if not walks[k].done:
+                        active = True
+            # The newest files whose walks ended: once they hold max_num, older files cannot add to the answer.
+            while first_open < nwalks and walks[first_open].done:
+                filled += walks[first_open].n
+                first_open += 1
+            if not active or filled >= max_num:
+                break
+        for k in range(nwalks):
+            take = walks[k].n
+            if take > max_num - n:
+                take = max_num - n
+            memcpy(out + n, walks[k].out, <size_t>take * sizeof(int64_t))
+            n += take
+            if n >= max_num:
+                break
+        return n
+    finally:
+        for k in range(nwalks):
+            (<IndexFile>picked[k]).release()
+        if found != found_stack:
+            free(found)
+        if walks != walks_stack:
+            free(walks)
+            free(picked)
+            free(rooms)
+
+
+def query_files(list files not None, str topic not None, str key not None, int max_num, int64_t begin, int64_t end):
+    """IndexService.queryOffset over ``files`` (oldest first, the service's list, read under its lock) for
+    ``topic#key``: commitlog offsets newest file first, at most ``max_num``; a file is searched when its time span
+    meets [begin, end] and the walk stops at a file that began before ``begin``. No Python string is built."""
+    cdef Py_ssize_t tn, kn, i
+    cdef const char *tu = PyUnicode_AsUTF8AndSize(topic, &tn)
+    cdef const char *ku = PyUnicode_AsUTF8AndSize(key, &kn)
+    cdef int64_t found[64]
+    cdef int64_t *out = found
+    cdef int32_t n
+    cdef int64_t room = items_in(files)
+    cdef list result = []
+    if max_num <= 0:
+        return result
+    if max_num > room:               # no more hits than items: a huge max_num asks for no huge buffer
+        max_num = <int>room if room > 0 else 1
+    if max_num > 64:
+        out = <int64_t *>malloc(<size_t>max_num * sizeof(int64_t))
+        if out == NULL:
+            raise MemoryError()
+    try:
+        n = query_files_c(files, topic_key_hash(tu, tn, ku, kn), max_num, begin, end, out)
         for i in range(n):
             result.append(out[i])
         return result
     finally:
-        if buf != stack:
-            free(buf)
         if out != found:
             free(out)
 
@@ -167,6 +275,73 @@ cdef inline int64_t _wrap_add(int64_t a, int64_t b) noexcept nogil:
 
 cdef inline int64_t _wrap_sub(int64_t a, int64_t b) noexcept nogil:
     return <int64_t>(<uint64_t>a - <uint64_t>b)
+
+
+# -- selectPhyOffset, one item at a time ---------------------------------------------------------------------------
+# IndexFile.selectPhyOffset's chain walk as a start and a step, so one file's walk (select_hash_c) and the walks of
+# several files in lockstep (query_files_c: their cache misses overlap) are the same code.
+
+cdef void _walk_start(IndexFile f, IndexWalk *w, int32_t key_hash, int32_t max_num, int64_t begin, int64_t end,
+                      int64_t *out) noexcept nogil:
+    # Reads the slot (the caller holds ``f``); w.done when there is nothing to walk.
+    cdef int32_t slot_value
+    w.n = 0
+    w.out = out
+    w.done = True
+    if f.base == NULL or key_hash < 0 or max_num <= 0:
+        return
+    w.count = f._index_count
+    w.begin_ts = f._begin_timestamp
+    w.index_num = f.index_num
+    w.key_hash = key_hash
+    w.max_num = max_num
+    w.begin = begin
+    w.end = end
+    slot_value = <int32_t>rmq_load_be32(f.base + _HEADER + <int64_t>(key_hash % f.hash_slot_num) * _SLOT)
+    if slot_value <= 0 or slot_value > w.count or w.count <= 1:
+        return
+    rmq_index_acquire_fence()
+    w.items = f.base + _HEADER + <int64_t>f.hash_slot_num * _SLOT
+    # A chain RocketMQ writes links each item to a strictly older one, so it visits fewer than index_count items;
+    # the cap only ends cycles of a damaged file (Java would spin on those until maxNum matches).
+    w.limit = w.count if w.count < w.index_num else w.index_num
+    w.steps = 0
+    w.next_index = slot_value
+    w.done = False
+    _walk_check(w)
+
+
+cdef inline void _walk_check(IndexWalk *w) noexcept nogil:
+    # The loop head of selectPhyOffset: maxNum reached, or an item past the file (Java's getInt throws
+    # IndexOutOfBounds and the walk ends with what it has), or the cycle cap. Otherwise start loading the item.
+    if w.n >= w.max_num or w.next_index >= w.index_num or w.steps >= w.limit:
+        w.done = True
+    else:
+        __builtin_prefetch(w.items + <int64_t>w.next_index * _ITEM, 0)
+
+
+cdef void _walk_step(IndexWalk *w) noexcept nogil:
+    # One item of the chain (w.done is False): a match goes to w.out; then the previous item, or the end.
+    cdef const unsigned char *item = w.items + <int64_t>w.next_index * _ITEM
+    cdef int32_t key_hash_read, prev_index
+    cdef int64_t phy_read, time_diff, time_read
+    w.steps += 1
+    key_hash_read = <int32_t>rmq_load_be32(item)
+    phy_read = <int64_t>rmq_load_be64(item + 4)
+    time_diff = <int32_t>rmq_load_be32(item + 12)
+    prev_index = <int32_t>rmq_load_be32(item + 16)
+    if time_diff < 0:
+        w.done = True
+        return
+    time_read = _wrap_add(w.begin_ts, time_diff * 1000)
+    if w.key_hash == key_hash_read and time_read >= w.begin and time_read <= w.end:
+        w.out[w.n] = phy_read
+        w.n += 1
+    if prev_index <= 0 or prev_index > w.count or prev_index == w.next_index or time_read < w.begin:
+        w.done = True
+        return
+    w.next_index = prev_index
+    _walk_check(w)
 
 
 cdef class IndexFile:
@@ -517,47 +692,11 @@ cdef class IndexFile:
                                int64_t *out) noexcept nogil:
         """IndexFile.selectPhyOffset: walk the slot's chain newest first; write at most max_num offsets to ``out``
         (room for min(max_num, index_count) entries) and return how many. The caller holds the file."""
-        cdef int32_t count = self._index_count
-        cdef int64_t begin_ts = self._begin_timestamp
-        cdef int32_t slot_value, next_index, prev_index, key_hash_read
-        cdef int64_t phy_read, time_diff, time_read
-        cdef int64_t steps = 0, limit
-        cdef int32_t n = 0
-        cdef unsigned char *items
-        cdef unsigned char *item
-        if self.base == NULL or key_hash < 0 or max_num <= 0:
-            return 0
-        slot_value = <int32_t>rmq_load_be32(self.base + _HEADER + <int64_t>(key_hash % self.hash_slot_num) * _SLOT)
-        if slot_value <= 0 or slot_value > count or count <= 1:
-            return 0
-        rmq_index_acquire_fence()
-        items = self.base + _HEADER + <int64_t>self.hash_slot_num * _SLOT
-        # A chain RocketMQ writes links each item to a strictly older one, so it visits fewer than index_count items;
-        # the cap only ends cycles of a damaged file (Java would spin on those until maxNum matches).
-        limit = count if count < self.index_num else self.index_num
-        next_index = slot_value
-        while True:
-            if n >= max_num:
-                break
-            # An item past the file: Java's getInt throws IndexOutOfBounds and the walk ends with what it has.
-            if next_index >= self.index_num or steps >= limit:
-                break
-            steps += 1
-            item = items + <int64_t>next_index * _ITEM
-            key_hash_read = <int32_t>rmq_load_be32(item)
-            phy_read = <int64_t>rmq_load_be64(item + 4)
-            time_diff = <int32_t>rmq_load_be32(item + 12)
-            prev_index = <int32_t>rmq_load_be32(item + 16)
-            if time_diff < 0:
-                break
-            time_read = _wrap_add(begin_ts, time_diff * 1000)
-            if key_hash == key_hash_read and time_read >= begin and time_read <= end:
-                out[n] = phy_read
-                n += 1
-            if prev_index <= 0 or prev_index > count or prev_index == next_index or time_read < begin:
-                break
-            next_index = prev_index
-        return n
+        cdef IndexWalk w
+        _walk_start(self, &w, key_hash, max_num, begin, end, out)
+        while not w.done:
+            _walk_step(&w)
+        return w.n
 
     def select_phy_offsets(self, str key, int max_num, int64_t begin, int64_t end):
         """IndexFile.selectPhyOffset(key, maxNum, begin, end): commitlog offsets of items whose key hash matches

@@ -471,3 +471,67 @@ class IndexFileRef:
                 break
             next_index = prev_index
         return out
+
+
+# -- IndexService.queryOffset, DefaultMessageStore.queryMessage ----------------------------------------------------
+
+def query_offset(index_files, key: str, max_num: int, begin: int, end: int) -> list[int]:
+    """IndexService.queryOffset's walk for ``key`` (``topic#key``) over ``index_files`` (oldest first, objects with
+    ``begin_timestamp``, ``is_time_matched`` and ``select_phy_offsets``): newest file first, each asked for the room
+    left, until ``max_num`` offsets or a file that began before ``begin`` (the twin of ``query_files``)."""
+    offsets: list[int] = []
+    if max_num <= 0:
+        return offsets
+    for f in reversed(index_files):
+        if f.is_time_matched(begin, end):
+            offsets += f.select_phy_offsets(key, max_num - len(offsets), begin, end)
+        if f.begin_timestamp < begin or len(offsets) >= max_num:
+            break
+    return offsets
+
+
+def query_message(index_files, look, topic: str, key: str, max_num: int, begin: int, end: int,
+                  max_batch: int = 64) -> list[int]:
+    """MessageStore.query_message as rmqcore answers it (the twin of ``_codec.query_messages``): the commitlog
+    offsets of the messages found, in result order.
+
+    ``index_files``: oldest first, objects with ``begin_timestamp``, ``end_timestamp``, ``is_time_matched`` and
+    ``select_phy_offsets(key, max_num, begin, end)`` (IndexFileRef, IndexFile). ``look(offset)``: the
+    ``decode_message`` dict of the whole record that starts at ``offset``, or None.
+
+    DefaultMessageStore.queryMessage: up to three rounds of IndexService.queryOffset (newest file first, at most
+    min(maxNum, maxMsgsNumBatch) offsets, stopping at a file that began before ``begin``); after a round the window
+    ends at the store time of the record at the round's lowest offset (Java sorts the offsets and reads the first);
+    no further round once one found messages or that time is before ``begin``. rmqcore keeps the index's order
+    (newest first) and only records of ``topic`` carrying ``key`` as UNIQ_KEY or among the KEYS (Java returns
+    every hit, hash collisions included), each offset once, at most ``max_num``.
+    """
+    if max_num <= 0 or max_batch <= 0:
+        return []
+    batch = min(max_num, max_batch)
+    full_key = topic + "#" + key
+    key_utf8 = key.encode("utf-8")
+    out: list[int] = []
+    last_query_time = end
+    for _ in range(3):
+        offsets = query_offset(index_files, full_key, batch, begin, last_query_time)
+        if not offsets:
+            break
+        lowest = min(offsets)
+        for offset in offsets:
+            if len(out) >= max_num:
+                break
+            rec = look(offset)
+            if rec is None:
+                continue
+            if offset == lowest:
+                last_query_time = rec["store_timestamp"]
+            props = rec["properties"]
+            keys = props["KEYS"].encode("utf-8").split(b" ") if "KEYS" in props else []
+            uniq = props.get("UNIQ_KEY")
+            if (offset not in out and rec["topic"] == topic
+                    and ((uniq is not None and uniq.encode("utf-8") == key_utf8) or key_utf8 in keys)):
+                out.append(offset)
+        if out or last_query_time < begin:
+            break
+    return out

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code,
-                     pickup_store_timestamp, query_records, select_messages)
+from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code, look_record,
+                     pickup_store_timestamp, query_messages, select_messages)
 from ._dispatch import queue_runs
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
@@ -754,41 +754,42 @@ class MessageStore:
 
     def look_message(self, commitlog_offset: int):
         """The message whose record starts at ``commitlog_offset``, or None."""
-        self._check_running()
-        commitlog_offset = _int_arg("commitlog_offset", commitlog_offset, LONG_MIN, LONG_MAX)
-        if commitlog_offset < 0:
-            return None
-        return self.commit_log.look_message(commitlog_offset)
+        if self._closed or not self._running:
+            self._check_running()
+        if type(commitlog_offset) is not int:     # Cython would truncate a float: only ints (and __index__)
+            commitlog_offset = _int_arg("commitlog_offset", commitlog_offset, LONG_MIN, LONG_MAX)
+        mfq = self.commit_log.mapped_file_queue
+        try:
+            return look_record(mfq._files, mfq.mapped_file_size, commitlog_offset)
+        except OverflowError:
+            _int_arg("commitlog_offset", commitlog_offset, LONG_MIN, LONG_MAX)    # names the bad argument
+            raise
 
     def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None):
         """Messages of ``topic`` with ``key`` among their KEYS or as UNIQ_KEY, newest index file first, stored
-        between ``begin`` and ``end`` (ms). Hash collisions are filtered out by comparing the key itself."""
-        self._check_running()
-        if end is None:
-            end = current_millis() + 1000
-        begin = _int_arg("begin", begin, LONG_MIN, LONG_MAX)
-        end = _int_arg("end", end, LONG_MIN, LONG_MAX)
-        max_num = _int_arg("max_num", max_num, LONG_MIN, LONG_MAX)
-        if max_num <= 0:
-            return []
-        out: list = []
-        seen: set = set()
-        files = self.commit_log.mapped_file_queue._files      # read only: a list taken whole under the GIL
-        file_size = self.config.mapped_file_size_commit_log
-        last_query_time = end
-        # DefaultMessageStore.queryMessage: up to three rounds, each ending the window at the store time of the
-        # newest hit of the round before (older hits past maxMsgsNumBatch are reached that way).
-        for _ in range(3):
-            offsets = self.index_service.query_offsets(topic, key, max_num, begin, last_query_time)
-            if not offsets:
-                break
-            found, first_ts = query_records(files, file_size, offsets, topic, key, max_num - len(out), seen)
-            out += found
-            if first_ts >= 0:
-                last_query_time = first_ts
-            if out or len(out) >= max_num or last_query_time < begin:
-                break
-        return out
+        between ``begin`` and ``end`` (ms; None: now + 1 s). Hash collisions are filtered out by comparing the key
+        itself."""
+        if self._closed or not self._running:
+            self._check_running()
+        # DefaultMessageStore.queryMessage (up to three rounds, see query_messages) in one Cython call over the
+        # live file lists: no intermediate offset list, lock or Python frame per round. The call converts the
+        # ints itself (an out-of-range one takes the except branch, which names it); other types go through
+        # _int_arg first, since Cython would truncate a float.
+        if type(max_num) is not int or type(begin) is not int or (end is not None and type(end) is not int):
+            begin = _int_arg("begin", begin, LONG_MIN, LONG_MAX)
+            end = None if end is None else _int_arg("end", end, LONG_MIN, LONG_MAX)
+            max_num = _int_arg("max_num", max_num, LONG_MIN, LONG_MAX)
+        index_service = self.index_service
+        try:
+            return query_messages(index_service.index_file_list, self.commit_log.mapped_file_queue._files,
+                                  self.config.mapped_file_size_commit_log, topic, key, max_num, begin, end,
+                                  index_service.max_msgs_num_batch)
+        except OverflowError:
+            _int_arg("begin", begin, LONG_MIN, LONG_MAX)
+            if end is not None:
+                _int_arg("end", end, LONG_MIN, LONG_MAX)
+            _int_arg("max_num", max_num, LONG_MIN, LONG_MAX)
+            raise
 
     # -- information --------------------------------------------------------------------------------------------
 

@@ -349,9 +349,22 @@ def test_out_of_range_read_arguments_raise_value_error_naming_the_argument(tmp_p
                            (lambda: s.get_messages("g", "T", 1 << 31, 0), "queue_id"),
                            (lambda: s.get_messages("g", "T", 0, 1 << 63), "offset"),
                            (lambda: s.look_message(1 << 64), "commitlog_offset"),
-                           (lambda: s.query_message("T", "k", begin=-(1 << 70)), "begin")]:
+                           (lambda: s.query_message("T", "k", begin=-(1 << 70)), "begin"),
+                           (lambda: s.query_message("T", "k", end=1 << 63), "end"),
+                           (lambda: s.query_message("T", "k", 1 << 64), "max_num")]:
             with pytest.raises(ValueError, match=name):
                 call()
+        for call, name in [(lambda: s.look_message(1.5), "commitlog_offset"),
+                           (lambda: s.query_message("T", "k", end="soon"), "end"),
+                           (lambda: s.query_message("T", "k", None), "max_num"),
+                           (lambda: s.query_message("T", "k", 2.0), "max_num"),
+                           (lambda: s.query_message("T", "k", begin=0.5), "begin"),
+                           (lambda: s.query_message("T", 7), "key")]:
+            with pytest.raises(TypeError, match=name):
+                call()
+        import numpy as np
+        assert [m.body.tobytes() for m in s.query_message("T", s.look_message(np.int64(0)).uniq_key, np.int32(4),
+                                                           True, np.int64(1 << 62))] == [b"x"]
         assert s.get_messages("g", "T", 0, 0).status is GetStatus.FOUND      # and the store still serves
 
 

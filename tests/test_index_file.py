@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmqcore import reference as ref
-from rmqcore._index_file import IndexFile, index_file_size, index_key_hash
+from rmqcore._index_file import IndexFile, index_file_size, index_key_hash, query_files
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 from rmqcore.index_service import IndexService, build_key
 
@@ -693,3 +693,30 @@ def test_service_names_unique_within_one_ms(tmp_path):
     assert s.query_offset("T", "k", 64, 0, LONG_MAX)[0] == list(range(19, -1, -1))
     s.destroy()
     assert os.listdir(tmp_path / "index") == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(slots=st.integers(1, 7), num=st.integers(2, 12),
+       puts=st.lists(st.tuples(st.lists(st.sampled_from(["a", "b", "Aa", "BB", "k"]), min_size=1, max_size=3),
+                               st.integers(0, 3)), min_size=1, max_size=60),
+       queries=st.lists(st.tuples(st.sampled_from(["a", "b", "Aa", "BB", "k", "none"]), st.integers(-1, 40),
+                                  st.integers(-2, 70), st.integers(-2, 70)), min_size=1, max_size=10))
+def test_service_query_across_files_against_reference(tmp_path_factory, slots, num, puts, queries):
+    # Many small files, collisions ("T#Aa" and "T#BB" share a Java hash), store times seconds apart so windows cut
+    # files: query_offset (the files' walks in lockstep) answers as reference.query_offset (file after file).
+    s = IndexService(str(tmp_path_factory.mktemp("ix") / "index"), slots, num, retry_interval=0.0)
+    base = 1_700_000_000_000
+    ts = base
+    for i, (keys, gap) in enumerate(puts):
+        ts += gap * 1000
+        assert s.build_index("T", 100 * (i + 1), ts, None, keys, 0)
+    files = s.index_files
+    for key, max_num, b, e in queries:
+        begin = 0 if b == -2 else base + b * 1000 - 1
+        end = LONG_MAX if e == -2 else base + e * 1000
+        expected = ref.query_offset(files, build_key("T", key), min(max_num, 64), begin, end)
+        assert s.query_offset("T", key, max_num, begin, end)[0] == expected
+        # Uncapped (no maxMsgsNumBatch): each file's room is its item count, not max_num.
+        assert query_files(files, "T", key, 1 << 30, begin, end) == ref.query_offset(files, build_key("T", key),
+                                                                                 1 << 30, begin, end)
+    s.shutdown()
