@@ -55,15 +55,6 @@ def parse_delay_levels(spec: str) -> list[int]:
     return out
 
 
-def _completion(future, result):
-    """put_async's and aput's flush callback: the PutResult, or FLUSH_DISK_TIMEOUT when no flush covered it in
-    time. A future its caller cancelled is left alone: the record is stored either way."""
-    def done(flushed: bool) -> None:
-        if not future.done():
-            future.set_result(result if flushed else result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT))
-    return done
-
-
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -563,7 +554,7 @@ class MessageStore:
         if end is None:
             out.set_result(result)
         else:
-            self.group_commit.when_flushed(end, self._sync_timeout, _completion(out, result))
+            self.group_commit.complete_when_flushed(end, self._sync_timeout, out, result)
         return out
 
     def wait_flushed(self, offset: int, timeout: float | None = None) -> bool:
@@ -595,7 +586,7 @@ class MessageStore:
         if end is None:
             out.set_result(result)
         else:
-            self.group_commit.when_flushed(end, self._sync_timeout, _completion(out, result), loop)
+            self.group_commit.complete_when_flushed(end, self._sync_timeout, out, result, loop)
         return out
 
     def verify(self, progress=None) -> dict:

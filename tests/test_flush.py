@@ -317,6 +317,39 @@ def test_put_async_reports_flush_disk_timeout_when_no_flush_comes():
         svc.shutdown()
 
 
+def test_put_async_and_aput_futures_get_flush_disk_timeout_when_no_flush_comes():
+    # The futures' own path (complete_when_flushed): the PutResult with FLUSH_DISK_TIMEOUT in place of PUT_OK once
+    # sync_flush_timeout passed; a future already cancelled is left alone; a done one is not completed twice.
+    from concurrent.futures import Future
+    from rmqcore._codec import PutResult
+    svc = GroupCommitService(_FakeCommitLog())
+    svc.start()
+    try:
+        ok = PutResult(PutStatus.PUT_OK, 1000, 7, 100, 1)
+        plain, cancelled = Future(), Future()
+        cancelled.cancel()
+        t0 = time.monotonic()
+        svc.complete_when_flushed(1100, 0.1, plain, ok)
+        svc.complete_when_flushed(1100, 0.1, cancelled, ok)
+        r = plain.result(5)
+        assert time.monotonic() - t0 >= 0.09
+        assert r.status is PutStatus.FLUSH_DISK_TIMEOUT and (r.commitlog_offset, r.queue_offset) == (1000, 7)
+        assert ok.status is PutStatus.PUT_OK and cancelled.cancelled()
+
+        async def in_loop():
+            loop = asyncio.get_running_loop()
+            futs = [loop.create_future() for _ in range(3)]
+            futs[1].set_result("mine")
+            for f in futs:
+                svc.complete_when_flushed(1200, 0.1, f, ok, loop)
+            return await asyncio.wait_for(asyncio.gather(*futs), 5)
+
+        got = asyncio.run(in_loop())
+        assert got[1] == "mine" and [g.status for g in (got[0], got[2])] == [PutStatus.FLUSH_DISK_TIMEOUT] * 2
+    finally:
+        svc.shutdown()
+
+
 def test_flush_error_fails_the_waiting_puts_at_once():
     class Broken(_FakeCommitLog):
         def flush(self, least_pages=0):
