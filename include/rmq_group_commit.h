@@ -115,7 +115,9 @@ static inline void rmq_gc_request_locked(rmq_group_commit *g, int64_t offset)
         g->requested = offset;
     if (g->arrival_waiters)
         pthread_cond_broadcast(&g->arrival_cond);
-    if (g->lingering)
+    /* Only the arrival that completes the lingering leader's group wakes it, not every arrival before it (a futex
+     * call each, paid by a producer holding the GIL). */
+    if (g->lingering && g->arrivals - g->group_start_arrivals == g->last_group)
         pthread_cond_signal(&g->linger_cond);
 }
 

@@ -22,6 +22,7 @@ cdef extern from "rmq_group_commit.h" nogil:
         int64_t flushes
         int64_t served
         int64_t led
+        int64_t linger_ns
         int closed
     int RMQ_GC_LEADER, RMQ_GC_FLUSHED, RMQ_GC_TIMEOUT, RMQ_GC_FAILED, RMQ_GC_CLOSED
     int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
@@ -219,6 +220,17 @@ cdef class GroupCommit:
         """No flush will come any more: every wait returns now, later ones at once."""
         with nogil:
             rmq_gc_close(&self.g)
+
+    @property
+    def linger_ns(self):
+        """How long a leader waits at most for as many requests as its last flush covered (0: never)."""
+        return self.g.linger_ns
+
+    @linger_ns.setter
+    def linger_ns(self, int64_t ns):
+        if ns < 0:
+            raise ValueError(f"linger_ns must be >= 0, got {ns}")
+        self.g.linger_ns = ns
 
     @property
     def flushed_where(self):

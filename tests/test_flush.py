@@ -350,6 +350,25 @@ def test_put_async_and_aput_futures_get_flush_disk_timeout_when_no_flush_comes()
         svc.shutdown()
 
 
+def test_linger_is_tunable_and_checked(tmp_path):
+    gc = GroupCommit(0)
+    assert gc.linger_ns == 200_000
+    with pytest.raises(ValueError, match="linger_ns"):
+        gc.linger_ns = -1
+    assert gc.linger_ns == 200_000
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        store.group_commit.core.linger_ns = 0         # a leader flushes at once, whatever its last group was
+        results = []
+        threads = [threading.Thread(target=lambda: results.extend(store.put(Message("GL", b"l" * 64, 0))
+                                                                  for _ in range(50))) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(results) == 200 and all(r.status is PutStatus.PUT_OK for r in results)
+        assert store.commit_log.flushed_where >= max(r.commitlog_offset + r.wrote_bytes for r in results)
+
+
 def test_flush_error_fails_the_waiting_puts_at_once():
     class Broken(_FakeCommitLog):
         def flush(self, least_pages=0):
