@@ -97,15 +97,17 @@ class GroupCommitService(threading.Thread):
         """Call ``callback(flushed: bool)`` once a flush covers ``offset``, or with False after ``timeout`` s or a
         failed flush: from the completing thread, or with an asyncio ``loop``, in that loop (every completion a
         flush makes for one loop goes in one call_soon_threadsafe); never from the caller's frame."""
-        self._completer().add(offset, timeout, callback, CALLBACK, loop)
+        self.completer().add(offset, timeout, callback, CALLBACK, loop)
 
     def complete_when_flushed(self, offset: int, timeout: float, future, result, loop=None) -> None:
         """put_async's and aput's acknowledgement: ``future.set_result(result)`` once a flush covers ``offset``,
         ``result`` with FLUSH_DISK_TIMEOUT after ``timeout`` s or a failed flush (a future already done or
         cancelled is left alone: the record is stored either way); in ``loop`` when given, as when_flushed."""
-        self._completer().add(offset, timeout, future, result, loop)
+        self.completer().add(offset, timeout, future, result, loop)
 
-    def _completer(self) -> FlushedFutures:
+    def completer(self) -> FlushedFutures:
+        """The completions' entries (``add`` is complete_when_flushed without this method's frame: the store keeps
+        it for aput and put_async); its thread starts on first use."""
         futures = self._futures
         if futures is None:
             with self._futures_lock:
