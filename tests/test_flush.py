@@ -127,6 +127,38 @@ def test_timeout_failure_and_close_codes(tmp_path):
     assert g.closed
 
 
+@pytest.mark.parametrize("past_target", [False, True])
+def test_puts_that_came_during_a_flush_get_the_next_one(past_target):
+    # Puts arriving while a flush runs are not covered by it: when it ends one of them is woken to lead the next
+    # (one that timed out meanwhile must not take that turn with it), or all of them when the flush went past its
+    # target and may cover them. Either way they come back FLUSHED long before their timeout.
+    requested = []
+
+    def flush_all():
+        target = max(requested)
+        time.sleep(0.2)
+        return (max(requested) if past_target else target), None
+
+    g = GroupCommit(0, flush_all)
+    results = {}
+
+    def put(name, end, timeout):
+        requested.append(end)
+        results[name] = g.sync(end, timeout)
+
+    leader = start(put, "leader", 10, 5)
+    time.sleep(0.05)
+    quitter = start(put, "quitter", 20, 0.05)        # gives up while the leader's flush runs
+    late = [start(put, f"late{i}", 30 + i, 10) for i in range(3)]
+    t0 = time.monotonic()
+    for t in [leader, quitter, *late]:
+        t.join(15)
+    assert results["leader"] == FLUSHED and results["quitter"] == TIMEOUT
+    assert [results[f"late{i}"] for i in range(3)] == [FLUSHED] * 3
+    assert time.monotonic() - t0 < 3 and g.flushed_where >= 32
+    assert g.flushes == (1 if past_target else 2)
+
+
 def test_the_service_thread_flushes_requests_nobody_waits_for(tmp_path):
     log = Log(tmp_path)
     g = GroupCommit(0, None, log.mf)
