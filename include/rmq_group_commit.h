@@ -29,7 +29,14 @@ enum {
 
 typedef struct {
     pthread_mutex_t mu;
-    pthread_cond_t flushed_cond;  /* blocking puts sleep here */
+    pthread_cond_t flushed_cond;  /* waits that never lead (the put_async completer) sleep here */
+    /* Blocking puts sleep on gen_cond[gen & 1] when the running flush covers them (their offset is within its
+     * target), on gen_cond[(gen + 1) & 1] when only the next flush will: a flush's end wakes the puts it covered
+     * and one of the others, to lead the next, instead of all of them (each woken for nothing took a vCPU from the
+     * thread holding the GIL and went back to sleep). */
+    pthread_cond_t gen_cond[2];
+    int64_t gen;                  /* flushes ended (led) so far */
+    int64_t flush_target;         /* what the running flush covers: INT64_MAX while its leader gathers the group */
     pthread_cond_t has_request;   /* the service thread sleeps here */
     pthread_cond_t arrival_cond;  /* the put_async completer sleeps here while it has nothing to complete */
     pthread_cond_t linger_cond;   /* a leader lingering for the next group's members sleeps here */
@@ -67,7 +74,13 @@ static inline int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
     if ((err = pthread_condattr_init(&attr)) != 0)
         return err;
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    g->gen = 0;
+    g->flush_target = INT64_MAX;
     err = pthread_cond_init(&g->flushed_cond, &attr);
+    if (err == 0)
+        err = pthread_cond_init(&g->gen_cond[0], &attr);
+    if (err == 0)
+        err = pthread_cond_init(&g->gen_cond[1], &attr);
     if (err == 0)
         err = pthread_cond_init(&g->has_request, &attr);
     if (err == 0)
@@ -86,6 +99,8 @@ static inline void rmq_gc_destroy(rmq_group_commit *g)
         return;
     g->ready = 0;
     pthread_cond_destroy(&g->flushed_cond);
+    pthread_cond_destroy(&g->gen_cond[0]);
+    pthread_cond_destroy(&g->gen_cond[1]);
     pthread_cond_destroy(&g->has_request);
     pthread_cond_destroy(&g->arrival_cond);
     pthread_cond_destroy(&g->linger_cond);
@@ -115,7 +130,9 @@ static inline void rmq_gc_request_locked(rmq_group_commit *g, int64_t offset)
         g->requested = offset;
     if (g->arrival_waiters)
         pthread_cond_broadcast(&g->arrival_cond);
-    if (g->lingering)
+    /* Only the arrival that completes the lingering leader's group wakes it, not every arrival before it (a futex
+     * call each, paid by a producer holding the GIL). */
+    if (g->lingering && g->arrivals - g->group_start_arrivals == g->last_group)
         pthread_cond_signal(&g->linger_cond);
 }
 
@@ -125,6 +142,7 @@ static inline void rmq_gc_request_locked(rmq_group_commit *g, int64_t offset)
  * 1, so it never waits). Returns the target: everything requested. */
 static inline int64_t rmq_gc_take_target_locked(rmq_group_commit *g)
 {
+    g->flush_target = INT64_MAX;              /* whoever arrives while the group gathers is in it */
     if (g->last_group > 1 && g->linger_ns > 0) {
         struct timespec deadline = rmq_gc_abs(rmq_gc_now_ns() + g->linger_ns);
         g->lingering = 1;
@@ -135,6 +153,7 @@ static inline int64_t rmq_gc_take_target_locked(rmq_group_commit *g)
     }
     g->last_group = g->arrivals - g->group_start_arrivals;
     g->group_start_arrivals = g->arrivals;
+    g->flush_target = g->requested;
     return g->requested;
 }
 
@@ -195,14 +214,24 @@ static inline int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64
             rc = RMQ_GC_LEADER;
             break;
         }
-        if (pthread_cond_timedwait(&g->flushed_cond, &g->mu, &deadline) == ETIMEDOUT) {
+        if (pthread_cond_timedwait(&g->gen_cond[(offset <= g->flush_target ? g->gen : g->gen + 1) & 1], &g->mu,
+                                   &deadline) == ETIMEDOUT) {
             rc = g->flushed >= offset ? RMQ_GC_FLUSHED : RMQ_GC_TIMEOUT;
-            if (rc == RMQ_GC_FLUSHED)
+            if (rc == RMQ_GC_FLUSHED) {
                 g->served++;
+            } else if (!g->flushing) {
+                /* It may have been the one woken to lead: wake the others, one of them leads instead. */
+                pthread_cond_broadcast(&g->gen_cond[0]);
+                pthread_cond_broadcast(&g->gen_cond[1]);
+            }
             break;
         }
     }
     g->waiting--;
+    /* The last waiting put leaves and nobody flushes: requests nobody waits for (put_async, WAIT=false) that came
+     * meanwhile counted on it to lead; the service thread takes them. */
+    if (!g->waiting && !g->flushing && g->requested > g->flushed)
+        pthread_cond_signal(&g->has_request);
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
@@ -217,19 +246,29 @@ static inline int64_t rmq_gc_failures(rmq_group_commit *g)
 }
 
 /* The leader's flush ended: reached offset on disk (err 0), or failed (err an errno: every current wait fails,
- * and what failed is not asked for again until a new put asks). Wakes the waiters; when requests nobody waits for
- * are left above the flushed offset, the service thread takes them. */
+ * and what failed is not asked for again until a new put asks). Wakes the puts it covered and one of those it did
+ * not, to lead the next flush (all of them when the flush went past its target: some of those may be covered);
+ * when requests nobody waits for are left above the flushed offset, the service thread takes them. */
 static inline void rmq_gc_leader_done(rmq_group_commit *g, int64_t offset, int err)
 {
+    int64_t gen;
     pthread_mutex_lock(&g->mu);
     g->flushing = 0;
+    gen = g->gen++;
     if (err != 0) {
         g->failures++;
         g->requested = g->flushed;
+        pthread_cond_broadcast(&g->gen_cond[0]);
+        pthread_cond_broadcast(&g->gen_cond[1]);
     } else {
         g->flushes++;
         if (offset > g->flushed)
             g->flushed = offset;
+        pthread_cond_broadcast(&g->gen_cond[gen & 1]);
+        if (g->flushed > g->flush_target)
+            pthread_cond_broadcast(&g->gen_cond[(gen + 1) & 1]);
+        else
+            pthread_cond_signal(&g->gen_cond[(gen + 1) & 1]);
     }
     pthread_cond_broadcast(&g->flushed_cond);
     if (g->arrival_waiters)
@@ -247,6 +286,8 @@ static inline void rmq_gc_publish(rmq_group_commit *g, int64_t offset)
     if (offset > g->flushed)
         g->flushed = offset;
     pthread_cond_broadcast(&g->flushed_cond);
+    pthread_cond_broadcast(&g->gen_cond[0]);
+    pthread_cond_broadcast(&g->gen_cond[1]);
     if (g->arrival_waiters)
         pthread_cond_broadcast(&g->arrival_cond);
     pthread_mutex_unlock(&g->mu);
@@ -259,6 +300,8 @@ static inline void rmq_gc_fail(rmq_group_commit *g)
     g->failures++;
     g->requested = g->flushed;
     pthread_cond_broadcast(&g->flushed_cond);
+    pthread_cond_broadcast(&g->gen_cond[0]);
+    pthread_cond_broadcast(&g->gen_cond[1]);
     pthread_cond_broadcast(&g->arrival_cond);
     pthread_mutex_unlock(&g->mu);
 }
@@ -334,6 +377,8 @@ static inline void rmq_gc_close(rmq_group_commit *g)
     g->stopping = g->closed = 1;
     pthread_cond_broadcast(&g->has_request);
     pthread_cond_broadcast(&g->flushed_cond);
+    pthread_cond_broadcast(&g->gen_cond[0]);
+    pthread_cond_broadcast(&g->gen_cond[1]);
     pthread_cond_broadcast(&g->arrival_cond);
     pthread_cond_broadcast(&g->linger_cond);
     pthread_mutex_unlock(&g->mu);

@@ -2,7 +2,9 @@
 
 Stubs for the compiled module: tests/test_typing.py checks them against rmqcore/_flush.pyx with mypy's stubtest.
 """
+import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from rmqcore._mapped_file import MappedFile
 
@@ -11,6 +13,7 @@ TIMEOUT: int
 FAILED: int
 CLOSED: int
 STOPPED: int
+CALLBACK: object
 
 class GroupCommit:
     """The flushed offset of one commitlog and the puts waiting for it: the first put needing the disk leads
@@ -39,6 +42,11 @@ class GroupCommit:
     def stop(self) -> None: ...
     def close(self) -> None: ...
     @property
+    def linger_ns(self) -> int:
+        """How long a leader waits at most for as many requests as its last flush covered (0: never)."""
+    @linger_ns.setter
+    def linger_ns(self, ns: int) -> None: ...
+    @property
     def flushed_where(self) -> int: ...
     @property
     def requested(self) -> int: ...
@@ -52,3 +60,19 @@ class GroupCommit:
     def failures(self) -> int: ...
     @property
     def closed(self) -> bool: ...
+
+def complete_all(calls: list[Any]) -> None:
+    """Complete a flush's share of one event loop's futures, in that loop: (target, result, flushed) per entry."""
+
+class FlushedFutures:
+    """put_async / aput completions of a GroupCommit, completed by ``run`` (the completer thread) as flushes cover
+    them."""
+    stopped: bool
+    def __new__(cls, core: GroupCommit) -> FlushedFutures: ...
+    def add(self, offset: int, timeout: float, target: Any, result: Any = ...,
+            loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Complete ``target`` (a future: ``result``, or FLUSH_DISK_TIMEOUT in its place; a callback: the flag)
+        once a flush covers ``offset``, in ``loop`` when given."""
+    def __len__(self) -> int: ...
+    def run(self) -> None:
+        """The completer thread's loop."""

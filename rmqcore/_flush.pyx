@@ -22,6 +22,7 @@ cdef extern from "rmq_group_commit.h" nogil:
         int64_t flushes
         int64_t served
         int64_t led
+        int64_t linger_ns
         int closed
     int RMQ_GC_LEADER, RMQ_GC_FLUSHED, RMQ_GC_TIMEOUT, RMQ_GC_FAILED, RMQ_GC_CLOSED
     int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
@@ -221,6 +222,17 @@ cdef class GroupCommit:
             rmq_gc_close(&self.g)
 
     @property
+    def linger_ns(self):
+        """How long a leader waits at most for as many requests as its last flush covered (0: never)."""
+        return self.g.linger_ns
+
+    @linger_ns.setter
+    def linger_ns(self, int64_t ns):
+        if ns < 0:
+            raise ValueError(f"linger_ns must be >= 0, got {ns}")
+        self.g.linger_ns = ns
+
+    @property
     def flushed_where(self):
         return self.g.flushed
 
@@ -248,3 +260,119 @@ cdef class GroupCommit:
     @property
     def closed(self):
         return bool(self.g.closed)
+
+
+# -- put_async / aput completions -----------------------------------------------------------------------------------
+
+import collections
+import concurrent.futures
+import logging
+
+from rmqcore.status import PutStatus
+
+_log = logging.getLogger("rmqcore.flush")
+_FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
+_InvalidState = concurrent.futures.InvalidStateError
+cdef object _CALLBACK = object()        # an entry's "result" when its target is a callback(flushed: bool)
+CALLBACK = _CALLBACK
+cdef int64_t _IDLE_NS = 500000000       # between checks for shutdown while nothing is pending
+
+
+cdef inline void _complete_one(target, result, bint ok):
+    # A future gets the PutResult, or FLUSH_DISK_TIMEOUT when no flush covered it in time; one its caller cancelled
+    # (or completed) is left alone: the record is stored either way. A callback gets the flag.
+    try:
+        if result is _CALLBACK:
+            target(ok)
+        elif not target.done():
+            target.set_result(result if ok else result.replace_status(_FLUSH_DISK_TIMEOUT))
+    except _InvalidState:                   # a concurrent future cancelled between done() and set_result
+        pass
+    except Exception:
+        _log.exception("put_async completion failed")
+
+
+def complete_all(list calls):
+    """Complete a flush's share of one event loop's futures, in that loop: ``calls`` is flat, (target, result,
+    flushed) per entry."""
+    cdef Py_ssize_t i, n = len(calls)
+    for i in range(0, n - 2, 3):
+        _complete_one(calls[i], calls[i + 1], calls[i + 2] is True)
+
+
+cdef class FlushedFutures:
+    """The put_async / aput completions of a GroupCommit: entries (offset, deadline, target, result, loop) in
+    append order; ``run`` (the completer thread) sleeps in C, without the GIL, on the flush of the oldest entry (or
+    on the next request when there is none) and completes everything one flush covered in one pass: futures of no
+    loop there, each event loop's share in one call_soon_threadsafe of ``complete_all``. No Python frame runs per
+    message, neither here nor in the loop."""
+    cdef GroupCommit core
+    cdef object pending
+    cdef public bint stopped
+
+    def __cinit__(self, GroupCommit core not None):
+        self.core = core
+        self.pending = collections.deque()
+
+    def add(self, int64_t offset, double timeout, target, result=_CALLBACK, loop=None):
+        """Complete ``target`` once a flush covers ``offset``: a future gets ``result`` (FLUSH_DISK_TIMEOUT in its
+        place after ``timeout`` s or a failed flush), a callback (``result`` left out) the flag; in ``loop`` when
+        given. Then asks for the flush (after the entry is in: the completer, woken by the request, finds it)."""
+        cdef int64_t deadline = rmq_gc_now_ns() + (<int64_t>(timeout * 1e9) if timeout > 0 else 0)
+        self.pending.append((offset, deadline, target, result, loop))
+        rmq_gc_request(&self.core.g, offset)
+
+    def __len__(self):
+        return len(self.pending)
+
+    def run(self):
+        """The completer thread's loop, until ``stopped`` (or the group commit closed) with nothing pending."""
+        cdef rmq_group_commit *g = &self.core.g
+        cdef int64_t seen = g.arrivals, offset, deadline, flushed, now, failures0
+        cdef int code
+        cdef bint ok
+        cdef tuple entry
+        cdef list calls
+        pending = self.pending
+        while True:
+            if not pending:
+                if self.stopped or g.closed:
+                    return
+                with nogil:
+                    seen = rmq_gc_wait_arrival(g, seen, _IDLE_NS)
+                continue
+            entry = pending[0]
+            offset = entry[0]
+            deadline = entry[1]
+            failures0 = g.failures
+            with nogil:
+                code = rmq_gc_wait_only(g, offset, deadline, failures0)
+            flushed = rmq_atomic_load_i64(&g.flushed)
+            now = rmq_gc_now_ns()
+            loops = {}
+            # Offsets arrive nearly in order (appended after the put lock): take every covered one from the front;
+            # after a failed flush or shutdown every uncovered one fails, after a timeout the expired ones.
+            while pending:
+                entry = pending[0]
+                if <int64_t>entry[0] <= flushed:
+                    ok = True
+                elif code == RMQ_GC_FAILED or code == RMQ_GC_CLOSED or <int64_t>entry[1] <= now:
+                    ok = False
+                else:
+                    break
+                pending.popleft()
+                loop = entry[4]
+                if loop is None:
+                    _complete_one(entry[2], entry[3], ok)
+                else:
+                    calls = loops.get(loop)
+                    if calls is None:
+                        calls = loops[loop] = []
+                    calls.append(entry[2])
+                    calls.append(entry[3])
+                    calls.append(ok)
+            for loop, calls in loops.items():
+                try:
+                    loop.call_soon_threadsafe(complete_all, calls)
+                except RuntimeError:        # the loop was closed: nobody is left to await these
+                    _log.warning("%d aput completions dropped: their event loop is closed", len(calls) // 3)

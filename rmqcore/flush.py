@@ -7,12 +7,11 @@ queues, index files and the checkpoint). The msync itself runs with the GIL rele
 """
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
 
-from ._flush import CLOSED, FAILED, FLUSHED, GroupCommit
+from ._flush import CALLBACK, FLUSHED, FlushedFutures, GroupCommit
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +95,19 @@ class GroupCommitService(threading.Thread):
 
     def when_flushed(self, offset: int, timeout: float, callback, loop=None) -> None:
         """Call ``callback(flushed: bool)`` once a flush covers ``offset``, or with False after ``timeout`` s or a
-        failed flush: from the completing thread, or with an asyncio ``loop``, in that loop (every callback a
-        flush completes for one loop goes in one call_soon_threadsafe); never from the caller's frame."""
+        failed flush: from the completing thread, or with an asyncio ``loop``, in that loop (every completion a
+        flush makes for one loop goes in one call_soon_threadsafe); never from the caller's frame."""
+        self.completer().add(offset, timeout, callback, CALLBACK, loop)
+
+    def complete_when_flushed(self, offset: int, timeout: float, future, result, loop=None) -> None:
+        """put_async's and aput's acknowledgement: ``future.set_result(result)`` once a flush covers ``offset``,
+        ``result`` with FLUSH_DISK_TIMEOUT after ``timeout`` s or a failed flush (a future already done or
+        cancelled is left alone: the record is stored either way); in ``loop`` when given, as when_flushed."""
+        self.completer().add(offset, timeout, future, result, loop)
+
+    def completer(self) -> FlushedFutures:
+        """The completions' entries (``add`` is complete_when_flushed without this method's frame: the store keeps
+        it for aput and put_async); its thread starts on first use."""
         futures = self._futures
         if futures is None:
             with self._futures_lock:
@@ -105,8 +115,7 @@ class GroupCommitService(threading.Thread):
                     self._futures = _FlushedFutures(self.core)
                     self._futures.start()
                 futures = self._futures
-        futures.add(offset, time.monotonic() + timeout, callback, loop)
-        self.core.request(offset)       # after add: the completer, woken by this request, finds the entry
+        return futures.entries
 
     def _flush_all(self):
         # The slow path of whichever thread leads a flush (GroupCommit calls it with the GIL): every file, then the
@@ -142,77 +151,22 @@ class GroupCommitService(threading.Thread):
 
 
 class _FlushedFutures(threading.Thread):
-    """Completes put_async callbacks as flushes cover their offsets (or their timeouts pass).
+    """Completes put_async and aput futures (and when_flushed callbacks) as flushes cover their offsets, or their
+    timeouts pass: the loop is rmqcore._flush.FlushedFutures.run, in C but for the completions themselves.
 
-    Producers only append to a deque (atomic in CPython) and ask the C core for a flush; this thread sleeps in C
-    (no GIL) on the flush of the oldest entry, or on the next request when it has none, and completes everything
-    a flush covered in one go: one wake-up per flush, however many puts it carried.
+    Producers only append an entry and ask the C core for a flush; this thread sleeps without the GIL on the flush
+    of the oldest entry, or on the next request when there is none, and completes everything a flush covered in one
+    go: one wake-up per flush, however many puts it carried, and one call_soon_threadsafe per event loop.
     """
-
-    IDLE_WAIT = 0.5     # seconds between checks for shutdown while nothing is pending
 
     def __init__(self, core):
         super().__init__(name="GroupCommitFutures", daemon=True)
-        self._core = core
-        self._pending: collections.deque = collections.deque()
-        self._stopped = False
-
-    def add(self, offset: int, deadline: float, callback, loop) -> None:
-        self._pending.append((offset, deadline, callback, loop))
+        self.entries = FlushedFutures(core)
 
     def run(self) -> None:
-        core = self._core
-        pending = self._pending
-        seen = core.arrivals
-        while True:
-            if not pending:
-                if self._stopped or core.closed:
-                    if not pending:
-                        return
-                else:
-                    seen = core.wait_arrival(seen, self.IDLE_WAIT)
-                continue
-            offset, deadline, _, _ = pending[0]
-            code = core.wait_only(offset, deadline - time.monotonic())
-            flushed = core.flushed_where
-            now = time.monotonic()
-            done = []
-            # Offsets arrive nearly in order (appended after the put lock): take every covered one from the front;
-            # after a failed flush or shutdown every uncovered one fails, after a timeout the expired ones.
-            while pending:
-                off, dl, cb, loop = pending[0]
-                if off <= flushed:
-                    done.append((cb, True, loop))
-                elif code == FAILED or code == CLOSED or dl <= now:
-                    done.append((cb, False, loop))
-                else:
-                    break
-                pending.popleft()
-            in_loops: dict = {}
-            for cb, ok, loop in done:
-                if loop is None:
-                    _call(cb, ok)
-                else:
-                    in_loops.setdefault(loop, []).append((cb, ok))
-            for loop, calls in in_loops.items():
-                try:
-                    loop.call_soon_threadsafe(_call_all, calls)
-                except RuntimeError:        # the loop was closed: nobody is left to await these
-                    log.warning("%d aput completions dropped: their event loop is closed", len(calls))
+        self.entries.run()
 
     def shutdown(self) -> None:
-        self._stopped = True
+        self.entries.stopped = True
         if self.is_alive():
             self.join()
-
-
-def _call(cb, ok: bool) -> None:
-    try:
-        cb(ok)
-    except Exception:
-        log.exception("put_async completion failed")
-
-
-def _call_all(calls) -> None:
-    for cb, ok in calls:
-        _call(cb, ok)

@@ -127,6 +127,38 @@ def test_timeout_failure_and_close_codes(tmp_path):
     assert g.closed
 
 
+@pytest.mark.parametrize("past_target", [False, True])
+def test_puts_that_came_during_a_flush_get_the_next_one(past_target):
+    # Puts arriving while a flush runs are not covered by it: when it ends one of them is woken to lead the next
+    # (one that timed out meanwhile must not take that turn with it), or all of them when the flush went past its
+    # target and may cover them. Either way they come back FLUSHED long before their timeout.
+    requested = []
+
+    def flush_all():
+        target = max(requested)
+        time.sleep(0.2)
+        return (max(requested) if past_target else target), None
+
+    g = GroupCommit(0, flush_all)
+    results = {}
+
+    def put(name, end, timeout):
+        requested.append(end)
+        results[name] = g.sync(end, timeout)
+
+    leader = start(put, "leader", 10, 5)
+    time.sleep(0.05)
+    quitter = start(put, "quitter", 20, 0.05)        # gives up while the leader's flush runs
+    late = [start(put, f"late{i}", 30 + i, 10) for i in range(3)]
+    t0 = time.monotonic()
+    for t in [leader, quitter, *late]:
+        t.join(15)
+    assert results["leader"] == FLUSHED and results["quitter"] == TIMEOUT
+    assert [results[f"late{i}"] for i in range(3)] == [FLUSHED] * 3
+    assert time.monotonic() - t0 < 3 and g.flushed_where >= 32
+    assert g.flushes == (1 if past_target else 2)
+
+
 def test_the_service_thread_flushes_requests_nobody_waits_for(tmp_path):
     log = Log(tmp_path)
     g = GroupCommit(0, None, log.mf)
@@ -315,6 +347,58 @@ def test_put_async_reports_flush_disk_timeout_when_no_flush_comes():
         assert asyncio.run(in_loop()) is False
     finally:
         svc.shutdown()
+
+
+def test_put_async_and_aput_futures_get_flush_disk_timeout_when_no_flush_comes():
+    # The futures' own path (complete_when_flushed): the PutResult with FLUSH_DISK_TIMEOUT in place of PUT_OK once
+    # sync_flush_timeout passed; a future already cancelled is left alone; a done one is not completed twice.
+    from concurrent.futures import Future
+    from rmqcore._codec import PutResult
+    svc = GroupCommitService(_FakeCommitLog())
+    svc.start()
+    try:
+        ok = PutResult(PutStatus.PUT_OK, 1000, 7, 100, 1)
+        plain, cancelled = Future(), Future()
+        cancelled.cancel()
+        t0 = time.monotonic()
+        svc.complete_when_flushed(1100, 0.1, plain, ok)
+        svc.complete_when_flushed(1100, 0.1, cancelled, ok)
+        r = plain.result(5)
+        assert time.monotonic() - t0 >= 0.09
+        assert r.status is PutStatus.FLUSH_DISK_TIMEOUT and (r.commitlog_offset, r.queue_offset) == (1000, 7)
+        assert ok.status is PutStatus.PUT_OK and cancelled.cancelled()
+
+        async def in_loop():
+            loop = asyncio.get_running_loop()
+            futs = [loop.create_future() for _ in range(3)]
+            futs[1].set_result("mine")
+            for f in futs:
+                svc.complete_when_flushed(1200, 0.1, f, ok, loop)
+            return await asyncio.wait_for(asyncio.gather(*futs), 5)
+
+        got = asyncio.run(in_loop())
+        assert got[1] == "mine" and [g.status for g in (got[0], got[2])] == [PutStatus.FLUSH_DISK_TIMEOUT] * 2
+    finally:
+        svc.shutdown()
+
+
+def test_linger_is_tunable_and_checked(tmp_path):
+    gc = GroupCommit(0)
+    assert gc.linger_ns == 200_000
+    with pytest.raises(ValueError, match="linger_ns"):
+        gc.linger_ns = -1
+    assert gc.linger_ns == 200_000
+    with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
+        store.group_commit.core.linger_ns = 0         # a leader flushes at once, whatever its last group was
+        results = []
+        threads = [threading.Thread(target=lambda: results.extend(store.put(Message("GL", b"l" * 64, 0))
+                                                                  for _ in range(50))) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(results) == 200 and all(r.status is PutStatus.PUT_OK for r in results)
+        assert store.commit_log.flushed_where >= max(r.commitlog_offset + r.wrote_bytes for r in results)
 
 
 def test_flush_error_fails_the_waiting_puts_at_once():
