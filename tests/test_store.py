@@ -510,3 +510,32 @@ def test_query_message_while_puts_roll_index_files_over(tmp_path):
         assert len(s.index_service.index_files) > 50
         for i in range(0, 1500, 7):
             assert [m.commitlog_offset for m in s.query_message("Q", f"q{i}")] == [results[i].commitlog_offset]
+
+
+def test_a_dispatcher_that_cannot_move_backs_off(store):
+    # A pass that cannot move (a bad record ahead: the commitlog's end stays where it is, the dispatcher behind it)
+    # must back off to its idle sleep, not spin: each pass takes the GIL from whoever runs.
+    import threading
+    store.put(Message("T", b"x", 0))
+    assert store.wait_dispatched(5)
+    reput = store.reput
+    calls = []
+    stuck = threading.Event()
+
+    def stuck_pass():
+        calls.append(time.monotonic())
+        return 0 if stuck.is_set() else type(reput).do_reput(reput)
+
+    stuck.set()
+    reput.do_reput = stuck_pass
+    saved = reput.reput_from_offset
+    reput.reput_from_offset = 0                     # behind the end, and no pass gets any further
+    try:
+        time.sleep(0.6)
+        n = len(calls)
+        assert 3 <= n <= 60, n                      # 1, 2, 4 ... 50 ms apart; a spin makes thousands
+    finally:
+        reput.reput_from_offset = saved
+        stuck.clear()
+        del reput.do_reput
+    assert store.wait_dispatched(5)
