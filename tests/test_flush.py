@@ -20,6 +20,19 @@ def start(fn, *args):
     return t
 
 
+def named_puts(flush):
+    """A GroupCommit whose flush is ``flush(requested)`` (the ends asked for so far), and put(name, end, timeout),
+    which asks for ``end`` and records the sync's code under ``name`` in the results dict."""
+    requested: list = []
+    results: dict = {}
+    g = GroupCommit(0, lambda: flush(requested))
+
+    def put(name, end, timeout):
+        requested.append(end)
+        results[name] = g.sync(end, timeout)
+    return g, results, put
+
+
 # -- the C meeting point: leader/follower ------------------------------------------------------------------------------
 
 class Log:
@@ -82,21 +95,15 @@ def test_timeout_failure_and_close_codes(tmp_path):
     # fails its leader and the followers at once; close releases a follower waiting behind a running flush.
     behaviour = {"delay": 0.3, "fail": False}
     flushed = [0]
-    requested = []
 
-    def flush_all():
+    def flush_all(requested):
         time.sleep(behaviour["delay"])
         if behaviour["fail"]:
             raise OSError(5, "Input/output error")
         flushed[0] = max(requested)
         return flushed[0], None
 
-    g = GroupCommit(0, flush_all)
-    results = {}
-
-    def put(name, end, timeout):
-        requested.append(end)
-        results[name] = g.sync(end, timeout)
+    g, results, put = named_puts(flush_all)
 
     leader = start(put, "leader", 10, 5)
     time.sleep(0.05)
@@ -132,19 +139,12 @@ def test_puts_that_came_during_a_flush_get_the_next_one(past_target):
     # Puts arriving while a flush runs are not covered by it: when it ends one of them is woken to lead the next
     # (one that timed out meanwhile must not take that turn with it), or all of them when the flush went past its
     # target and may cover them. Either way they come back FLUSHED long before their timeout.
-    requested = []
-
-    def flush_all():
+    def flush_all(requested):
         target = max(requested)
         time.sleep(0.2)
         return (max(requested) if past_target else target), None
 
-    g = GroupCommit(0, flush_all)
-    results = {}
-
-    def put(name, end, timeout):
-        requested.append(end)
-        results[name] = g.sync(end, timeout)
+    g, results, put = named_puts(flush_all)
 
     leader = start(put, "leader", 10, 5)
     time.sleep(0.05)
