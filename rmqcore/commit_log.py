@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from ._codec import (AppendMessageCallback, CommitLogWriter, EncodeBuffer, MessageEncoder, PutResult, RESULT_BLANK, RESULT_END, RecordIterator,
-                     current_millis, look_record, record_error, scan_records)
+                     look_record, record_error, scan_records)
 from .config import StoreConfig
 from .errors import CorruptRecordError, StoreClosedError
 from .mapped_file_queue import MappedFileQueue

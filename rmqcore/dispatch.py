@@ -26,7 +26,6 @@ class ReputMessageService(threading.Thread):
         self._wake = WakeEvent()        # the writer pokes it in C after appends while this thread idles
         store.commit_log.writer.set_dispatcher(self._wake)
         self._stopped = threading.Event()
-        self._idle = False
         self._topic_ids: dict = {}
         self._topics: list = []
         self._lock = threading.Lock()   # one pass at a time (the thread, or a caller draining on close)

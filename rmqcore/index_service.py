@@ -351,13 +351,8 @@ class IndexService:
             files = self.index_file_list
             if not files:
                 return [], 0, 0
-            return (self.query_offsets(topic, key, max_num, begin, end), files[-1].end_timestamp,
-                    files[-1].end_phy_offset)
-
-    def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
-        """query_offset's offsets alone (MessageStore.query_message's per-call path)."""
-        with self.lock:
-            return query_files(self.index_file_list, topic, key, min(max_num, self.max_msgs_num_batch), begin, end)
+            return (query_files(files, topic, key, min(max_num, self.max_msgs_num_batch), begin, end),
+                    files[-1].end_timestamp, files[-1].end_phy_offset)
 
     # -- clean -------------------------------------------------------------------------------------------------------
 

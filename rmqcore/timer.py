@@ -39,7 +39,6 @@ from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
 from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
                        TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, flush_past,
                        load_config_file, parse_java_int, put_in_order, read_fastjson, redeliver, write_config_file)
-from .status import PutStatus
 
 log = logging.getLogger(__name__)
 
