@@ -70,14 +70,17 @@ class ChildRun:
 
 
 def run_child(path, seed, run, *, flush="SYNC_FLUSH", kill_after=None, threads=3, mode="put", fsize=None,
-              config=None, timeout=60.0):
-    """Start a child on ``path``; SIGKILL it ``kill_after`` s after it reported the store open (None: let it end)."""
+              config=None, timeout=60.0, after_first_ack=False):
+    """Start a child on ``path``; SIGKILL it ``kill_after`` s after it reported the store open (None: let it end),
+    or after its first acknowledged put with ``after_first_ack`` (a test that needs acks must not depend on how long a
+    slow machine takes over the first durable put)."""
     spec = dict(path=str(path), seed=seed, run=run, flush=flush, threads=threads, mode=mode, fsize=fsize,
                 config=dict(CONFIG, **(config or {})), src=SRC)
     err = tempfile.TemporaryFile()
     p = subprocess.Popen([sys.executable, str(CHILD), json.dumps(spec)], stdout=subprocess.PIPE, stderr=err)
     lines = []
     ready = threading.Event()
+    acked = threading.Event()
 
     def reader():
         for raw in p.stdout:
@@ -85,13 +88,18 @@ def run_child(path, seed, run, *, flush="SYNC_FLUSH", kill_after=None, threads=3
                 lines.append(raw.decode())
                 if raw.startswith(b"#READY"):
                     ready.set()
+                elif not raw.startswith(b"#"):
+                    acked.set()
         ready.set()
+        acked.set()
 
     t = threading.Thread(target=reader, daemon=True)
     t.start()
     try:
         if not ready.wait(timeout):
             raise AssertionError("child did not open the store in time")
+        if after_first_ack and not acked.wait(timeout):
+            raise AssertionError("child acknowledged no put in time")
         if kill_after is not None and p.poll() is None:
             time.sleep(kill_after)
             p.send_signal(signal.SIGKILL)
@@ -318,7 +326,8 @@ def lose_page_cache(path, flushed, variant, rng, file_size, fallback_record):
 def test_power_loss_after_sync_flush(tmp_path, variant, seed):
     path = tmp_path / "store"
     rng = random.Random(seed)
-    res = run_child(path, seed, 0, flush="SYNC_FLUSH", kill_after=rng.uniform(0.1, 0.4))
+    res = run_child(path, seed, 0, flush="SYNC_FLUSH", kill_after=rng.uniform(0.1, 0.4),
+                    after_first_ack=True)
     assert res.returncode == -signal.SIGKILL and res.acks
     flushed = max(a.flushed for a in res.acks)
     last = max(res.acks, key=lambda a: a.offset)
