@@ -27,16 +27,29 @@ enum {
     RMQ_GC_CLOSED = -2    /* the service is gone and the offset was never flushed */
 };
 
+/* A blocking put asleep until a flush covers it (on the waiting put's stack, linked while it sleeps). */
+typedef struct rmq_gc_waiter {
+    struct rmq_gc_waiter *prev, *next;
+    int64_t offset;
+    int queued;
+    pthread_cond_t cond;
+} rmq_gc_waiter;
+
 typedef struct {
     pthread_mutex_t mu;
+    pthread_condattr_t cattr;     /* CLOCK_MONOTONIC, for the waiters' conds */
     pthread_cond_t flushed_cond;  /* waits that never lead (the put_async completer) sleep here */
-    /* Blocking puts sleep on gen_cond[gen & 1] when the running flush covers them (their offset is within its
-     * target), on gen_cond[(gen + 1) & 1] when only the next flush will: a flush's end wakes the puts it covered
-     * and one of the others, to lead the next, instead of all of them (each woken for nothing took a vCPU from the
-     * thread holding the GIL and went back to sleep). */
-    pthread_cond_t gen_cond[2];
-    int64_t gen;                  /* flushes ended (led) so far */
+    /* Blocking puts asleep, oldest first. A flush's end does not wake all it covered: they would all wake at once
+     * on two vCPUs and queue for the GIL (each taking the vCPU from the thread holding it, sleeping again on the
+     * GIL, woken again: ~3.6 context switches a put with 16 producers). The leader goes back to Python itself, and
+     * every put entering a wait (its GIL just released) wakes one covered sleeper: a baton, one wake-up per put, and
+     * the GIL free when the woken thread wants it. A covered sleeper nobody passes the baton to (its peers stopped
+     * putting) wakes on its own after stall_ns. */
+    rmq_gc_waiter *head, *tail;
     int64_t flush_target;         /* what the running flush covers: INT64_MAX while its leader gathers the group */
+    int64_t flush_start_ns;       /* when the running flush began gathering or took its target */
+    int64_t flush_ewma_ns;        /* how long flushes take (moving average) */
+    int64_t stalls;               /* covered puts that woke on their own timer: nobody passed them the baton */
     pthread_cond_t has_request;   /* the service thread sleeps here */
     pthread_cond_t arrival_cond;  /* the put_async completer sleeps here while it has nothing to complete */
     pthread_cond_t linger_cond;   /* a leader lingering for the next group's members sleeps here */
@@ -59,35 +72,35 @@ typedef struct {
     int ready;
 } rmq_group_commit;
 
+/* A sleeper's own wake-up comes this long after the flush that should cover it is expected to end: long enough
+ * that a baton passed along a group of puts (tens of us each) usually comes first, short enough that a put whose
+ * peers stopped putting is not held for long. */
+#define RMQ_GC_STALL_NS 500000LL
+
 static inline int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
 {
-    pthread_condattr_t attr;
     int err;
     g->requested = g->flushed = flushed;
-    g->arrivals = g->failures = g->flushes = g->served = g->led = 0;
+    g->arrivals = g->failures = g->flushes = g->served = g->led = g->stalls = 0;
     g->flushing = g->waiting = g->arrival_waiters = g->lingering = 0;
     g->linger_ns = 200000;
     g->group_start_arrivals = g->last_group = 0;
     g->stopping = g->closed = g->ready = 0;
+    g->head = g->tail = NULL;
+    g->flush_target = INT64_MAX;
+    g->flush_start_ns = g->flush_ewma_ns = 0;
     if ((err = pthread_mutex_init(&g->mu, NULL)) != 0)
         return err;
-    if ((err = pthread_condattr_init(&attr)) != 0)
+    if ((err = pthread_condattr_init(&g->cattr)) != 0)
         return err;
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    g->gen = 0;
-    g->flush_target = INT64_MAX;
-    err = pthread_cond_init(&g->flushed_cond, &attr);
+    pthread_condattr_setclock(&g->cattr, CLOCK_MONOTONIC);
+    err = pthread_cond_init(&g->flushed_cond, &g->cattr);
     if (err == 0)
-        err = pthread_cond_init(&g->gen_cond[0], &attr);
+        err = pthread_cond_init(&g->has_request, &g->cattr);
     if (err == 0)
-        err = pthread_cond_init(&g->gen_cond[1], &attr);
+        err = pthread_cond_init(&g->arrival_cond, &g->cattr);
     if (err == 0)
-        err = pthread_cond_init(&g->has_request, &attr);
-    if (err == 0)
-        err = pthread_cond_init(&g->arrival_cond, &attr);
-    if (err == 0)
-        err = pthread_cond_init(&g->linger_cond, &attr);
-    pthread_condattr_destroy(&attr);
+        err = pthread_cond_init(&g->linger_cond, &g->cattr);
     if (err == 0)
         g->ready = 1;
     return err;
@@ -99,11 +112,10 @@ static inline void rmq_gc_destroy(rmq_group_commit *g)
         return;
     g->ready = 0;
     pthread_cond_destroy(&g->flushed_cond);
-    pthread_cond_destroy(&g->gen_cond[0]);
-    pthread_cond_destroy(&g->gen_cond[1]);
     pthread_cond_destroy(&g->has_request);
     pthread_cond_destroy(&g->arrival_cond);
     pthread_cond_destroy(&g->linger_cond);
+    pthread_condattr_destroy(&g->cattr);
     pthread_mutex_destroy(&g->mu);
 }
 
@@ -120,6 +132,60 @@ static inline struct timespec rmq_gc_abs(int64_t deadline_ns)
     ts.tv_sec = (time_t)(deadline_ns / 1000000000LL);
     ts.tv_nsec = (long)(deadline_ns % 1000000000LL);
     return ts;
+}
+
+/* The sleeper list; caller holds mu. */
+static inline void rmq_gc_unlink_locked(rmq_group_commit *g, rmq_gc_waiter *w)
+{
+    if (!w->queued)
+        return;
+    if (w->prev) w->prev->next = w->next; else g->head = w->next;
+    if (w->next) w->next->prev = w->prev; else g->tail = w->prev;
+    w->queued = 0;
+}
+
+static inline void rmq_gc_wake_locked(rmq_group_commit *g, rmq_gc_waiter *w)
+{
+    rmq_gc_unlink_locked(g, w);
+    pthread_cond_signal(&w->cond);
+}
+
+/* Pass the baton: wake the oldest sleeper a flush covered. */
+static inline void rmq_gc_release_one_locked(rmq_group_commit *g)
+{
+    rmq_gc_waiter *w;
+    for (w = g->head; w; w = w->next)
+        if (w->offset <= g->flushed) {
+            rmq_gc_wake_locked(g, w);
+            return;
+        }
+}
+
+/* Wake the oldest sleeper no flush covered, to lead the next flush; 0 when there is none. */
+static inline int rmq_gc_wake_leader_locked(rmq_group_commit *g)
+{
+    rmq_gc_waiter *w;
+    for (w = g->head; w; w = w->next)
+        if (w->offset > g->flushed) {
+            rmq_gc_wake_locked(g, w);
+            return 1;
+        }
+    return 0;
+}
+
+static inline int rmq_gc_has_uncovered_locked(rmq_group_commit *g)
+{
+    rmq_gc_waiter *w;
+    for (w = g->head; w; w = w->next)
+        if (w->offset > g->flushed)
+            return 1;
+    return 0;
+}
+
+static inline void rmq_gc_wake_all_locked(rmq_group_commit *g)
+{
+    while (g->head)
+        rmq_gc_wake_locked(g, g->head);
 }
 
 /* Caller holds mu. */
@@ -143,6 +209,7 @@ static inline void rmq_gc_request_locked(rmq_group_commit *g, int64_t offset)
 static inline int64_t rmq_gc_take_target_locked(rmq_group_commit *g)
 {
     g->flush_target = INT64_MAX;              /* whoever arrives while the group gathers is in it */
+    g->flush_start_ns = rmq_gc_now_ns();
     if (g->last_group > 1 && g->linger_ns > 0) {
         struct timespec deadline = rmq_gc_abs(rmq_gc_now_ns() + g->linger_ns);
         g->lingering = 1;
@@ -153,6 +220,7 @@ static inline int64_t rmq_gc_take_target_locked(rmq_group_commit *g)
     }
     g->last_group = g->arrivals - g->group_start_arrivals;
     g->group_start_arrivals = g->arrivals;
+    g->flush_start_ns = rmq_gc_now_ns();
     g->flush_target = g->requested;
     return g->requested;
 }
@@ -163,7 +231,7 @@ static inline void rmq_gc_request(rmq_group_commit *g, int64_t offset)
 {
     pthread_mutex_lock(&g->mu);
     rmq_gc_request_locked(g, offset);
-    if (offset > g->flushed && !g->flushing && !g->waiting)
+    if (offset > g->flushed && !g->flushing && !rmq_gc_has_uncovered_locked(g))
         pthread_cond_signal(&g->has_request);
     pthread_mutex_unlock(&g->mu);
 }
@@ -183,15 +251,20 @@ static inline int rmq_gc_try_flushed(rmq_group_commit *g, int64_t offset)
 /* A put that needs offset on disk: ask for it, then either lead the flush (RMQ_GC_LEADER, *target set to the
  * highest requested offset: every record appended before it) or wait for one to cover offset, until deadline_ns
  * (monotonic). failures0 is g->failures when the put started (rmq_gc_failures); a failure since then ends the
- * wait. Returns an RMQ_GC_* code. */
+ * wait. pass_baton: the caller has just released the GIL (not when it comes back after leading a flush): wake one
+ * covered sleeper. Returns an RMQ_GC_* code. */
 static inline int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64_t deadline_ns, int64_t failures0,
-                                      int64_t *target)
+                                      int64_t *target, int pass_baton)
 {
-    int rc;
-    struct timespec deadline = rmq_gc_abs(deadline_ns);
+    int rc, err, cond_ready = 0;
+    int64_t wake_at, expect_end, now;
+    rmq_gc_waiter w;
+    w.queued = 0;
     pthread_mutex_lock(&g->mu);
     if (g->flushed < offset && offset > g->requested)
         rmq_gc_request_locked(g, offset);
+    if (pass_baton)
+        rmq_gc_release_one_locked(g);
     g->waiting++;
     for (;;) {
         if (g->flushed >= offset) {
@@ -214,16 +287,39 @@ static inline int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64
             rc = RMQ_GC_LEADER;
             break;
         }
-        if (pthread_cond_timedwait(&g->gen_cond[(offset <= g->flush_target ? g->gen : g->gen + 1) & 1], &g->mu,
-                                   &deadline) == ETIMEDOUT) {
-            rc = g->flushed >= offset ? RMQ_GC_FLUSHED : RMQ_GC_TIMEOUT;
-            if (rc == RMQ_GC_FLUSHED) {
-                g->served++;
-            } else if (!g->flushing) {
-                /* It may have been the one woken to lead: wake the others, one of them leads instead. */
-                pthread_cond_broadcast(&g->gen_cond[0]);
-                pthread_cond_broadcast(&g->gen_cond[1]);
+        if (!cond_ready) {
+            if (pthread_cond_init(&w.cond, &g->cattr) != 0) {
+                rc = RMQ_GC_FAILED;
+                break;
             }
+            cond_ready = 1;
+        }
+        w.offset = offset;
+        w.next = NULL;
+        w.prev = g->tail;
+        if (g->tail) g->tail->next = &w; else g->head = &w;
+        g->tail = &w;
+        w.queued = 1;
+        /* Its own wake-up: after the flush covering it (the running one, or the next) should have ended. */
+        expect_end = g->flush_start_ns + g->flush_ewma_ns;
+        if (offset > g->flush_target)
+            expect_end += g->flush_ewma_ns + g->linger_ns;
+        now = rmq_gc_now_ns();
+        wake_at = (expect_end > now ? expect_end : now) + RMQ_GC_STALL_NS;
+        if (wake_at > deadline_ns)
+            wake_at = deadline_ns;
+        struct timespec ts = rmq_gc_abs(wake_at);
+        err = pthread_cond_timedwait(&w.cond, &g->mu, &ts);
+        if (w.queued) {                       /* nobody woke it: its own timer (or a spurious wake-up) */
+            rmq_gc_unlink_locked(g, &w);
+            if (err == ETIMEDOUT && g->flushed >= offset)
+                g->stalls++;
+        }
+        if (err == ETIMEDOUT && wake_at == deadline_ns && g->flushed < offset) {
+            rc = RMQ_GC_TIMEOUT;
+            /* It may have been the one woken to lead: another sleeper leads instead. */
+            if (!g->flushing)
+                rmq_gc_wake_leader_locked(g);
             break;
         }
     }
@@ -233,6 +329,8 @@ static inline int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64
     if (!g->waiting && !g->flushing && g->requested > g->flushed)
         pthread_cond_signal(&g->has_request);
     pthread_mutex_unlock(&g->mu);
+    if (cond_ready)
+        pthread_cond_destroy(&w.cond);
     return rc;
 }
 
@@ -246,35 +344,33 @@ static inline int64_t rmq_gc_failures(rmq_group_commit *g)
 }
 
 /* The leader's flush ended: reached offset on disk (err 0), or failed (err an errno: every current wait fails,
- * and what failed is not asked for again until a new put asks). Wakes the puts it covered and one of those it did
- * not, to lead the next flush (all of them when the flush went past its target: some of those may be covered);
- * when requests nobody waits for are left above the flushed offset, the service thread takes them. */
-static inline void rmq_gc_leader_done(rmq_group_commit *g, int64_t offset, int err)
+ * and what failed is not asked for again until a new put asks). A leader that is a put goes back to Python itself
+ * (it passes the baton to the puts it covered at its next wait); the service thread, which does not, wakes the
+ * first of them. One put the flush did not cover is woken to lead the next flush; with none, requests nobody
+ * waits for left above the flushed offset are the service thread's. */
+static inline void rmq_gc_leader_done(rmq_group_commit *g, int64_t offset, int err, int leader_returns)
 {
-    int64_t gen;
+    int64_t took;
     pthread_mutex_lock(&g->mu);
     g->flushing = 0;
-    gen = g->gen++;
+    took = rmq_gc_now_ns() - g->flush_start_ns;
+    g->flush_ewma_ns += (took - g->flush_ewma_ns) / 8;
     if (err != 0) {
         g->failures++;
         g->requested = g->flushed;
-        pthread_cond_broadcast(&g->gen_cond[0]);
-        pthread_cond_broadcast(&g->gen_cond[1]);
+        rmq_gc_wake_all_locked(g);
     } else {
         g->flushes++;
         if (offset > g->flushed)
             g->flushed = offset;
-        pthread_cond_broadcast(&g->gen_cond[gen & 1]);
-        if (g->flushed > g->flush_target)
-            pthread_cond_broadcast(&g->gen_cond[(gen + 1) & 1]);
-        else
-            pthread_cond_signal(&g->gen_cond[(gen + 1) & 1]);
+        if (!leader_returns)
+            rmq_gc_release_one_locked(g);
+        if (g->requested > g->flushed && !rmq_gc_wake_leader_locked(g))
+            pthread_cond_signal(&g->has_request);
     }
     pthread_cond_broadcast(&g->flushed_cond);
     if (g->arrival_waiters)
         pthread_cond_broadcast(&g->arrival_cond);
-    if (g->requested > g->flushed && !g->waiting)
-        pthread_cond_signal(&g->has_request);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -286,8 +382,7 @@ static inline void rmq_gc_publish(rmq_group_commit *g, int64_t offset)
     if (offset > g->flushed)
         g->flushed = offset;
     pthread_cond_broadcast(&g->flushed_cond);
-    pthread_cond_broadcast(&g->gen_cond[0]);
-    pthread_cond_broadcast(&g->gen_cond[1]);
+    rmq_gc_wake_all_locked(g);
     if (g->arrival_waiters)
         pthread_cond_broadcast(&g->arrival_cond);
     pthread_mutex_unlock(&g->mu);
@@ -300,8 +395,7 @@ static inline void rmq_gc_fail(rmq_group_commit *g)
     g->failures++;
     g->requested = g->flushed;
     pthread_cond_broadcast(&g->flushed_cond);
-    pthread_cond_broadcast(&g->gen_cond[0]);
-    pthread_cond_broadcast(&g->gen_cond[1]);
+    rmq_gc_wake_all_locked(g);
     pthread_cond_broadcast(&g->arrival_cond);
     pthread_mutex_unlock(&g->mu);
 }
@@ -377,8 +471,7 @@ static inline void rmq_gc_close(rmq_group_commit *g)
     g->stopping = g->closed = 1;
     pthread_cond_broadcast(&g->has_request);
     pthread_cond_broadcast(&g->flushed_cond);
-    pthread_cond_broadcast(&g->gen_cond[0]);
-    pthread_cond_broadcast(&g->gen_cond[1]);
+    rmq_gc_wake_all_locked(g);
     pthread_cond_broadcast(&g->arrival_cond);
     pthread_cond_broadcast(&g->linger_cond);
     pthread_mutex_unlock(&g->mu);

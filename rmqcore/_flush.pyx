@@ -23,6 +23,7 @@ cdef extern from "rmq_group_commit.h" nogil:
         int64_t served
         int64_t led
         int64_t linger_ns
+        int64_t stalls
         int closed
     int RMQ_GC_LEADER, RMQ_GC_FLUSHED, RMQ_GC_TIMEOUT, RMQ_GC_FAILED, RMQ_GC_CLOSED
     int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
@@ -31,8 +32,8 @@ cdef extern from "rmq_group_commit.h" nogil:
     void rmq_gc_request(rmq_group_commit *g, int64_t offset)
     int rmq_gc_try_flushed(rmq_group_commit *g, int64_t offset)
     int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64_t deadline_ns, int64_t failures0,
-                            int64_t *target)
-    void rmq_gc_leader_done(rmq_group_commit *g, int64_t offset, int err)
+                            int64_t *target, int pass_baton)
+    void rmq_gc_leader_done(rmq_group_commit *g, int64_t offset, int err, int leader_returns)
     int64_t rmq_gc_service_lead(rmq_group_commit *g)
     int64_t rmq_gc_wait_arrival(rmq_group_commit *g, int64_t seen, int64_t timeout_ns)
     int rmq_gc_wait_only(rmq_group_commit *g, int64_t offset, int64_t deadline_ns, int64_t failures0)
@@ -78,8 +79,9 @@ cdef class GroupCommit:
         """The file holding the flushed offset (after recovery, or when Python moved the flushed offset)."""
         self._mf = mf
 
-    cdef int _lead_plain(self, MappedFile mf, int64_t target, int *rc) noexcept nogil:
+    cdef int _lead_plain(self, MappedFile mf, int64_t target, int *rc, int put) noexcept nogil:
         # The leader's flush when ``mf`` holds everything up to target; 0 when it could not (Python must), else 1.
+        # put: the leader is a waiting put (it returns to Python itself), not the service thread.
         cdef int64_t start = mf.file_from_offset, pos, ts
         cdef int err
         if target <= start or target > start + mf.file_size:
@@ -89,12 +91,12 @@ cdef class GroupCommit:
         pos = start + rmq_atomic_load_i64(&mf._flushed)
         if err == 0 and ts > self.flushed_store_timestamp:
             self.flushed_store_timestamp = ts
-        rmq_gc_leader_done(&self.g, pos, err)
+        rmq_gc_leader_done(&self.g, pos, err, put)
         if err != 0:
             rc[0] = RMQ_GC_FAILED
         return 1
 
-    cdef int _lead_python(self) except -2:
+    cdef int _lead_python(self, int put) except -2:
         # Leader on the slow path: flush everything through Python, then hand the lead back.
         cdef int64_t pos = 0
         cdef int err
@@ -104,16 +106,16 @@ cdef class GroupCommit:
             self.last_error = f"flush failed: {e}"
             err = e.errno or EIO
             with nogil:
-                rmq_gc_leader_done(&self.g, 0, err)
+                rmq_gc_leader_done(&self.g, 0, err, put)
             return RMQ_GC_FAILED
         except BaseException:
             with nogil:
-                rmq_gc_leader_done(&self.g, 0, EIO)
+                rmq_gc_leader_done(&self.g, 0, EIO, put)
             raise
         self._mf = mf
         self.last_error = None
         with nogil:
-            rmq_gc_leader_done(&self.g, pos, 0)
+            rmq_gc_leader_done(&self.g, pos, 0, put)
         return RMQ_GC_FLUSHED
 
     def sync(self, int64_t offset, double timeout):
@@ -125,27 +127,29 @@ cdef class GroupCommit:
         cdef int rc
         cdef MappedFile mf
         cdef bint plain
+        cdef int pass_baton = 1             # the first entry only: after leading, this thread goes back to Python
         if self.g.flushed >= offset and rmq_gc_try_flushed(&self.g, offset):
             return RMQ_GC_FLUSHED
         while True:
             mf = self._mf
             plain = mf is not None and mf.write_buffer == NULL and not mf.read_only and mf.hold()
             with nogil:
-                rc = rmq_gc_wait_or_lead(&self.g, offset, deadline, failures0, &target)
-                while rc == RMQ_GC_LEADER and plain and self._lead_plain(mf, target, &rc):
+                rc = rmq_gc_wait_or_lead(&self.g, offset, deadline, failures0, &target, pass_baton)
+                pass_baton = 0
+                while rc == RMQ_GC_LEADER and plain and self._lead_plain(mf, target, &rc, 1):
                     if rc == RMQ_GC_FAILED:
                         break
-                    rc = rmq_gc_wait_or_lead(&self.g, offset, deadline, failures0, &target)
+                    rc = rmq_gc_wait_or_lead(&self.g, offset, deadline, failures0, &target, 0)
             if plain:
                 mf.release()
             if rc != RMQ_GC_LEADER:
                 return rc
             if self._flush_all is None:
                 with nogil:
-                    rmq_gc_leader_done(&self.g, 0, EIO)
+                    rmq_gc_leader_done(&self.g, 0, EIO, 1)
                 self.last_error = "no file to flush"
                 return RMQ_GC_FAILED
-            if self._lead_python() == RMQ_GC_FAILED:
+            if self._lead_python(1) == RMQ_GC_FAILED:
                 return RMQ_GC_FAILED
 
     wait_flushed = sync
@@ -193,13 +197,13 @@ cdef class GroupCommit:
             with nogil:
                 while True:
                     target = rmq_gc_service_lead(&self.g)
-                    if target < 0 or not plain or not self._lead_plain(mf, target, &rc):
+                    if target < 0 or not plain or not self._lead_plain(mf, target, &rc, 0):
                         break
             if plain:
                 mf.release()
             if target < 0:
                 return _STOPPED
-            self._lead_python()
+            self._lead_python(0)
 
     def publish(self, int64_t offset):
         """A flush made elsewhere reached ``offset``: wake the waits it covers."""
@@ -252,6 +256,11 @@ cdef class GroupCommit:
     @property
     def served(self):
         return self.g.served
+
+    @property
+    def stalls(self):
+        """Covered puts that woke on their own timer (no put after them passed them the baton)."""
+        return self.g.stalls
 
     @property
     def failures(self):
