@@ -354,7 +354,7 @@ static inline void rmq_gc_leader_done(rmq_group_commit *g, int64_t offset, int e
     pthread_mutex_lock(&g->mu);
     g->flushing = 0;
     took = rmq_gc_now_ns() - g->flush_start_ns;
-    g->flush_ewma_ns += (took - g->flush_ewma_ns) / 8;
+    g->flush_ewma_ns = g->flush_ewma_ns ? g->flush_ewma_ns + (took - g->flush_ewma_ns) / 8 : took;
     if (err != 0) {
         g->failures++;
         g->requested = g->flushed;

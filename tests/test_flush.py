@@ -159,6 +159,26 @@ def test_puts_that_came_during_a_flush_get_the_next_one(past_target):
     assert g.flushes == (1 if past_target else 2)
 
 
+def test_covered_puts_whose_peers_stopped_putting_come_back_on_their_own():
+    # A flush led by a put wakes none of the puts it covered: that put passes them the baton at its next wait, one
+    # at a time. Here every thread puts once and leaves, so nobody passes it: each covered put must wake on its own
+    # shortly after the flush ends, not at its 30 s timeout.
+    def flush_all(requested):
+        time.sleep(0.1)
+        return max(requested), None             # past the target: the puts that came meanwhile are covered too
+
+    g, results, put = named_puts(flush_all)
+    leader = start(put, "leader", 10, 30)
+    time.sleep(0.03)
+    late = [start(put, f"late{i}", 20 + i, 30) for i in range(6)]
+    t0 = time.monotonic()
+    for t in [leader, *late]:
+        t.join(40)
+    assert [results[f"late{i}"] for i in range(6)] == [FLUSHED] * 6 and results["leader"] == FLUSHED
+    assert time.monotonic() - t0 < 2
+    assert g.flushes == 1 and g.stalls >= 1
+
+
 def test_the_service_thread_flushes_requests_nobody_waits_for(tmp_path):
     log = Log(tmp_path)
     g = GroupCommit(0, None, log.mf)
