@@ -3,9 +3,11 @@
 Stubs for the compiled module: tests/test_typing.py checks them against rmqcore/_flush.pyx with mypy's stubtest.
 """
 import asyncio
+import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
+from rmqcore._codec import Message, PutResult
 from rmqcore._mapped_file import MappedFile
 
 FLUSHED: int
@@ -57,7 +59,8 @@ class GroupCommit:
     @property
     def served(self) -> int: ...
     @property
-    def stalls(self) -> int: ...
+    def stalls(self) -> int:
+        """Covered puts that woke on their own timer (no put after them passed them the baton)."""
     @property
     def failures(self) -> int: ...
     @property
@@ -78,3 +81,11 @@ class FlushedFutures:
     def __len__(self) -> int: ...
     def run(self) -> None:
         """The completer thread's loop."""
+
+class DurablePuts:
+    timeout: float
+    def __init__(self, append: Callable[[Message], PutResult], core: GroupCommit, completer: Callable[[], FlushedFutures],
+                 timed_out: Callable[[PutResult], PutResult], timeout: float) -> None: ...
+    def put(self, msg: Message) -> PutResult: ...
+    def put_async(self, msg: Message) -> concurrent.futures.Future[PutResult]: ...
+    def aput(self, msg: Message) -> asyncio.Future[PutResult]: ...

@@ -23,6 +23,7 @@ import numpy as np
 from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code, look_record,
                      pickup_store_timestamp, query_messages, select_messages)
 from ._dispatch import queue_runs
+from ._flush import DurablePuts
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
@@ -288,6 +289,8 @@ class MessageStore:
                              if cfg.sync_flush else None)
         if self.group_commit is not None:
             self.group_commit.start()
+            self._durable = DurablePuts(self._writer.put, self.group_commit.core, self.group_commit.completer,
+                                        self._flush_timed_out, self._sync_timeout)
         self._services = []
         if self.transient_store_pool is not None:
             self._services.append(PeriodicService(
@@ -451,28 +454,13 @@ class MessageStore:
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once an msync covers it, or
         FLUSH_DISK_TIMEOUT, unless the message's WAIT property is "false": see wait_flushed); raises
         MessageIllegalError (nothing written) for a message RocketMQ refuses."""
-        if not self._sync_flush:
-            if not self._running:
-                self._check_running()
-            return self._writer.put(msg)        # counted, and the dispatcher woken, by the writer (in C)
-        result, end = self._append(msg)
-        if end is None:
-            return result
-        return self._wait_flushed(result, result)
-
-    def _append(self, msg):
-        """The append half of every put: the PutResult, and the offset a flush must reach before the put is
-        acknowledged, or None when there is nothing to wait for (ASYNC_FLUSH, a failed put, WAIT "false")."""
         if not self._running:
             self._check_running()
-        result = self._writer.put(msg)
-        if self._sync_flush and result.status is PutStatus.PUT_OK:
-            end = result.commitlog_offset + result.wrote_bytes
-            if msg.properties.get("WAIT") != "false":
-                return result, end
-            # RocketMQ's isWaitStoreMsgOK: the producer does not wait; the flush is asked for, not awaited.
-            self.group_commit.core.request(end)
-        return result, None
+        if self._durable is None:
+            return self._writer.put(msg)        # counted, and the dispatcher woken, by the writer (in C)
+        return self._durable.put(msg)
+
+    _durable = None     # SYNC_FLUSH: put, put_async and aput below this frame (rmqcore._flush.DurablePuts)
 
     def put_batch(self, messages, *, properties: dict[str, str] | None = None) -> list:
         """Store many messages under one lock and one flush wait; all are validated before any is written.
@@ -541,6 +529,9 @@ class MessageStore:
     def _wait_flushed(self, last, ok_value):
         if self.group_commit.wait_flushed(last.commitlog_offset + last.wrote_bytes, self._sync_timeout):
             return ok_value
+        return self._flush_timed_out(last)
+
+    def _flush_timed_out(self, last):
         log.warning("sync flush did not cover offset %d within %d ms%s", last.commitlog_offset,
                     self.config.sync_flush_timeout,
                     f" ({self.group_commit.last_error})" if self.group_commit.last_error else "")
@@ -549,20 +540,13 @@ class MessageStore:
     def put_async(self, msg) -> Future:
         """Like RocketMQ's asyncPutMessage: the record is appended now; the returned Future completes with the
         PutResult once it is flushed (SYNC_FLUSH) or at once (ASYNC_FLUSH, or WAIT "false")."""
-        result, end = self._append(msg)
+        if not self._running:
+            self._check_running()
+        if self._durable is not None:
+            return self._durable.put_async(msg)
         out = Future()
-        if end is None:
-            out.set_result(result)
-        else:
-            (self._complete_when_flushed or self._completer_add())(end, self._sync_timeout, out, result, None)
+        out.set_result(self._writer.put(msg))
         return out
-
-    _complete_when_flushed = None
-
-    def _completer_add(self):
-        # GroupCommitService.complete_when_flushed without two Python frames per put_async / aput.
-        self._complete_when_flushed = add = self.group_commit.completer().add
-        return add
 
     def wait_flushed(self, offset: int, timeout: float | None = None) -> bool:
         """True once the commitlog is on disk below ``offset`` (a PutResult's ``commitlog_offset + wrote_bytes``).
@@ -584,16 +568,15 @@ class MessageStore:
 
     def aput(self, msg) -> asyncio.Future:
         """asyncio form of put_async, to await in the running loop: the record is appended now, in the caller
-        (which waits for nothing but the put lock), and the future completes in the loop once a flush covers it. The completions of one flush reach a
-        loop in one call_soon_threadsafe, not one per message. Raises RuntimeError, writing nothing, outside a
-        running loop."""
-        loop = asyncio.get_running_loop()
-        result, end = self._append(msg)
-        out = loop.create_future()
-        if end is None:
-            out.set_result(result)
-        else:
-            (self._complete_when_flushed or self._completer_add())(end, self._sync_timeout, out, result, loop)
+        (which waits for nothing but the put lock), and the future completes in the loop once a flush covers it.
+        The completions of one flush reach a loop in one call_soon_threadsafe, not one per message. Raises
+        RuntimeError, writing nothing, outside a running loop."""
+        if not self._running:
+            self._check_running()
+        if self._durable is not None:
+            return self._durable.aput(msg)
+        out = asyncio.get_running_loop().create_future()
+        out.set_result(self._writer.put(msg))
         return out
 
     def verify(self, progress=None) -> dict:
