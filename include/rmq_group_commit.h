@@ -44,7 +44,7 @@ typedef struct {
      * GIL, woken again: ~3.6 context switches a put with 16 producers). The leader goes back to Python itself, and
      * every put entering a wait (its GIL just released) wakes one covered sleeper: a baton, one wake-up per put, and
      * the GIL free when the woken thread wants it. A covered sleeper nobody passes the baton to (its peers stopped
-     * putting) wakes on its own after stall_ns. */
+     * putting) wakes on its own, RMQ_GC_STALL_NS after its flush should have ended. */
     rmq_gc_waiter *head, *tail;
     int64_t flush_target;         /* what the running flush covers: INT64_MAX while its leader gathers the group */
     int64_t flush_start_ns;       /* when the running flush began gathering or took its target */

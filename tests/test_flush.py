@@ -437,6 +437,39 @@ def test_flush_error_fails_the_waiting_puts_at_once():
         svc.shutdown()
 
 
+def test_every_sync_put_path_answers_after_the_group_commit_closed(tmp_path, caplog):
+    # The store's SYNC_FLUSH paths (put, put_async, aput: one Cython call each) with the group commit closed under
+    # them, as during a close: no wait may hang (the completer thread may have stopped already: an entry added
+    # then is answered at once), and each answer is true: FLUSH_DISK_TIMEOUT, or PUT_OK only for a record the last
+    # flush covered. The records stay stored; a WAIT=false put does not wait and reports PUT_OK.
+    store = MessageStore.open(str(tmp_path / "s"), cfg())
+    try:
+        first = store.put(Message("GT", b"a" * 10, 0))
+        assert first.status is PutStatus.PUT_OK
+        store.group_commit.core.close()
+        results = [store.put(Message("GT", b"b" * 10, 0))]
+        results.append(store.put(Message("GT", b"c" * 10, 0, properties={"WAIT": "false"})))
+        assert results[-1].status is PutStatus.PUT_OK
+        results.append(store.put_async(Message("GT", b"d" * 10, 0)).result(5))
+
+        async def aput():
+            return await asyncio.wait_for(store.aput(Message("GT", b"e" * 10, 0)), 5)
+
+        results.append(asyncio.run(aput()))
+        flushed = store.group_commit.core.flushed_where
+        for r in results[:1] + results[2:]:
+            assert r.status is PutStatus.FLUSH_DISK_TIMEOUT or (
+                r.status is PutStatus.PUT_OK and flushed >= r.commitlog_offset + r.wrote_bytes), r
+        assert results[0].status is PutStatus.FLUSH_DISK_TIMEOUT      # closed before anything flushed it
+        assert "sync flush did not cover offset %d" % results[0].commitlog_offset in caplog.text
+        assert [r.queue_offset for r in results] == [1, 2, 3, 4]
+        assert store.wait_dispatched()
+        got = store.get_messages("g", "GT", 0, 0, 10).messages
+        assert [bytes(m.body)[:1] for m in got] == [b"a", b"b", b"c", b"d", b"e"]
+    finally:
+        store.close()
+
+
 def test_close_answers_pending_async_puts(tmp_path):
     store = MessageStore.open(str(tmp_path / "s"), cfg())
     futures = [store.put_async(Message("GC", b"q" * 50, 0)) for _ in range(100)]
