@@ -305,7 +305,13 @@ static inline int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64
         if (offset > g->flush_target)
             expect_end += g->flush_ewma_ns + g->linger_ns;
         now = rmq_gc_now_ns();
-        wake_at = (expect_end > now ? expect_end : now) + RMQ_GC_STALL_NS;
+        if (expect_end > now) {
+            wake_at = expect_end + RMQ_GC_STALL_NS;
+        } else {
+            /* The flush is overdue (a disk stall): look again after half its age so far, not every STALL_NS. */
+            wake_at = (now - g->flush_start_ns) / 2;
+            wake_at = now + (wake_at > RMQ_GC_STALL_NS ? wake_at : RMQ_GC_STALL_NS);
+        }
         if (wake_at > deadline_ns)
             wake_at = deadline_ns;
         struct timespec ts = rmq_gc_abs(wake_at);
