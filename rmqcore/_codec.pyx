@@ -1964,10 +1964,13 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
     cdef Py_ssize_t findex, nfiles = len(files), count = 0
     cdef int status = SELECT_NO_MATCHED_MESSAGE
     cdef list out = []
-    cdef list views = [None] * nfiles
-    cdef list readable = [0] * nfiles
+    # The one file whose view is held: a pull's records lie in one file or two consecutive ones (per-file lists here
+    # cost O(files) a pull: 9.5 us instead of 2.9 for one message of a store with 1,770 files).
+    cdef Py_ssize_t cur = -1
+    cdef object cur_view = None         # its memoryview (each message keeps the one it lies in), or False: unreadable
+    cdef _Buffer b = None
+    cdef int64_t cur_readable = 0
     cdef MappedFile mf
-    cdef _Buffer b
     cdef RecordView rv
     cdef MessageExt m
     cdef const unsigned char *p
@@ -1981,7 +1984,6 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
     if nfiles == 0 or nunits == 0:
         return out, 0, status, 0, 0
     first_from = (<MappedFile>files[0]).file_from_offset
-    bufs = [None] * nfiles
     while i < nunits and i < max_filter:
         u = &units[0] + i * 20
         offset = <int64_t>rmq_load_be64(u)
@@ -2005,23 +2007,25 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
             next_phy_file_start = (offset // file_size + 1) * file_size
             i += 1
             continue
-        if views[findex] is None:
+        if findex != cur:
+            cur = findex
             mf = <MappedFile>files[findex]
-            v = mf.select(0, mf.read_position_c())
-            if v is not None:
+            cur_view = mf.select(0, mf.read_position_c())
+            if cur_view is not None:
                 b = _Buffer()
-                b.acquire(v)
-                bufs[findex] = b
-                readable[findex] = b.view.len
-            views[findex] = v if v is not None else False
+                b.acquire(cur_view)
+                cur_readable = b.view.len
+            else:
+                b = None
+                cur_view = False
+                cur_readable = 0
         pos = offset - (first_from + findex * file_size)
-        if views[findex] is False or pos + size > <int64_t>readable[findex]:
+        if cur_view is False or pos + size > cur_readable:
             if total == 0:
                 status = SELECT_MESSAGE_WAS_REMOVING
             next_phy_file_start = (offset // file_size + 1) * file_size
             i += 1
             continue
-        b = <_Buffer>bufs[findex]
         p = <const unsigned char *>b.view.buf + pos
         if i + SELECT_PREFETCH_AHEAD < nunits:
             # A queue's records lie a record of every other queue apart, so each is a cache (and TLB) miss the
@@ -2030,7 +2034,7 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
             u = &units[0] + (i + SELECT_PREFETCH_AHEAD) * 20
             ahead_pos = <int64_t>rmq_load_be64(u) - (first_from + findex * file_size)
             ahead_size = <int32_t>rmq_load_be32(u + 8)
-            if 0 <= ahead_pos and ahead_size > 128 and ahead_pos + ahead_size <= <int64_t>readable[findex]:
+            if 0 <= ahead_pos and ahead_size > 128 and ahead_pos + ahead_size <= cur_readable:
                 ahead = <const unsigned char *>b.view.buf + ahead_pos
                 __builtin_prefetch(ahead)
                 __builtin_prefetch(ahead + ahead_size - 128)
@@ -2047,7 +2051,7 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
             prev_topic = p + rv.topic_pos
             prev_topic_len = rv.topic_len
         m = MessageExt.__new__(MessageExt)
-        m._src = views[findex]
+        m._src = cur_view
         m._pos = <Py_ssize_t>pos
         m.rv = rv
         m.topic = topic_obj

@@ -62,6 +62,27 @@ def test_write_and_read_back(store):
     assert [m.commitlog_offset for m in got] == [r.commitlog_offset for r in results]
 
 
+def test_pulls_that_cross_commitlog_files_keep_every_body(tmp_path):
+    # A pull holds one commitlog file's view at a time (a file switch drops the last one): every message of a pull
+    # spanning files must still read its own body afterwards, from whichever file it lies in.
+    with MessageStore.open(str(tmp_path / "s"), cfg(mapped_file_size_commit_log=64 * 1024)) as store:
+        bodies = [bytes([i % 251]) * 2000 for i in range(150)]
+        for i, b in enumerate(bodies):
+            assert store.put(Message("Span", b, 0)).ok
+            store.put(Message("Other", b"x" * 500, 0))         # another queue's records in between
+        store.wait_dispatched()
+        assert len(store.commit_log.mapped_file_queue._files) >= 6
+        pulls, offset = [], 0
+        while offset < len(bodies):
+            g = store.get_messages("g", "Span", 0, offset, 32)
+            assert g.status is GetStatus.FOUND
+            pulls.append(g.messages)
+            offset = g.next_begin_offset
+        file_size = 64 * 1024
+        assert any(len({m.commitlog_offset // file_size for m in msgs}) > 1 for msgs in pulls)
+        assert [bytes(m.body) for msgs in pulls for m in msgs] == bodies
+
+
 def test_get_statuses(store):
     put_n(store, 5)
     store.wait_dispatched()
