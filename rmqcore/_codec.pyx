@@ -1877,17 +1877,16 @@ def check_units(units, int64_t first_index, list files, int64_t file_size, bytes
     ``files`` are the commitlog's MappedFiles (consecutive, ``file_size`` each).
     """
     cdef _Buffer ub = _Buffer()
-    cdef _Buffer b
+    cdef _Buffer b = None                   # the view of file ``cur`` (units point into one file, then the next)
     cdef const unsigned char *u
     cdef const unsigned char *p
     cdef int64_t offset, first_from, pos, i, n
     cdef int32_t size, tran
-    cdef Py_ssize_t findex, nfiles = len(files)
+    cdef Py_ssize_t findex, cur = -1, nfiles = len(files)
     cdef RecordView rv
     cdef MappedFile mf
-    cdef list bufs = [None] * nfiles
-    cdef list views = []
-    cdef list readable = [0] * nfiles
+    cdef object v = None
+    cdef int64_t readable = 0
     cdef const unsigned char *t = <const unsigned char *>PyBytes_AS_STRING(topic)
     cdef Py_ssize_t tlen = len(topic)
     ub.acquire(units)
@@ -1907,19 +1906,22 @@ def check_units(units, int64_t first_index, list files, int64_t file_size, bytes
             findex = (offset - first_from) // file_size
             if findex >= nfiles or size <= 0:
                 return i
-            if bufs[findex] is None:
+            if findex != cur:
+                if b is not None:
+                    b.release()
+                    b = None
+                    v.release()         # a mapped-file view holds its file until released
+                    v = None
+                cur = findex
                 mf = <MappedFile>files[findex]
                 v = mf.select(0, mf.read_position_c())
                 if v is None:
                     return i
-                views.append(v)
                 b = _Buffer()
                 b.acquire(v)
-                bufs[findex] = b
-                readable[findex] = b.view.len
-            b = <_Buffer>bufs[findex]
+                readable = b.view.len
             pos = offset - (<MappedFile>files[findex]).file_from_offset
-            if pos + size > <int64_t>readable[findex]:
+            if pos + size > readable:
                 return i
             p = <const unsigned char *>b.view.buf + pos
             if parse_record(p, size, &rv, False) != RECORD_OK or rv.total_size != size:
@@ -1931,10 +1933,9 @@ def check_units(units, int64_t first_index, list files, int64_t file_size, bytes
                 return i
         return n
     finally:
-        for b in bufs:
-            if b is not None:
-                b.release()
-        for v in views:          # mapped-file views hold their file until released
+        if b is not None:
+            b.release()
+        if v is not None:
             v.release()
 
 
