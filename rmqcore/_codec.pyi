@@ -275,6 +275,11 @@ def select_messages(units: Buffer, files: list[MappedFile], file_size: int, max_
                     exact_tags: Collection[str] | None = None) -> tuple[list[MessageExt], int, int, int, int]:
     """Decode the messages consume-queue ``units`` point at: (messages, units consumed, status, bytes, max
     physical offset pulled)."""
+def select_queue(queue_file: MappedFile, pos: int, files: list[MappedFile], file_size: int, max_count: int,
+                 max_transfer_bytes: int, max_transfer_count: int, tag_codes: Collection[int] | None = None,
+                 exact_tags: Collection[str] | None = None) -> tuple[list[MessageExt], int, int, int, int] | None:
+    """select_messages over a consume-queue file's units from byte ``pos`` to its read position (None: nothing
+    readable there)."""
 
 class CommitLogWriter:
     """The put path: encode, then under the put lock append (rolling files with a blank record)."""

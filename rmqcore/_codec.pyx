@@ -1957,7 +1957,27 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
     statuses (SELECT_FOUND / SELECT_NO_MATCHED_MESSAGE / SELECT_MESSAGE_WAS_REMOVING). A unit that points at
     bytes which are not a whole valid record of its size is skipped as removed.
     """
-    cdef Py_ssize_t nunits = units.shape[0] // 20
+    return _select(&units[0] if units.shape[0] >= 20 else NULL, units.shape[0] // 20, files, file_size, max_count,
+                   max_transfer_bytes, max_transfer_count, tag_codes, exact_tags)
+
+
+def select_queue(MappedFile queue_file not None, int64_t pos, list files, int64_t file_size, int max_count,
+                 int64_t max_transfer_bytes, int max_transfer_count, tag_codes=None, exact_tags=None):
+    """select_messages over a consume-queue file's units from byte ``pos`` to its read position, read in place
+    (RocketMQ's getIndexBuffer and the pull loop in one call, no view made of the units); None when nothing is
+    readable there."""
+    cdef int64_t readable = queue_file.read_position_c() - pos
+    if pos < 0 or readable <= 0 or not queue_file.hold():      # hold: the mapping stays while the units are read
+        return None
+    try:
+        return _select(<const unsigned char *>queue_file.base + pos, <Py_ssize_t>(readable // 20), files, file_size,
+                       max_count, max_transfer_bytes, max_transfer_count, tag_codes, exact_tags)
+    finally:
+        queue_file.release()
+
+
+cdef tuple _select(const unsigned char *units, Py_ssize_t nunits, list files, int64_t file_size, int max_count,
+                   int64_t max_transfer_bytes, int max_transfer_count, tag_codes, exact_tags):
     cdef Py_ssize_t i = 0, max_filter = max(16000, max_count * 20) // 20
     cdef const unsigned char *u
     cdef int64_t offset, tags, first_from, next_phy_file_start = -1, total = 0, max_phy = 0, pos
@@ -1986,7 +2006,7 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
         return out, 0, status, 0, 0
     first_from = (<MappedFile>files[0]).file_from_offset
     while i < nunits and i < max_filter:
-        u = &units[0] + i * 20
+        u = units + i * 20
         offset = <int64_t>rmq_load_be64(u)
         size = <int32_t>rmq_load_be32(u + 8)
         tags = <int64_t>rmq_load_be64(u + 12)
@@ -2032,7 +2052,7 @@ def select_messages(const unsigned char[::1] units, list files, int64_t file_siz
             # A queue's records lie a record of every other queue apart, so each is a cache (and TLB) miss the
             # hardware prefetcher does not see coming: ask for the head and the tail (topic, properties) of the
             # record a few units on, when it is in this file (a prefetch never faults).
-            u = &units[0] + (i + SELECT_PREFETCH_AHEAD) * 20
+            u = units + (i + SELECT_PREFETCH_AHEAD) * 20
             ahead_pos = <int64_t>rmq_load_be64(u) - (first_from + findex * file_size)
             ahead_size = <int32_t>rmq_load_be32(u + 8)
             if 0 <= ahead_pos and ahead_size > 128 and ahead_pos + ahead_size <= cur_readable:

@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 
 from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code, look_record,
-                     pickup_store_timestamp, query_messages, select_messages)
+                     pickup_store_timestamp, query_messages, select_queue)
 from ._dispatch import queue_runs
 from ._flush import DurablePuts
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
 from .clean import CleanFilesService
-from .consume_queue import CQ_DTYPE, ConsumeQueue, queue_dirs
+from .consume_queue import CQ_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue, queue_dirs
 from .dispatch import ReputMessageService
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
 from .geometry import is_store_dir, read_geometry
@@ -674,8 +674,12 @@ class MessageStore:
         cq = self.find_consume_queue(topic, queue_id, create=False)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        min_offset = cq.min_offset_in_queue
-        max_offset = cq.max_offset_in_queue
+        # ConsumeQueue's min/max offsets and get_unit_bytes inline: a pull of a few messages (a caught-up consumer)
+        # paid more for their frames and the units' memoryview than for reading its messages.
+        cq_files = cq.mapped_file_queue
+        min_logic = cq.min_logic_offset
+        min_offset = min_logic // CQ_STORE_UNIT_SIZE
+        max_offset = cq_files.get_max_offset() // CQ_STORE_UNIT_SIZE
         if max_offset == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
         if offset < min_offset:
@@ -685,17 +689,18 @@ class MessageStore:
         if offset > max_offset:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, min_offset if min_offset == 0 else max_offset,
                              min_offset, max_offset)
-        units = cq.get_unit_bytes(offset)
-        if units is None:
-            nxt = (offset * 20 // cq.mapped_file_size + 1) * cq.mapped_file_size // 20
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
+        unit_offset = offset * CQ_STORE_UNIT_SIZE
+        mf = cq_files.find_mapped_file_by_offset(unit_offset) if unit_offset >= min_logic else None
         cfg = self.config
         codes, exact = tag_filter if tag_filter is not None else (None, None)
-        messages, consumed, code, total, _max_phy = select_messages(
-            units, self.commit_log.mapped_file_queue._files,      # the list is read only, taken whole
+        found = None if mf is None else select_queue(
+            mf, unit_offset - mf.file_from_offset, self.commit_log.mapped_file_queue._files,   # read only, whole
             cfg.mapped_file_size_commit_log, max_count, cfg.max_transfer_bytes_on_message_in_memory,
             cfg.max_transfer_count_on_message_in_memory, codes, exact)
-        del units
+        if found is None:
+            nxt = (unit_offset // cq.mapped_file_size + 1) * cq.mapped_file_size // CQ_STORE_UNIT_SIZE
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
+        messages, consumed, code, total, _max_phy = found
         status = (GetStatus.FOUND if code == SELECT_FOUND else
                   GetStatus.MESSAGE_WAS_REMOVING if code == SELECT_MESSAGE_WAS_REMOVING else
                   GetStatus.NO_MATCHED_MESSAGE)
