@@ -646,17 +646,20 @@ class MessageStore:
         """Pull up to ``max_count`` messages of one queue from logical ``offset`` (RocketMQ's getMessage, same
         statuses and next_begin_offset). ``tags`` filters by tag ("TagA || TagB"); ``wait`` > 0 long-polls: it
         returns as soon as a message at ``offset`` arrives, or at the timeout."""
-        queue_id = _int_arg("queue_id", queue_id, INT_MIN, INT_MAX)
-        offset = _int_arg("offset", offset, LONG_MIN, LONG_MAX)
-        max_count = _int_arg("max_count", max_count, INT_MIN, INT_MAX)
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
-        if max_count <= 0:
-            raise ValueError(f"max_count must be > 0, got {max_count}")
-        tag_filter = parse_tag_filter(tags)
+        if not (type(queue_id) is int and type(offset) is int and type(max_count) is int        # the common case
+                and INT_MIN <= queue_id <= INT_MAX and 0 <= offset <= LONG_MAX and 0 < max_count <= INT_MAX):
+            queue_id = _int_arg("queue_id", queue_id, INT_MIN, INT_MAX)
+            offset = _int_arg("offset", offset, LONG_MIN, LONG_MAX)
+            max_count = _int_arg("max_count", max_count, INT_MIN, INT_MAX)
+            if offset < 0:
+                raise ValueError(f"offset must be >= 0, got {offset}")
+            if max_count <= 0:
+                raise ValueError(f"max_count must be > 0, got {max_count}")
+        tag_filter = None if tags is None else parse_tag_filter(tags)
         deadline = time.monotonic() + wait if wait > 0 else None
         while True:
-            self._check_running()
+            if self._closed or not self._running:
+                self._check_running()
             result = self._get(topic, queue_id, offset, max_count, tag_filter)
             if deadline is None or result.status not in _WAITABLE:
                 return result
