@@ -320,6 +320,72 @@ _INDEX_ITEM_STRUCT = struct.Struct(">iqii")
 _INT32_MAX = 0x7FFFFFFF
 
 
+SELECT_FOUND, SELECT_NO_MATCHED_MESSAGE, SELECT_MESSAGE_WAS_REMOVING = 0, 1, 2
+
+
+def select_messages(units, files, file_size: int, max_count: int, max_transfer_bytes: int,
+                    max_transfer_count: int, tag_codes=None, exact_tags=None):
+    """DefaultMessageStore.getMessage's loop over consume-queue units as rmqcore runs it (the twin of
+    ``_codec.select_messages`` / ``select_queue``): ``(commitlog offsets found, units consumed, status, bytes,
+    max physical offset pulled)``.
+
+    ``files``: the commitlog's files in order as ``(file_from_offset, readable bytes or None for a closed file)``.
+    RocketMQ's rules: look at most max(16000, max_count * 20) / 20 units; stop before a unit once the batch is full
+    (``max_count`` messages, ``max_transfer_bytes`` or ``max_transfer_count``); a unit whose tags code is not in
+    ``tag_codes`` is passed over; a unit pointing outside the files (or a non-positive size) is MESSAGE_WAS_REMOVING
+    while nothing was found, and the units after it that point into the same file are passed over; a unit whose
+    bytes are not one whole record of exactly its size is skipped (removing while nothing was found); with
+    ``exact_tags``, a record whose TAGS property is not among them is passed over.
+    """
+    units = bytes(units)
+    nunits = len(units) // 20
+    out: list[int] = []
+    status, total, max_phy, consumed = SELECT_NO_MATCHED_MESSAGE, 0, 0, 0
+    if not files or nunits == 0:
+        return out, 0, status, 0, 0
+    first_from = files[0][0]
+    next_phy_file_start = -1
+    max_filter = max(16000, max_count * 20) // 20
+    i = 0
+    while i < nunits and i < max_filter:
+        offset, size, tags = struct.unpack_from(">qiq", units, i * 20)
+        max_phy = offset
+        i += 1
+        if next_phy_file_start != -1 and offset < next_phy_file_start:
+            continue
+        if total and out and (len(out) >= max_count or total + size > max_transfer_bytes
+                              or len(out) > max_transfer_count - 1):
+            i -= 1
+            break
+        if tag_codes is not None and tags not in tag_codes:
+            continue
+        findex = (offset - first_from) // file_size if offset >= first_from else -1
+        data = files[findex][1] if 0 <= findex < len(files) and size > 0 else None
+        pos = offset - (first_from + findex * file_size)
+        if data is None or pos + size > len(data):
+            if total == 0:
+                status = SELECT_MESSAGE_WAS_REMOVING
+            # CommitLog.rollNextFile: offset + size - offset % size, Java's remainder (a negative offset's too)
+            next_phy_file_start = offset + file_size - (abs(offset) % file_size) * (1 if offset >= 0 else -1)
+            continue
+        try:
+            rec = decode_message(data[pos:pos + size])
+        except CorruptRecordError:
+            rec = None
+        if rec is None or rec["store_size"] != size:
+            if total == 0:
+                status = SELECT_MESSAGE_WAS_REMOVING
+            continue
+        if exact_tags is not None and rec["properties"].get("TAGS") not in exact_tags:
+            continue
+        out.append(offset)
+        total += size
+        status = SELECT_FOUND
+        next_phy_file_start = -1
+    consumed = i
+    return out, consumed, status, total, max_phy
+
+
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     return INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE + index_num * INDEX_SIZE
 

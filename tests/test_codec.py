@@ -2,7 +2,7 @@
 import struct
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from rmqcore import CorruptRecordError, Message, MessageIllegalError, PutStatus
 from rmqcore import _codec as C
@@ -263,3 +263,89 @@ def test_host_parsing_errors_are_clear():
         C.host_to_bytes("nohost")
     with pytest.raises(ValueError):
         C.host_to_bytes("300.1.1.1:80")
+
+
+# -- the pull loop: select_messages / select_queue == reference.select_messages ----------------------------------------
+
+PULL_FILE = 4096
+PULL_TAGS = ["TagA", "TagB", "Aa", "BB", None]     # "Aa" and "BB": one Java hash code, told apart by exact_tags
+
+
+@st.composite
+def pull_cases(draw):
+    """Commitlog files (records, then a blank) and the units a consume queue could hold for them: each record's
+    own unit, and hostile ones (mid-record, wrong size, outside the files, non-positive size, a stranger's tags)."""
+    nfiles = draw(st.integers(1, 3))
+    first_from = draw(st.sampled_from([0, PULL_FILE * 5]))
+    files, records = [], []
+    for f in range(nfiles):
+        data = bytearray()
+        for k in range(draw(st.integers(0, 6))):
+            body = draw(st.binary(max_size=500))
+            tag = draw(st.sampled_from(PULL_TAGS))
+            offset = first_from + f * PULL_FILE + len(data)
+            rec = R.encode_message(topic="Pull", body=body, queue_id=0, physical_offset=offset, queue_offset=k,
+                                   properties={"TAGS": tag} if tag else None, version=draw(st.sampled_from([1, 2])))
+            if len(data) + len(rec) + 8 > PULL_FILE:
+                break
+            data += rec
+            records.append((offset, len(rec), R.tags_code(tag)))
+        files.append(bytes(data))
+    unit_choices = st.one_of(
+        st.sampled_from(records) if records else st.nothing(),
+        st.builds(lambda r, d: (r[0] + d, r[1], r[2]), st.sampled_from(records) if records else st.nothing(),
+                  st.integers(-40, 40)),
+        st.builds(lambda r, d: (r[0], r[1] + d, r[2]), st.sampled_from(records) if records else st.nothing(),
+                  st.sampled_from([-1, 1, -100])),
+        st.tuples(st.integers(-10, first_from + (nfiles + 2) * PULL_FILE), st.integers(-5, 2000),
+                  st.sampled_from([R.tags_code(t) for t in PULL_TAGS] + [0, -1])),
+    )
+    units = draw(st.lists(unit_choices, max_size=24))
+    if draw(st.booleans()):
+        units = sorted(units)                   # a queue's units point forward
+    closed = draw(st.sampled_from([None] + list(range(nfiles))))
+    return first_from, files, units, closed
+
+
+@settings(max_examples=400, deadline=None)
+@given(pull_cases(), st.integers(1, 8), st.integers(1, 4000), st.integers(1, 8),
+       st.sampled_from([None, ["TagA"], ["TagA", "TagB"], ["TagC"], ["Aa"]]), st.integers(0, 3))
+def test_pull_loop_is_the_reference(tmp_path_factory, case, max_count, max_bytes, max_transfer_count, tags, skip):
+    from rmqcore._mapped_file import MappedFile
+    first_from, datas, units, closed = case
+    root = tmp_path_factory.mktemp("pull")
+    files = []
+    for f, data in enumerate(datas):
+        mf = MappedFile(str(root / ("%020d" % (first_from + f * PULL_FILE))), PULL_FILE, runway=0)
+        if data:
+            assert mf.append(data)
+        files.append(mf)
+    raw = b"".join(struct.pack(">qiq", o, s, t) for o, s, t in units)
+    codes = None if tags is None else {R.tags_code(t) for t in tags}
+    exact = None if tags is None else set(tags)
+    try:
+        if closed is not None:
+            files[closed].close()
+        ref_files = [(first_from + f * PULL_FILE, None if f == closed else data) for f, data in enumerate(datas)]
+        want = R.select_messages(raw, ref_files, PULL_FILE, max_count, max_bytes, max_transfer_count, codes, exact)
+        msgs, *rest = C.select_messages(raw, files, PULL_FILE, max_count, max_bytes, max_transfer_count, codes, exact)
+        assert ([m.commitlog_offset for m in msgs], *rest) == (want[0], *want[1:])
+        assert all(bytes(m.body) == R.decode_message(ref_files[(m.commitlog_offset - first_from) // PULL_FILE][1],
+                                                     m.commitlog_offset % PULL_FILE)["body"] for m in msgs)
+        # the same units read in place from a consume-queue file, from unit ``skip`` on
+        (root / "cq").mkdir()
+        cq = MappedFile(str(root / "cq" / ("%020d" % 0)), 20 * 32, runway=0)
+        if raw:
+            assert cq.append(raw)
+        got = C.select_queue(cq, skip * 20, files, PULL_FILE, max_count, max_bytes, max_transfer_count, codes, exact)
+        tail = raw[skip * 20:]
+        if not tail:
+            assert got is None
+        else:
+            want = R.select_messages(tail, ref_files, PULL_FILE, max_count, max_bytes, max_transfer_count, codes,
+                                     exact)
+            assert ([m.commitlog_offset for m in got[0]], *got[1:]) == (want[0], *want[1:])
+        cq.close()
+    finally:
+        for mf in files:
+            mf.close()
