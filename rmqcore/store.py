@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, current_millis, java_hash_code, look_record,
-                     pickup_store_timestamp, query_messages, select_queue)
+from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, SELECT_NO_MATCHED_MESSAGE, current_millis,
+                     java_hash_code, look_record, pickup_store_timestamp, query_messages, select_queue)
 from ._dispatch import queue_runs
 from ._flush import DurablePuts
 from .checkpoint import StoreCheckpoint
@@ -42,6 +42,8 @@ from .transient_store_pool import TransientStorePool
 log = logging.getLogger(__name__)
 
 _WAITABLE = (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MATCHED_LOGIC_QUEUE)
+_SELECT_STATUS = {SELECT_FOUND: GetStatus.FOUND, SELECT_NO_MATCHED_MESSAGE: GetStatus.NO_MATCHED_MESSAGE,
+                  SELECT_MESSAGE_WAS_REMOVING: GetStatus.MESSAGE_WAS_REMOVING}     # the pull loop's codes
 _UNIT = {"s": 1000, "m": 60 * 1000, "h": 3600 * 1000, "d": 24 * 3600 * 1000}
 
 
@@ -674,7 +676,8 @@ class MessageStore:
                     self._arrived.wait(min(remaining, 0.5))
 
     def _get(self, topic, queue_id, offset, max_count, tag_filter) -> GetResult:
-        cq = self.find_consume_queue(topic, queue_id, create=False)
+        queues = self._consume_queues.get(topic)          # find_consume_queue(create=False) without its frame
+        cq = queues.get(queue_id) if queues is not None else None
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         # ConsumeQueue's min/max offsets and get_unit_bytes inline: a pull of a few messages (a caught-up consumer)
@@ -704,10 +707,7 @@ class MessageStore:
             nxt = (unit_offset // cq.mapped_file_size + 1) * cq.mapped_file_size // CQ_STORE_UNIT_SIZE
             return GetResult(GetStatus.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
         messages, consumed, code, total, _max_phy = found
-        status = (GetStatus.FOUND if code == SELECT_FOUND else
-                  GetStatus.MESSAGE_WAS_REMOVING if code == SELECT_MESSAGE_WAS_REMOVING else
-                  GetStatus.NO_MATCHED_MESSAGE)
-        return GetResult(status, offset + consumed, min_offset, max_offset, messages, total)
+        return GetResult(_SELECT_STATUS[code], offset + consumed, min_offset, max_offset, messages, total)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's max logical offset: one past its last message (0 for an unknown queue)."""
