@@ -25,9 +25,8 @@ from rmqcore._c cimport rmq_crc32, rmq_find_byte, rmq_load_be32, rmq_load_be64, 
     rmq_store_be64
 from rmqcore._codec cimport (CRC32_RESERVED_LEN, FLAG_BORNHOST_V6, FLAG_STOREHOSTADDRESS_V6, MESSAGE_MAGIC_CODE,
                              cal_msg_length_c, next_pair, now_ms, put_crc_placeholder, put_pair,
-                             RECORD_OK, TRANSACTION_ROLLBACK_TYPE, EncodeBuffer, EncodedRecord, RecordView, _Buffer,
-                             find_property, parse_record)
-from rmqcore._mapped_file cimport MappedFile
+                             TRANSACTION_ROLLBACK_TYPE, EncodeBuffer, EncodedRecord, _RecordFinder, RecordView,
+                             find_property)
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize_ "PyUnicode_AsUTF8AndSize" (object s, Py_ssize_t *size) except NULL
@@ -204,71 +203,6 @@ cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message
     if pl.props_n > PROPERTIES_MAX_LENGTH or pl.rv.body_len > max_message_size or total > max_message_size:
         return PLAN_SLOW                  # (a generated UNIQ_KEY is counted by the caller)
     return PLAN_FAST
-
-
-cdef class _RecordFinder:
-    """The record a consume-queue unit points at, as select_messages finds it: its file by offset, whole and valid
-    within what is readable, of the unit's size. Holds a buffer on each file it looked at until ``release()``."""
-    cdef list files, bufs
-    cdef int64_t file_size, first_from
-    cdef Py_ssize_t nfiles
-    cdef const unsigned char **base
-    cdef int64_t *avail
-
-    def __cinit__(self, list files not None, int64_t file_size):
-        self.files = files
-        self.nfiles = len(files)
-        self.file_size = file_size
-        self.bufs = [None] * self.nfiles
-        self.first_from = (<MappedFile>files[0]).file_from_offset if self.nfiles else 0
-        self.base = <const unsigned char **>malloc(<size_t>max(self.nfiles, 1) * sizeof(void *))
-        self.avail = <int64_t *>malloc(<size_t>max(self.nfiles, 1) * sizeof(int64_t))
-        if self.base == NULL or self.avail == NULL:
-            raise MemoryError()
-        for k in range(self.nfiles):
-            self.avail[k] = -1            # not looked at yet
-
-    cdef const unsigned char *find(self, int64_t offset, int32_t size, RecordView *rv) except? NULL:
-        cdef Py_ssize_t findex
-        cdef int64_t pos
-        cdef const unsigned char *p
-        cdef _Buffer b
-        cdef MappedFile mf
-        if offset < self.first_from or size <= 0 or self.file_size <= 0:
-            return NULL
-        findex = (offset - self.first_from) // self.file_size
-        if findex >= self.nfiles:
-            return NULL
-        if self.avail[findex] == -1:
-            mf = <MappedFile>self.files[findex]
-            v = mf.select(0, mf.read_position_c())
-            self.avail[findex] = 0
-            if v is not None:
-                b = _Buffer()
-                b.acquire(v)
-                self.bufs[findex] = b
-                self.base[findex] = <const unsigned char *>b.view.buf
-                self.avail[findex] = b.view.len
-        pos = offset - (self.first_from + findex * self.file_size)
-        if pos + size > self.avail[findex]:
-            return NULL
-        p = self.base[findex] + pos
-        if parse_record(p, size, rv, False) == RECORD_OK and rv.total_size == size:
-            return p
-        return NULL
-
-    cdef release(self):
-        cdef _Buffer b
-        for b in self.bufs:
-            if b is not None:
-                b.release()
-        self.bufs = [None] * self.nfiles
-        for k in range(self.nfiles):
-            self.avail[k] = -1
-
-    def __dealloc__(self):
-        free(self.base)
-        free(self.avail)
 
 
 cdef int64_t _TIMER_NO_RECORD = -(1 << 63)
