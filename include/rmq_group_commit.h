@@ -150,36 +150,31 @@ static inline void rmq_gc_wake_locked(rmq_group_commit *g, rmq_gc_waiter *w)
     pthread_cond_signal(&w->cond);
 }
 
-/* Pass the baton: wake the oldest sleeper a flush covered. */
-static inline void rmq_gc_release_one_locked(rmq_group_commit *g)
+/* The oldest sleeper a flush covered (covered), or the oldest no flush covered yet; NULL when there is none. */
+static inline rmq_gc_waiter *rmq_gc_oldest_locked(rmq_group_commit *g, int covered)
 {
     rmq_gc_waiter *w;
     for (w = g->head; w; w = w->next)
-        if (w->offset <= g->flushed) {
-            rmq_gc_wake_locked(g, w);
-            return;
-        }
+        if ((w->offset <= g->flushed) == (covered != 0))
+            return w;
+    return NULL;
+}
+
+/* Pass the baton: wake the oldest sleeper a flush covered. */
+static inline void rmq_gc_release_one_locked(rmq_group_commit *g)
+{
+    rmq_gc_waiter *w = rmq_gc_oldest_locked(g, 1);
+    if (w)
+        rmq_gc_wake_locked(g, w);
 }
 
 /* Wake the oldest sleeper no flush covered, to lead the next flush; 0 when there is none. */
 static inline int rmq_gc_wake_leader_locked(rmq_group_commit *g)
 {
-    rmq_gc_waiter *w;
-    for (w = g->head; w; w = w->next)
-        if (w->offset > g->flushed) {
-            rmq_gc_wake_locked(g, w);
-            return 1;
-        }
-    return 0;
-}
-
-static inline int rmq_gc_has_uncovered_locked(rmq_group_commit *g)
-{
-    rmq_gc_waiter *w;
-    for (w = g->head; w; w = w->next)
-        if (w->offset > g->flushed)
-            return 1;
-    return 0;
+    rmq_gc_waiter *w = rmq_gc_oldest_locked(g, 0);
+    if (w)
+        rmq_gc_wake_locked(g, w);
+    return w != NULL;
 }
 
 static inline void rmq_gc_wake_all_locked(rmq_group_commit *g)
@@ -231,7 +226,7 @@ static inline void rmq_gc_request(rmq_group_commit *g, int64_t offset)
 {
     pthread_mutex_lock(&g->mu);
     rmq_gc_request_locked(g, offset);
-    if (offset > g->flushed && !g->flushing && !rmq_gc_has_uncovered_locked(g))
+    if (offset > g->flushed && !g->flushing && !rmq_gc_oldest_locked(g, 0))
         pthread_cond_signal(&g->has_request);
     pthread_mutex_unlock(&g->mu);
 }
