@@ -417,3 +417,30 @@ def test_writer_one_store_per_broker_across_tasks(spark, tmp_path, store, expect
     with pytest.raises(Exception):
         bad.write.format("rocketmq-store").mode("append").option("broker", "other").save(out)
     assert os.listdir(out) == ["solo"]
+
+
+def test_abort_removes_the_pieces_of_killed_tasks_once_they_let_go(tmp_path):
+    # A task Spark kills when the job fails sends no commit message: its piece is found by the job's name, and
+    # removed only once the task lets go of it (here a child process holding the piece's lock for 0.5 s, then
+    # exiting as a killed worker would). Another job's piece is left alone.
+    import time
+    from rmqcore.spark.source import RocketMQStoreWriter, _WRITING
+    root = tmp_path / "out"
+    root.mkdir()
+    w = RocketMQStoreWriter({"path": str(root)}, ["topic", "body"], False)
+    mine = root / f".b.piece-{w.job}-00001-0123456789ab"
+    other = root / ".b.piece-ffffffffffff-00000-0123456789ab"
+    for d in (mine, other):
+        d.mkdir()
+        (d / _WRITING).touch()
+        (d / "commitlog").mkdir()
+    child = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                              "fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+                              "print('held', flush=True); time.sleep(0.5)", str(mine / _WRITING)],
+                             stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"held\n"
+    t0 = time.monotonic()
+    w.abort([])
+    assert time.monotonic() - t0 >= 0.3                 # it waited for the task
+    child.wait(10)
+    assert os.listdir(root) == [other.name]

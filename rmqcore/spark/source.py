@@ -50,10 +50,12 @@ Filter pushdown is opt-in (``register(spark, pushdown=True)`` registers ``rocket
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import logging
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -430,8 +432,9 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
     """One store per broker, however the rows are partitioned: each task writes its rows of each broker into a
     small temporary piece (``root/.{broker}.piece-…``); the driver's commit merges a broker's pieces, in
     partition order, into ``root/.{broker}.tmp-…`` with the asked geometry (``storeConfig``) and renames it to
-    ``root/{broker}``. A failed task deletes its pieces, an aborted job every piece, a failed commit what it made.
-    Save modes: append and the default (errorifexists) write new brokers only; overwrite replaces them."""
+    ``root/{broker}``. A failed task deletes its pieces, an aborted job every piece of the job (also those of tasks
+    Spark killed, once they are gone: each task holds a lock in its pieces while it writes), a failed commit what
+    it made. Save modes: append and the default (errorifexists) write new brokers only; overwrite replaces them."""
 
     def __init__(self, options: dict, columns: list[str], overwrite: bool):
         o = {k.lower(): v for k, v in options.items()}
@@ -444,6 +447,7 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
             if need not in columns:
                 raise ValueError(f"rocketmq-store writer needs a {need!r} column")
         self.root = os.path.abspath(o["path"])
+        self.job = uuid.uuid4().hex[:12]        # made on the driver: names every piece of this job's tasks
         self.options = o
         self.overwrite = overwrite
         self.columns = columns
@@ -461,13 +465,16 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
         stores: dict = {}
         dirs: dict = {}
         counts: dict = {}
+        locks: list = []
         try:
             for batch in iterator:
                 for broker, part in _arrow_parts(batch, default_broker).items():
                     if broker not in stores:
-                        d = os.path.join(self.root, f".{broker}.piece-{partition:05d}-{uuid.uuid4().hex[:12]}")
+                        d = os.path.join(self.root, f".{broker}{_PIECE}{self.job}-{partition:05d}-"
+                                                    f"{uuid.uuid4().hex[:12]}")
                         dirs[broker] = d
                         stores[broker] = MessageStore.open(d, cfg)
+                        locks.append(_hold(os.path.join(d, _WRITING)))
                         counts[broker] = 0
                     _put_arrow(stores[broker], broker, part)
                     counts[broker] += part.num_rows
@@ -479,6 +486,9 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
             for d in dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
             raise
+        finally:
+            for fd in locks:
+                os.close(fd)
         return StoreWritten(self.root, dirs, counts, partition)
 
     def commit(self, messages):
@@ -527,6 +537,50 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
             if m is not None:
                 for tmp in m.stores.values():
                     shutil.rmtree(tmp, ignore_errors=True)
+        # Pieces no message names: tasks Spark killed when the job failed (their Python worker may still be
+        # writing, or was killed mid-write) or that ended after it. Each is removed once its task lets go of it.
+        for _ in range(5):
+            if not _remove_pieces(self.root, self.job):
+                break
+
+
+_PIECE = ".piece-"
+_WRITING = ".writing"                       # a task holds an exclusive flock on it while it writes its piece
+
+
+def _hold(path: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _remove_pieces(root: str, job: str, wait: float = 60.0) -> int:
+    """Delete the pieces of ``job`` under ``root``, each once no task holds it (at most ``wait`` s); how many."""
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(".") and f"{_PIECE}{job}-" in n]
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            fd = os.open(os.path.join(path, _WRITING), os.O_RDWR)
+        except OSError:
+            fd = None                           # not locked yet (or gone): its task fails when the piece goes
+        if fd is not None:
+            try:
+                deadline = time.monotonic() + wait
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            break
+                        time.sleep(0.05)
+            finally:
+                os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+    return len(names)
 
 
 def _to_ms(ts) -> int:
