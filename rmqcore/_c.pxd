@@ -49,7 +49,8 @@ cdef extern from "rmq_runway.h" nogil:
     int rmq_runway_extend(int fd, unsigned char *base, int64_t size, int64_t start, int64_t end,
                           int populate) noexcept
     int rmq_runway_discard(int fd, int64_t size, int64_t start) noexcept
-    int rmq_runway_write_zeros(int fd, int64_t size, int64_t start, int64_t end, int sync) noexcept
+    int rmq_runway_write_zeros(int fd, unsigned char *base, int64_t size, int64_t start, int64_t end,
+                               int sync) noexcept
     int rmq_pwrite_size_last(int fd, const unsigned char *src, size_t n, int64_t pos, int size_last) noexcept
     int rmq_event_init(rmq_event *e) noexcept
     void rmq_event_destroy(rmq_event *e) noexcept

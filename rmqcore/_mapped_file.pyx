@@ -303,7 +303,8 @@ cdef class MappedFile:
                 rmq_atomic_store_i64(&self._copied, 0)
                 rmq_atomic_store_i64(&self._pwritten, 0)
                 if err == 0 and mapped:
-                    err = rmq_runway_write_zeros(self.fd, self.file_size, have, end, self._sync_writes)
+                    err = rmq_runway_write_zeros(self.fd, self.base, self.file_size, have, end,
+                                                 self._sync_writes)
                 # From the next page: the page holding ``have`` may hold data (and rmq_prefault_write's fallback for
                 # old kernels writes a byte per page).
                 page = (have + RMQ_OS_PAGE_SIZE - 1) & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1)

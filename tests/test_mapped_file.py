@@ -308,3 +308,26 @@ def test_flush_unmaps_whole_written_pages_and_keeps_their_bytes(tmp_path):
         mf.close()
     with open(mf.file_name, "rb") as f:
         assert f.read(len(data) + 4) == data + b"tail"
+
+
+def test_sync_runway_leaves_the_stretch_being_filled_writable(tmp_path):
+    # Under SYNC_FLUSH the runway syncs each new stretch of zeros (extent conversion). That sync must cover the new
+    # stretch only: syncing the whole file wrote back and write-protected the pages of the stretch the writer was
+    # still filling, and each of them then cost a write fault on the put path.
+    import resource
+    mib = 1 << 20
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), 16 * mib, runway=mib, sync_writes=True,
+                    pwrite_min=-1)
+    rec = b"r" * 1000
+    try:
+        while mf.wrote_position < mib // 2 + 1:
+            mf.append(rec)
+        mf.prepare_runway()                          # the next stretch: zeros written, synced, mapped
+        assert mf.allocated_position > mib
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        while mf.wrote_position < mib - len(rec):    # the rest of the first stretch: ~120 pages
+            mf.append(rec)
+        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+        assert faults < 20, f"{faults} page faults appending into a runway stretch already mapped"
+    finally:
+        mf.close()
