@@ -9,7 +9,9 @@ workers), read from /proc, so they compare the Spark path's cost with the decode
 the JVM, the Python workers and the driver (the S3 rows' driver share includes the moto server, a child of this
 process). The "Spark floor" row is the same count() through a Python data source that reads nothing with as
 many tasks: Spark's own cost per query and task, which no reader can go below; the row under each local read
-is its cost above that floor, the part that grows with the data.
+is its cost above that floor, the part that grows with the data. The limit rows (local[1]) materialise every
+row through Spark's noop sink, from this source and from the same rows in an uncompressed Parquet file read by
+Spark's own vectorised reader: what a JVM-native columnar source costs Spark for the same rows.
 """
 from __future__ import annotations
 
@@ -131,14 +133,22 @@ def _floor_source():
     return FloorSource
 
 
-def _timed_count(df, repeat: int = 2):
-    """(rows, wall s, CPU s, tasks, {process class: CPU s}) of the warm count() that cost the least CPU of
-    ``repeat`` (the machine is shared: the least is the closest to the path's own cost)."""
-    df.count()                                   # cold: worker start-up, planning
+def _noop_write(df) -> int:
+    """Every row of ``df`` with every column materialised, nothing kept (Spark's ``noop`` sink): a read that a
+    columnar source cannot answer from row counts, as it may a ``count()``."""
+    df.write.format("noop").mode("overwrite").save()
+    return -1
+
+
+def _timed_count(df, repeat: int = 2, action=None):
+    """(rows, wall s, CPU s, tasks, {process class: CPU s}) of the warm count() (or ``action(df)``) that cost the
+    least CPU of ``repeat`` (the machine is shared: the least is the closest to the path's own cost)."""
+    action = action or (lambda d: d.count())
+    action(df)                                   # cold: worker start-up, planning
     best = None
     for _ in range(repeat):
         c0, t0 = tree_cpu_seconds(True), time.perf_counter()
-        n = df.count()
+        n = action(df)
         wall = time.perf_counter() - t0
         c1 = tree_cpu_seconds(True)
         by = {k: c1.get(k, 0) - c0.get(k, 0) for k in set(c0) | set(c1)}
@@ -147,9 +157,10 @@ def _timed_count(df, repeat: int = 2):
     return best
 
 
-def bench_spark(master, roots, split):
+def bench_spark(master, roots, split, parquet=None):
     """{label: (rows, wall s, cpu s, tasks, {process class: cpu s})} for warm full and narrow count()s of each
-    root, and for the floor source with as many tasks."""
+    root, and for the floor source with as many tasks; with ``parquet`` (the same rows as a Parquet file), the
+    limit rows: Spark's own vectorised Parquet reader and this source, each materialising every row (noop sink)."""
     from rmqcore.spark import session
     spark = session(master, "rmqcore-bench", conf={"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
@@ -163,6 +174,13 @@ def bench_spark(master, roots, split):
                 out[f"{label}, {kind}"] = _timed_count(df)
         tasks = out[f"{next(iter(roots))}, all 22 columns"][3]
         out["floor"] = _timed_count(spark.read.format("spark-floor").option("partitions", tasks).load())
+        if parquet is not None:
+            root = next(iter(roots.values()))
+            pq_full = spark.read.parquet(parquet)
+            for kind, cols in (("all 22 columns", None), ("2 columns", ["topic", "queue_offset"])):
+                src = spark.read.format("rocketmq-store").option("splitSize", split).load(root)
+                for name, df in (("parquet", pq_full), ("noop", src)):
+                    out[f"{name}, {kind}"] = _timed_count(df.select(*cols) if cols else df, action=_noop_write)
     finally:
         spark.stop()
     return out
@@ -179,6 +197,7 @@ def main():
     ap.add_argument("--split", default="16m", help="splitSize for the Spark reads")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--no-parquet", action="store_true", help="skip the Parquet limit rows")
     a = ap.parse_args()
     from rmqcore.spark.schema import COLUMN_NAMES
     d = tempfile.mkdtemp(prefix="rmq-spark-bench-")
@@ -206,12 +225,36 @@ def main():
             from spark_s3 import S3Server
             server = S3Server()
             roots["S3 (moto, 127.0.0.1)"] = server.upload(root, "broker-a")
+        parquet = None
+        if not a.no_parquet:
+            # The same rows as one uncompressed Parquet file (pyarrow): what Spark's native columnar reader costs
+            # for them is the bound any data source's read has on this Spark.
+            import pyarrow.parquet as pq
+            from rmqcore.spark.arrow import iter_segment_batches
+            parquet = os.path.join(d, "rows.parquet")
+            fields = [(c, True) for c in COLUMN_NAMES]
+            writer = None
+            for s in sorted(os.listdir(os.path.join(root, "commitlog"))):
+                for b in iter_segment_batches(SegmentRead(os.path.join(root, "commitlog", s), "b"), fields):
+                    if writer is None:
+                        writer = pq.ParquetWriter(parquet, b.schema, compression="none")
+                    writer.write_batch(b)
+            writer.close()
         results = {}
         for master in ("local[1]", "local[2]"):
-            res = bench_spark(master, roots if master == "local[2]" else {"local": root}, a.split)
+            res = bench_spark(master, roots if master == "local[2]" else {"local": root}, a.split,
+                              parquet if master == "local[1]" else None)
             for label, v in res.items():
                 results[(master, label)] = v
         for (master, label), (n, wall, cpu, parts, by) in results.items():
+            if label.startswith(("parquet, ", "noop, ")):
+                kind = label.split(", ", 1)[1]
+                what = ("Spark's own Parquet reader (limit: the same rows, uncompressed, vectorised)"
+                        if label.startswith("parquet") else "rocketmq-store")
+                print(f"| {what} {master}, {kind}, noop write (every row materialised), warm | "
+                      f"{data_mb / wall:,.0f} MB/s | {data_mb / cpu:,.0f} MB per CPU-s = "
+                      f"{data_mb / cpu / decode[kind]:.2f}x the decoder ({cpu:.2f} CPU-s: {_split_cpu(by)}) |")
+                continue
             if label == "floor":
                 print(f"| Spark floor {master}: count() of a Python data source reading nothing, {parts} tasks | "
                       f"{wall:.2f} s | {cpu:.2f} CPU-s ({_split_cpu(by)}) |")
