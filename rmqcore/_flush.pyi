@@ -59,6 +59,9 @@ class GroupCommit:
     @property
     def served(self) -> int: ...
     @property
+    def flush_time_ns(self) -> int:
+        """How long a flush takes, a moving average (ns)."""
+    @property
     def stalls(self) -> int:
         """Covered puts that woke on their own timer (no put after them passed them the baton)."""
     @property

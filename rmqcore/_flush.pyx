@@ -25,6 +25,7 @@ cdef extern from "rmq_group_commit.h" nogil:
         int64_t led
         int64_t linger_ns
         int64_t stalls
+        int64_t flush_ewma_ns
         int closed
     int RMQ_GC_LEADER, RMQ_GC_FLUSHED, RMQ_GC_TIMEOUT, RMQ_GC_FAILED, RMQ_GC_CLOSED
     int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
@@ -260,6 +261,11 @@ cdef class GroupCommit:
     @property
     def served(self):
         return self.g.served
+
+    @property
+    def flush_time_ns(self):
+        """How long a flush takes, a moving average (ns)."""
+        return self.g.flush_ewma_ns
 
     @property
     def stalls(self):
