@@ -42,6 +42,13 @@ cdef extern from "rmq_bytes.h" nogil:
     void rmq_copy_size_last(unsigned char *dst, const unsigned char *src, size_t n) noexcept
 
 
+cdef extern from "rmq_ring.h" nogil:
+    void rmq_ring_copy_in(unsigned char *ring, int64_t mask, int64_t at, const unsigned char *src,
+                          int64_t n) noexcept
+    int rmq_ring_commit(int fd, const unsigned char *ring, int64_t mask, int64_t file_from, int64_t start,
+                        int64_t end) noexcept
+
+
 cdef extern from "rmq_runway.h" nogil:
     ctypedef struct rmq_event:
         int poked

@@ -2169,6 +2169,10 @@ cdef class CommitLogWriter:
         cdef MappedFile mf = self.current
         if mf is not None and not mf._closed and rmq_atomic_load_i64(&mf._wrote) < mf.file_size:
             return mf
+        if mf is not None and mf._ring != NULL and not mf._closed:
+            # The full file's last records may still wait in the write ring, where the next file's go on: into
+            # the file with them before they can be overwritten.
+            mf.commit()
         mf = self.mapped_file_queue.get_last_mapped_file()
         self.current = mf
         return mf
@@ -2417,6 +2421,11 @@ cdef MappedFile _hold_record(list files, int64_t first_from, int64_t file_size, 
     if pos < 0 or pos >= mf.file_size or not mf.hold():
         return None
     readable = mf.read_position_c()
+    if pos >= readable and mf._ring != NULL and pos < rmq_atomic_load_i64(&mf._wrote):
+        # Appended, still in the write ring (SYNC_FLUSH, before its flush): a put's record is readable by its
+        # offset once the put returns, as RocketMQ's is.
+        if mf.commit_ring_c() == 0:
+            readable = mf.read_position_c()
     if pos >= readable or parse_record(mf.base + pos, readable - pos, rv, check_crc) != RECORD_OK:
         mf.release()
         return None

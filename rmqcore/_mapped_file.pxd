@@ -9,6 +9,11 @@ cdef class WakeEvent:
     cdef rmq_event ev                   # poked from C without the GIL; the waiting thread waits here without it
 
 
+cdef class WriteRing:
+    cdef unsigned char *data
+    cdef readonly int64_t size
+
+
 cdef class MappedFile:
     cdef readonly str file_name          # full path
     cdef readonly int64_t file_from_offset  # global offset of byte 0: the file's 20-digit name
@@ -31,10 +36,17 @@ cdef class MappedFile:
     cdef int64_t _allocated
     cdef int64_t _runway
     cdef bint _populate
-    # SYNC_FLUSH commitlog files: appends go through pwrite (a sync then never takes a write-protect fault per
-    # page, as mapped writes do) into runway blocks written with zeros ahead of time; _extend_mu keeps the zeroing
-    # of a stretch from racing with data written there.
+    # SYNC_FLUSH commitlog files: the runway's blocks are written with zeros and synced ahead of the writer (a
+    # group-commit sync then writes data only); _extend_mu keeps the zeroing of a stretch from racing with data.
     cdef bint _sync_writes
+    # ... and appends wait in the store's write ring (rmq_ring.h) until a flush commits them with pwrite:
+    # [_committed, _wrote) is in the ring. _direct_end: an append too large for the ring went into the file
+    # directly, up to there (a commit that reaches it skips it). _commit_mu: one committer at a time.
+    cdef unsigned char *_ring
+    cdef int64_t _ring_mask
+    cdef object _ring_owner             # the WriteRing, kept alive while this file uses it
+    cdef int64_t _direct_end
+    cdef pthread_mutex_t _commit_mu
     cdef int64_t _pwrite_min            # appends of at least this many bytes go through pwrite (-1: none do)
     cdef int64_t _copied                # bytes appended through the mapping since the last runway stretch
     cdef int64_t _pwritten              # ... and through pwrite: which is more decides how the next is made
@@ -52,6 +64,9 @@ cdef class MappedFile:
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil
     cdef int64_t read_position_c(self) noexcept nogil
     cdef int flush_c(self, int flush_least_pages) noexcept nogil
+    cdef int commit_ring_c(self) noexcept nogil
+    cdef int _commit_ring_locked(self) noexcept nogil
+    cdef int _ring_write(self, int64_t pos, const unsigned char *src, int64_t n, bint size_last) noexcept nogil
     cdef bint hold(self) noexcept
     cdef void release(self) noexcept
     cdef _attach_write_buffer(self, pool, buf)

@@ -17,6 +17,12 @@ def offset_to_file_name(offset: int) -> str:
 def lock_memory(buffer: Buffer) -> bool:
     """mlock ``buffer`` where the process may (write buffers); False when refused."""
 
+class WriteRing:
+    """Memory where a SYNC_FLUSH commitlog's appends wait until a flush commits them into the file (pwrite)."""
+    def __new__(cls, size: int) -> WriteRing: ...
+    @property
+    def size(self) -> int: ...
+
 class MappedFile:
     """fd + mmap of one file; appends and flushes release the GIL; views are zero-copy and keep it mapped."""
     @property
@@ -29,7 +35,7 @@ class MappedFile:
     def read_only(self) -> bool: ...
     def __init__(self, file_name: str, file_size: int, *, read_only: bool = False, pool: Any = None,
                  runway: int = 0, populate: bool = True, sync_writes: bool = False, crc_records: bool = False,
-                 pwrite_min: int = 0, copies_expected: bool = True) -> None: ...
+                 pwrite_min: int = 0, copies_expected: bool = True, ring: WriteRing | None = None) -> None: ...
     @property
     def runway_mapped(self) -> bool: ...
     @property

@@ -12,15 +12,15 @@ from libc.errno cimport EBADF, ENOSPC, EROFS, errno
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset
 from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR, open as c_open
-from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
+from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close, ftruncate
 
 from rmqcore._c cimport (pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock,
                          rmq_atomic_cas_i64, rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_copy_size_last,
                          rmq_event, rmq_event_destroy, rmq_event_init, rmq_event_poke, rmq_event_stop,
-                         rmq_event_wait, rmq_pwrite_size_last, rmq_runway_discard, rmq_runway_extend,
-                         rmq_runway_write_zeros)
+                         rmq_event_wait, rmq_pwrite_size_last, rmq_ring_commit, rmq_ring_copy_in,
+                         rmq_runway_discard, rmq_runway_extend, rmq_runway_write_zeros)
 
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 
@@ -48,6 +48,27 @@ def _raise_os(int err, str what, str path):
     raise OSError(err, f"{what}: {os.strerror(err)}", path)
 
 
+cdef class WriteRing:
+    """Memory where a SYNC_FLUSH commitlog's appends wait until the flush that covers them commits them into the
+    file with pwrite (rmq_ring.h says why). ``size``: a power of two, at least a page; private anonymous memory,
+    resident only as far as it is used."""
+
+    def __cinit__(self, int64_t size):
+        cdef void *p
+        if size < RMQ_OS_PAGE_SIZE or size & (size - 1):
+            raise ValueError(f"write ring size must be a power of two >= {RMQ_OS_PAGE_SIZE}, got {size}")
+        p = mmap(NULL, <size_t>size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if p == MAP_FAILED:
+            _raise_os(errno, "mmap", "write ring")
+        self.data = <unsigned char *>p
+        self.size = size
+
+    def __dealloc__(self):
+        if self.data != NULL:
+            munmap(self.data, <size_t>self.size)
+            self.data = NULL
+
+
 cdef class MappedFile:
     """One mapped segment. ``MappedFile(path, file_size)`` opens it, creating it when absent.
 
@@ -57,8 +78,10 @@ cdef class MappedFile:
     ``runway`` > 0: a new file is sparse and only ``runway`` bytes ahead of the write position are allocated
     (and pre-faulted when ``populate``); appends extend the runway as they reach its end (rmq_runway.h). ``runway``
     0 allocates a new file whole at once (posix_fallocate), as before. ``sync_writes`` (SYNC_FLUSH commitlogs):
-    appends use pwrite and the runway is written with zeros and synced ahead of the writer, so that each group
-    commit sync writes data only.
+    the runway is written with zeros and synced ahead of the writer, so that each group commit sync writes data
+    only. ``ring`` (a WriteRing; SYNC_FLUSH commitlogs): appends are copied into it and reach the file when a
+    flush (or ``commit``) commits them with pwrite; readers see them from then on (the read position is the
+    committed one), as with a TransientStorePool buffer.
 
     ``pwrite_min`` >= 0: appends of at least that many bytes (and commits from a write buffer) go into the page
     cache through pwrite(2) instead of through the mapping: pages written that way are never mapped writable, so
@@ -71,16 +94,18 @@ cdef class MappedFile:
 
     def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
                   bint populate=True, bint sync_writes=False, bint crc_records=False, int64_t pwrite_min=0,
-                  bint copies_expected=True):
+                  bint copies_expected=True, WriteRing ring=None):
         self.fd = -1
         self.base = NULL
         self.write_buffer = NULL
+        self._ring = NULL
         self._poke = NULL
         pthread_mutex_init(&self._extend_mu, NULL)
+        pthread_mutex_init(&self._commit_mu, NULL)
 
     def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
                  bint populate=True, bint sync_writes=False, bint crc_records=False, int64_t pwrite_min=0,
-                 bint copies_expected=True):
+                 bint copies_expected=True, WriteRing ring=None):
         cdef struct_stat st
         cdef int flags
         cdef int err
@@ -105,6 +130,10 @@ cdef class MappedFile:
             _raise_os(err, "fstat", file_name)
         self._runway = runway if runway > 0 and not read_only else 0
         self._sync_writes = sync_writes and not read_only and pool is None
+        if ring is not None and not read_only and pool is None:
+            self._ring_owner = ring
+            self._ring = ring.data
+            self._ring_mask = ring.size - 1
         self._crc_records = crc_records
         self._populate = populate
         self._pwrite_min = pwrite_min if not read_only else -1
@@ -167,6 +196,7 @@ cdef class MappedFile:
             c_close(self.fd)
             self.fd = -1
         pthread_mutex_destroy(&self._extend_mu)
+        pthread_mutex_destroy(&self._commit_mu)
 
     # -- reference counting (RocketMQ's ReferenceResource) ------------------------------------------------------
 
@@ -220,7 +250,8 @@ cdef class MappedFile:
 
     @property
     def read_position(self):
-        """Bytes readers may see: committed ones when a write buffer is in use, else every appended byte."""
+        """Bytes readers may see: committed ones when a write buffer or ring is in use, else every appended
+        byte."""
         return self.read_position_c()
 
     @property
@@ -252,12 +283,13 @@ cdef class MappedFile:
         rmq_atomic_store_i64(&self._wrote, position)
         rmq_atomic_store_i64(&self._committed, position)
         rmq_atomic_store_i64(&self._flushed, position)
+        self._direct_end = 0
 
     def set_store_timestamp(self, int64_t ts):
         self._store_timestamp = ts
 
     cdef int64_t read_position_c(self) noexcept nogil:
-        if self.write_buffer != NULL:
+        if self.write_buffer != NULL or self._ring != NULL:
             return rmq_atomic_load_i64(&self._committed)
         return rmq_atomic_load_i64(&self._wrote)
 
@@ -297,12 +329,15 @@ cdef class MappedFile:
                 # copied into the mapping (one message a put) want the stretch written and mapped, or each page
                 # faults through the read path (readahead zeroing unwritten blocks: a third of a put's CPU). Which
                 # kind came since the last stretch decides (a new file: what the file before it ended with).
-                mapped = (self._pwrite_min < 0 or self._sync_writes
-                          or rmq_atomic_load_i64(&self._copied) > rmq_atomic_load_i64(&self._pwritten))
+                # A ring's commits are pwrites too; SYNC_FLUSH still writes and syncs the zeros (see
+                # rmq_runway_write_zeros), but maps nothing.
+                mapped = self._ring == NULL and (
+                    self._pwrite_min < 0 or self._sync_writes
+                    or rmq_atomic_load_i64(&self._copied) > rmq_atomic_load_i64(&self._pwritten))
                 self._runway_mapped = mapped
                 rmq_atomic_store_i64(&self._copied, 0)
                 rmq_atomic_store_i64(&self._pwritten, 0)
-                if err == 0 and mapped:
+                if err == 0 and (mapped or self._sync_writes):
                     err = rmq_runway_write_zeros(self.fd, self.base, self.file_size, have, end,
                                                  self._sync_writes)
                 # From the next page: the page holding ``have`` may hold data (and rmq_prefault_write's fallback for
@@ -375,6 +410,8 @@ cdef class MappedFile:
                 return err
         if self.write_buffer != NULL:
             memcpy(self.write_buffer + pos, src, <size_t>n)
+        elif self._ring != NULL:
+            return self._ring_write(pos, src, n, size_last)
         elif (0 <= self._pwrite_min <= n
               or (self._sync_writes and pos < ((rmq_atomic_load_i64(&self._flushed) + RMQ_OS_PAGE_SIZE - 1)
                                                & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1)))):
@@ -392,6 +429,56 @@ cdef class MappedFile:
         rmq_atomic_store_i64(&self._copied, rmq_atomic_load_i64(&self._copied) + n)
         rmq_atomic_store_i64(&self._mapped_dirty, 1)
         return 0
+
+    cdef int _ring_write(self, int64_t pos, const unsigned char *src, int64_t n, bint size_last) noexcept nogil:
+        # write_c into the ring. An append of more than a quarter of it (a large batch) goes into the file at once
+        # instead, after what waits before it; the commit that finds it published skips it (_direct_end).
+        cdef int64_t size = self._ring_mask + 1
+        cdef int err
+        if n > size // 4:
+            pthread_mutex_lock(&self._commit_mu)
+            err = self._commit_ring_locked()
+            if err == 0:
+                self._direct_end = pos + n
+            pthread_mutex_unlock(&self._commit_mu)
+            if err == 0:
+                err = rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last and not self._crc_records)
+                if err != 0:
+                    pthread_mutex_lock(&self._commit_mu)
+                    self._direct_end = 0
+                    pthread_mutex_unlock(&self._commit_mu)
+            return err
+        if pos + n - rmq_atomic_load_i64(&self._committed) > size:
+            # The flushes fell a ring behind: commit here rather than overwrite what they have not taken yet.
+            err = self.commit_ring_c()
+            if err != 0:
+                return err
+        rmq_ring_copy_in(self._ring, self._ring_mask, self.file_from_offset + pos, src, n)
+        return 0
+
+    cdef int _commit_ring_locked(self) noexcept nogil:
+        cdef int64_t c = rmq_atomic_load_i64(&self._committed)
+        cdef int64_t w = rmq_atomic_load_i64(&self._wrote)
+        cdef int err
+        if c < self._direct_end <= w:
+            c = self._direct_end
+            rmq_atomic_store_i64(&self._committed, c)
+        if c >= w:
+            return 0
+        err = rmq_ring_commit(self.fd, self._ring, self._ring_mask, self.file_from_offset, c, w)
+        if err == 0:
+            rmq_atomic_store_i64(&self._committed, w)
+        return err
+
+    cdef int commit_ring_c(self) noexcept nogil:
+        """Commit the ring's bytes of this file into it (pwrite); 0 or an errno. The caller holds a reference."""
+        cdef int err
+        if self._ring == NULL or self.fd < 0:
+            return 0
+        pthread_mutex_lock(&self._commit_mu)
+        err = self._commit_ring_locked()
+        pthread_mutex_unlock(&self._commit_mu)
+        return err
 
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil:
         cdef int64_t wrote = rmq_atomic_load_i64(&self._wrote) + n
@@ -450,8 +537,19 @@ cdef class MappedFile:
         """
         cdef int64_t wrote, committed
         cdef int err = 0
-        if self.write_buffer == NULL:
+        if self.write_buffer == NULL and self._ring == NULL:
             return rmq_atomic_load_i64(&self._wrote)
+        if self._ring != NULL:
+            if self.read_only or not self.hold():
+                return rmq_atomic_load_i64(&self._committed)
+            try:
+                with nogil:
+                    err = self.commit_ring_c()
+                if err != 0:
+                    _raise_os(err, "commit", self.file_name)
+                return rmq_atomic_load_i64(&self._committed)
+            finally:
+                self.release()
         if not self.hold():
             return rmq_atomic_load_i64(&self._committed)
         try:
@@ -480,13 +578,20 @@ cdef class MappedFile:
 
     cdef int flush_c(self, int flush_least_pages) noexcept nogil:
         """msync [flushed, read position) when RocketMQ's isAbleToFlush allows; 0 or errno. The caller holds a
-        reference. The flushed position only moves forward, whichever of two flushers finishes last."""
-        cdef bint mapped_dirty = rmq_atomic_load_i64(&self._mapped_dirty) != 0
+        reference. The flushed position only moves forward, whichever of two flushers finishes last. With a ring,
+        what waits in it is committed first."""
+        cdef bint mapped_dirty
+        cdef int64_t value, flushed
+        cdef int err
+        if self._ring != NULL:
+            err = self.commit_ring_c()
+            if err != 0:
+                return err
+        mapped_dirty = rmq_atomic_load_i64(&self._mapped_dirty) != 0
         if mapped_dirty:
             rmq_atomic_store_i64(&self._mapped_dirty, 0)
-        cdef int64_t value = self.read_position_c()
-        cdef int64_t flushed = rmq_atomic_load_i64(&self._flushed)
-        cdef int err
+        value = self.read_position_c()
+        flushed = rmq_atomic_load_i64(&self._flushed)
         if not _able(value, flushed, self.file_size, flush_least_pages):
             if mapped_dirty:
                 rmq_atomic_store_i64(&self._mapped_dirty, 1)
@@ -557,6 +662,14 @@ cdef class MappedFile:
         """Zero-copy memoryview of ``size`` bytes at ``pos`` (to the read position when size < 0), or None when
         the range is not readable (yet). The view keeps the mapping alive while it exists."""
         cdef int64_t readable = self.read_position_c()
+        if (self._ring != NULL and size >= 0 and pos >= 0 and pos + size > readable
+                and pos + size <= rmq_atomic_load_i64(&self._wrote) and self.hold()):
+            # Asked for appended bytes still in the write ring: commit them (a put is readable once it returns)
+            try:
+                if self.commit_ring_c() == 0:
+                    readable = self.read_position_c()
+            finally:
+                self.release()
         if self._closed or pos < 0 or pos > readable:
             return None
         if size < 0:
@@ -600,6 +713,11 @@ cdef class MappedFile:
         cdef int64_t keep
         if self._closed:
             return
+        if self._ring != NULL and self.base != NULL:
+            # Best effort: what still waits in the ring was never acknowledged (a SYNC put is once a flush, which
+            # commits first, covers it); a commit failing here failed the store's last flush already.
+            with nogil:
+                self.commit_ring_c()
         if self._runway and not self.read_only and self.fd >= 0 and self.write_buffer == NULL:
             keep = rmq_atomic_load_i64(&self._wrote)
             if keep < self.file_size and rmq_atomic_load_i64(&self._allocated) > keep:

@@ -354,6 +354,7 @@ class MessageStore:
         """Stop the services, dispatch what is left, flush everything, delete the abort file, release the lock."""
         if self._closed:
             return
+        flush_failed = False
         for delivery in (getattr(self, "schedule_service", None), getattr(self, "timer_service", None)):
             if delivery is not None:       # persists its progress: needs the store still open
                 delivery.shutdown()
@@ -367,7 +368,13 @@ class MessageStore:
                 self.group_commit.shutdown()
             for s in self._services:
                 s.shutdown()
-            self.commit_log.flush(0)
+            try:
+                self.commit_log.flush(0)
+            except OSError as e:
+                # Nothing it failed to write was acknowledged; the abort file stays, so the next open checks the
+                # commitlog's end record by record instead of trusting it.
+                log.error("closing %s: the commitlog's last flush failed: %s", self.path, e)
+                flush_failed = True
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
                                                        self.commit_log.mapped_file_queue.store_timestamp)
             self._flush_consume_queues(True)
@@ -377,7 +384,7 @@ class MessageStore:
         if not dispatched:
             log.error("closing with %d commitlog bytes not dispatched: the next open will re-dispatch them",
                       self.reput.behind())
-        self._release_everything(clean=dispatched)
+        self._release_everything(clean=dispatched and not flush_failed)
 
     def _stop_services(self) -> None:
         """Stop the threads a failed start got to start (never raises: the start's own error is the one to see)."""
@@ -559,7 +566,8 @@ class MessageStore:
         no flush covered ``offset`` in time. ASYNC_FLUSH: flushes now. ``offset`` must not pass the commitlog's end.
         """
         self._check_running()
-        end = self.commit_log.max_offset
+        # (appended, not readable: under SYNC_FLUSH a record is readable once a flush has committed it)
+        end = self.commit_log.mapped_file_queue.get_max_wrote_position()
         if offset > end:
             raise ValueError(f"offset {offset} is beyond the commitlog's end {end}")
         if offset <= self.commit_log.flushed_where:
@@ -784,19 +792,26 @@ class MessageStore:
 
     def wait_dispatched(self, timeout: float = 10.0) -> bool:
         """Block until every put so far can be read (by queue and by key): True, or False after ``timeout`` s.
-        With the write-buffer pool the appended bytes are committed to the files first (readers see committed
-        bytes only, as in RocketMQ)."""
+        With the write-buffer pool, and under SYNC_FLUSH (the write ring), the appended bytes are committed to the
+        files first (readers see committed bytes only, as in RocketMQ)."""
         self._check_running()
         deadline = time.monotonic() + timeout
         target = self.commit_log.mapped_file_queue.get_max_wrote_position()
-        if self.transient_store_pool is not None:
-            self._commit_commit_log(True)
+        committed = True
+        if self.transient_store_pool is not None or self.config.sync_flush:
+            try:
+                self._commit_commit_log(True)
+            except OSError as e:
+                # The puts past the committed bytes cannot become readable (none of them was acknowledged): wait
+                # for the rest, and say False.
+                log.warning("wait_dispatched: commit of %s failed: %s", self.path, e)
+                target, committed = self.commit_log.max_offset, False
         while self.reput.reput_from_offset < target:
             if time.monotonic() > deadline:
                 return False
             self.reput.wakeup()
             time.sleep(0.0005)
-        return True
+        return committed
 
     def topics(self) -> dict[str, list[int]]:
         """Every topic with a consume queue, with its queue ids."""

@@ -1,5 +1,6 @@
 """MappedFile and MappedFileQueue: names, sizes, positions, zero-copy views, flush/commit rules, layout errors."""
 import os
+import random
 import time
 
 import pytest
@@ -331,3 +332,53 @@ def test_sync_runway_leaves_the_stretch_being_filled_writable(tmp_path):
         assert faults < 20, f"{faults} page faults appending into a runway stretch already mapped"
     finally:
         mf.close()
+
+
+def _file_bytes(path, start, n):
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(n)
+
+
+def test_write_ring_appends_reach_the_file_when_committed(tmp_path):
+    # SYNC_FLUSH's write ring: appends wait in memory and are readable (and in the file) once committed; the ring
+    # wraps, an append that would lap uncommitted bytes commits them first, and one too large for the ring goes
+    # to the file directly between ring appends.
+    from rmqcore._mapped_file import WriteRing
+    ring = WriteRing(64 * 1024)
+    path = str(tmp_path / offset_to_file_name(3 * 1024 * 1024))      # not at offset 0: the ring index is global
+    mf = MappedFile(path, 1024 * 1024, runway=256 * 1024, sync_writes=True, ring=ring)
+    rng = random.Random(7)
+    expected = bytearray()
+    try:
+        for i in range(60):                       # ~3 KiB records: 180 KiB through a 64 KiB ring
+            rec = bytes([i % 251 + 1]) * 4 + rng.randbytes(rng.randrange(8, 6000))
+            committed = mf.read_position
+            assert mf.append(rec)
+            expected += rec
+            assert mf.read_position == committed  # not readable before a commit
+            if i % 7 == 6:
+                assert mf.commit() == len(expected) == mf.read_position
+                assert bytes(mf.select(0, len(expected))) == bytes(expected)
+        big = b"\x05\x00\x00\x00" + rng.randbytes(40 * 1024)          # > a quarter of the ring: direct
+        assert mf.append(big)
+        expected += big
+        tail = b"\x06\x00\x00\x00" + rng.randbytes(5000)
+        assert mf.append(tail)
+        expected += tail
+        assert mf.flush() == len(expected)        # a flush commits first
+        assert bytes(mf.select(0, len(expected))) == bytes(expected)
+        assert _file_bytes(path, 0, len(expected)) == bytes(expected)
+        more = b"\x07\x00\x00\x00" + rng.randbytes(3000)
+        assert mf.append(more)
+        expected += more
+    finally:
+        mf.close()                                # close commits what waits
+    assert _file_bytes(path, 0, len(expected)) == bytes(expected)
+
+
+def test_write_ring_size_must_be_a_power_of_two():
+    from rmqcore._mapped_file import WriteRing
+    with pytest.raises(ValueError, match="power of two"):
+        WriteRing(100_000)
+    assert WriteRing(1 << 16).size == 1 << 16
