@@ -460,7 +460,7 @@ class MessageStore:
         rewrite_delay(msg, len(self.delay_level_ms) - 1)
 
     def put(self, msg):
-        """Store one message. Returns a PutResult (with SYNC_FLUSH only once an msync covers it, or
+        """Store one message. Returns a PutResult (with SYNC_FLUSH only once a flush covers it, or
         FLUSH_DISK_TIMEOUT, unless the message's WAIT property is "false": see wait_flushed); raises
         MessageIllegalError (nothing written) for a message RocketMQ refuses."""
         if not self._running:
