@@ -2420,12 +2420,7 @@ cdef MappedFile _hold_record(list files, int64_t first_from, int64_t file_size, 
     pos = offset - mf.file_from_offset
     if pos < 0 or pos >= mf.file_size or not mf.hold():
         return None
-    readable = mf.read_position_c()
-    if pos >= readable and mf._ring != NULL and pos < rmq_atomic_load_i64(&mf._wrote):
-        # Appended, still in the write ring (SYNC_FLUSH, before its flush): a put's record is readable by its
-        # offset once the put returns, as RocketMQ's is.
-        if mf.commit_ring_c() == 0:
-            readable = mf.read_position_c()
+    readable = mf.readable_through(pos + 1)       # a record still in the write ring is committed first
     if pos >= readable or parse_record(mf.base + pos, readable - pos, rv, check_crc) != RECORD_OK:
         mf.release()
         return None

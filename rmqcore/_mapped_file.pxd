@@ -63,6 +63,7 @@ cdef class MappedFile:
     cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n, bint size_last) noexcept nogil
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil
     cdef int64_t read_position_c(self) noexcept nogil
+    cdef int64_t readable_through(self, int64_t end)
     cdef int flush_c(self, int flush_least_pages) noexcept nogil
     cdef int commit_ring_c(self) noexcept nogil
     cdef int _commit_ring_locked(self) noexcept nogil

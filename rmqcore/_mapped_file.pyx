@@ -288,6 +288,19 @@ cdef class MappedFile:
     def set_store_timestamp(self, int64_t ts):
         self._store_timestamp = ts
 
+    cdef int64_t readable_through(self, int64_t end):
+        """The read position, after committing the write ring first when the bytes up to ``end`` were appended but
+        are still in it (SYNC_FLUSH before their flush): a put's record is readable by its offset once the put
+        returns, as RocketMQ's is. A failed commit leaves them unreadable."""
+        cdef int64_t readable = self.read_position_c()
+        if self._ring != NULL and readable < end <= rmq_atomic_load_i64(&self._wrote) and self.hold():
+            try:
+                if self.commit_ring_c() == 0:
+                    readable = self.read_position_c()
+            finally:
+                self.release()
+        return readable
+
     cdef int64_t read_position_c(self) noexcept nogil:
         if self.write_buffer != NULL or self._ring != NULL:
             return rmq_atomic_load_i64(&self._committed)
@@ -661,15 +674,7 @@ cdef class MappedFile:
     def select(self, int64_t pos, int64_t size=-1):
         """Zero-copy memoryview of ``size`` bytes at ``pos`` (to the read position when size < 0), or None when
         the range is not readable (yet). The view keeps the mapping alive while it exists."""
-        cdef int64_t readable = self.read_position_c()
-        if (self._ring != NULL and size >= 0 and pos >= 0 and pos + size > readable
-                and pos + size <= rmq_atomic_load_i64(&self._wrote) and self.hold()):
-            # Asked for appended bytes still in the write ring: commit them (a put is readable once it returns)
-            try:
-                if self.commit_ring_c() == 0:
-                    readable = self.read_position_c()
-            finally:
-                self.release()
+        cdef int64_t readable = self.readable_through(pos + size) if size >= 0 else self.read_position_c()
         if self._closed or pos < 0 or pos > readable:
             return None
         if size < 0:
