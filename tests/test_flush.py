@@ -179,6 +179,30 @@ def test_covered_puts_whose_peers_stopped_putting_come_back_on_their_own():
     assert g.flushes == 1 and g.stalls >= 1
 
 
+def test_a_leader_passes_the_baton_before_it_lingers_for_its_group(tmp_path):
+    # Four producers put in turn: a flush covers several of them, its leader comes back, appends, wakes one covered
+    # peer (the baton) and leads the next flush, lingering for as many requests as the last one served. The peer
+    # it lingers for is the one it woke, so that wake-up must be made before the leader lingers, not after:
+    # otherwise the rounds wait for the peers' own stall timers (each one counted in stalls).
+    log = Log(tmp_path, 4 << 20)
+    g = GroupCommit(0, None, log.mf)
+    g.linger_ns = 50_000_000
+    bad = []
+
+    def producer(n):
+        for _ in range(n):
+            end = log.append(200)
+            if g.sync(end, 10) != FLUSHED:
+                bad.append(end)
+
+    producers = [start(producer, 200) for _ in range(4)]
+    for p in producers:
+        p.join(60)
+    assert not bad and g.served == 800
+    assert g.flushes < 600, "the producers shared no flush"
+    assert g.stalls < 60, f"{g.stalls} of 800 puts woke on their own timer: nobody passed them the baton"
+
+
 def test_the_service_thread_flushes_requests_nobody_waits_for(tmp_path):
     log = Log(tmp_path)
     g = GroupCommit(0, None, log.mf)
