@@ -49,6 +49,14 @@ class GroupCommit:
     @linger_ns.setter
     def linger_ns(self, ns: int) -> None: ...
     @property
+    def spin_ns(self) -> int:
+        """How long a blocking put woken on deck spins at most for its turn (0: puts woken one at a time)."""
+    @spin_ns.setter
+    def spin_ns(self, ns: int) -> None: ...
+    @property
+    def catches(self) -> int:
+        """Turns a put on deck caught while spinning."""
+    @property
     def flushed_where(self) -> int: ...
     @property
     def requested(self) -> int: ...

@@ -25,6 +25,8 @@ cdef extern from "rmq_group_commit.h" nogil:
         int64_t led
         int64_t linger_ns
         int64_t stalls
+        int64_t spin_ns
+        int64_t catches
         int64_t flush_ewma_ns
         int closed
     int RMQ_GC_LEADER, RMQ_GC_FLUSHED, RMQ_GC_TIMEOUT, RMQ_GC_FAILED, RMQ_GC_CLOSED
@@ -240,6 +242,24 @@ cdef class GroupCommit:
         if ns < 0:
             raise ValueError(f"linger_ns must be >= 0, got {ns}")
         self.g.linger_ns = ns
+
+    @property
+    def spin_ns(self):
+        """How long a blocking put woken on deck (the next to be released after a flush) spins at most, GIL
+        released, for its turn before it goes on anyway (0: puts are woken one at a time; the default is 0 when
+        the process may use only one CPU)."""
+        return self.g.spin_ns
+
+    @spin_ns.setter
+    def spin_ns(self, int64_t ns):
+        if ns < 0:
+            raise ValueError(f"spin_ns must be >= 0, got {ns}")
+        self.g.spin_ns = ns
+
+    @property
+    def catches(self):
+        """Turns a put on deck caught while spinning (no wake-up of a sleeping thread)."""
+        return self.g.catches
 
     @property
     def flushed_where(self):

@@ -66,13 +66,16 @@ def test_a_lone_put_leads_its_own_flush(tmp_path):
     assert g.flushes == g.led_by_puts == 5          # no other thread took part
 
 
+@pytest.mark.parametrize("spin", [True, False], ids=["on-deck", "one-at-a-time"])
 @pytest.mark.parametrize("seed", range(3))
-def test_many_waiters_each_released_by_a_flush_that_covers_them(tmp_path, seed):
+def test_many_waiters_each_released_by_a_flush_that_covers_them(tmp_path, seed, spin):
     # Producers append and sync concurrently: every one must come back FLUSHED with its record on disk, none may
-    # sleep through the flush that covered it (that would be a 10 s timeout here), and they must share flushes.
+    # sleep through the flush that covered it (that would be a 10 s timeout here), and they must share flushes;
+    # with puts going on deck (spinning for their turn) and without.
     rng = random.Random(seed)
     log = Log(tmp_path, 4 << 20)
     g = GroupCommit(0, None, log.mf)
+    g.spin_ns = 20_000 if spin else 0
     bad = []
 
     def producer(n):
@@ -88,6 +91,10 @@ def test_many_waiters_each_released_by_a_flush_that_covers_them(tmp_path, seed):
     assert not bad, bad[:5]
     assert g.served == 12 * 60
     assert g.flushes < 12 * 60, "waiting puts shared no flush"
+    if not spin:
+        assert g.catches == 0
+    elif len(os.sched_getaffinity(0)) > 1:
+        assert g.catches > 0, "no put ever caught its turn on deck"    # typically 3 in 4 here
 
 
 def test_timeout_failure_and_close_codes(tmp_path):
@@ -426,12 +433,18 @@ def test_put_async_and_aput_futures_get_flush_disk_timeout_when_no_flush_comes()
         svc.shutdown()
 
 
-def test_linger_is_tunable_and_checked(tmp_path):
+def test_linger_and_spin_are_tunable_and_checked(tmp_path):
     gc = GroupCommit(0)
     assert gc.linger_ns == 200_000
     with pytest.raises(ValueError, match="linger_ns"):
         gc.linger_ns = -1
     assert gc.linger_ns == 200_000
+    # a put spins for its turn only where another CPU can run the put it waits for
+    assert gc.spin_ns == (20_000 if len(os.sched_getaffinity(0)) > 1 else 0)
+    with pytest.raises(ValueError, match="spin_ns"):
+        gc.spin_ns = -5
+    gc.spin_ns = 0
+    assert gc.spin_ns == 0 and gc.catches == 0
     with MessageStore.open(str(tmp_path / "s"), cfg()) as store:
         store.group_commit.core.linger_ns = 0         # a leader flushes at once, whatever its last group was
         results = []
