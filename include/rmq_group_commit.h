@@ -258,9 +258,13 @@ static inline void rmq_gc_spin_on_deck(rmq_group_commit *g, rmq_gc_waiter *w)
     unsigned i;
     int caught = 0;
     for (i = 1;; i++) {
-        if (__atomic_load_n(&w->woken, __ATOMIC_ACQUIRE) == 2) { caught = 1; break; }
+        if (__atomic_load_n(&w->woken, __ATOMIC_ACQUIRE) == 2) {
+            caught = 1;
+            break;
+        }
         if ((i & 63) == 0) {
-            if (rmq_gc_now_ns() > until) break;
+            if (rmq_gc_now_ns() > until)
+                break;
             sched_yield();
         }
 #if defined(__x86_64__) || defined(__i386__)
@@ -270,8 +274,10 @@ static inline void rmq_gc_spin_on_deck(rmq_group_commit *g, rmq_gc_waiter *w)
 #endif
     }
     pthread_mutex_lock(&g->mu);
-    if (g->on_deck == w) g->on_deck = NULL;
-    if (caught) g->catches++;
+    if (g->on_deck == w)
+        g->on_deck = NULL;
+    if (caught)
+        g->catches++;
     pthread_mutex_unlock(&g->mu);
 }
 

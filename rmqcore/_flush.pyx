@@ -59,6 +59,13 @@ cdef enum:
 STOPPED = _STOPPED
 
 
+cdef int64_t _duration_ns(str name, int64_t ns) except -1:
+    # The group commit's tunable waits (linger_ns, spin_ns): a duration, 0 turning the wait off.
+    if ns < 0:
+        raise ValueError(f"{name} must be >= 0, got {ns}")
+    return ns
+
+
 cdef class GroupCommit:
     """The commitlog's group commit. ``flush_all()`` (called with the GIL, by whichever thread leads a flush the
     plain path cannot do) flushes every appended byte and returns ``(flushed_offset, mapped_file_holding_it)``; the
@@ -239,9 +246,7 @@ cdef class GroupCommit:
 
     @linger_ns.setter
     def linger_ns(self, int64_t ns):
-        if ns < 0:
-            raise ValueError(f"linger_ns must be >= 0, got {ns}")
-        self.g.linger_ns = ns
+        self.g.linger_ns = _duration_ns("linger_ns", ns)
 
     @property
     def spin_ns(self):
@@ -252,9 +257,7 @@ cdef class GroupCommit:
 
     @spin_ns.setter
     def spin_ns(self, int64_t ns):
-        if ns < 0:
-            raise ValueError(f"spin_ns must be >= 0, got {ns}")
-        self.g.spin_ns = ns
+        self.g.spin_ns = _duration_ns("spin_ns", ns)
 
     @property
     def catches(self):
