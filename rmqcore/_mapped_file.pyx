@@ -87,8 +87,8 @@ cdef class MappedFile:
     cache through pwrite(2) instead of through the mapping: pages written that way are never mapped writable, so
     writeback need not write-protect them with a TLB shootdown IPI per page (a fifth of the CPU time of a
     full-speed put_batch here). Smaller appends (one message) are cheaper as a copy into the mapping than as a
-    system call. Each stretch of runway is made for the appends that came since the last one (ASYNC): zeroed and
-    pre-faulted for copies, only allocated for pwrites; ``copies_expected`` says what the first stretch is for.
+    system call. Each stretch of runway is written with zeros, and pre-faulted when copies into the mapping came
+    since the last one (ASYNC); ``copies_expected`` says what the first stretch is for.
     -1: every append through the mapping.
     """
 
@@ -337,20 +337,24 @@ cdef class MappedFile:
             err = 0
             if have < need or need <= 0:
                 err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, 0)
-                # Appends by pwrite (not SYNC) fill the page cache themselves: zeros ahead of them would be copied
-                # twice, and pages mapped writable would cost an IPI each at writeback (``pwrite_min``). Appends
-                # copied into the mapping (one message a put) want the stretch written and mapped, or each page
-                # faults through the read path (readahead zeroing unwritten blocks: a third of a put's CPU). Which
-                # kind came since the last stretch decides (a new file: what the file before it ended with).
-                # A ring's commits are pwrites too; SYNC_FLUSH still writes and syncs the zeros (see
-                # rmq_runway_write_zeros), but maps nothing.
+                # The zeros go ahead of every kind of append: they bring the stretch's pages into the page cache on
+                # this thread, and the data's own copy then lands in pages that are there (9 GB/s in a pwrite loop
+                # here, against 1.1-7 GB/s into new pages). A page's first use is the costly part of an append
+                # where the guest's free memory went back to the host (free page reporting: each such page is a
+                # host fault): 1 M put_batch messages (1.17 GB) took the producer 2.6-2.9 us of CPU a message
+                # without the zeros and 1.5-2.0 with them (0.33-0.36 M -> 0.42-0.51 M msgs/s until dispatched;
+                # alike at 0.5 M). Appends by pwrite (not SYNC) leave the stretch unmapped: pages mapped writable
+                # cost an IPI each at writeback (``pwrite_min``). Appends copied into the mapping (one message a
+                # put) want it mapped too, or each page faults through the read path. Which kind came since the
+                # last stretch decides (a new file: what the file before it ended with). A ring's commits are
+                # pwrites too; SYNC_FLUSH also syncs the zeros (see rmq_runway_write_zeros) and maps nothing.
                 mapped = self._ring == NULL and (
                     self._pwrite_min < 0 or self._sync_writes
                     or rmq_atomic_load_i64(&self._copied) > rmq_atomic_load_i64(&self._pwritten))
                 self._runway_mapped = mapped
                 rmq_atomic_store_i64(&self._copied, 0)
                 rmq_atomic_store_i64(&self._pwritten, 0)
-                if err == 0 and (mapped or self._sync_writes):
+                if err == 0:
                     err = rmq_runway_write_zeros(self.fd, self.base, self.file_size, have, end,
                                                  self._sync_writes)
                 # From the next page: the page holding ``have`` may hold data (and rmq_prefault_write's fallback for
