@@ -47,7 +47,9 @@ static inline void rmq_ring_copy_in(unsigned char *ring, int64_t mask, int64_t a
 
 /* Write the file's bytes [from, to) (file positions; the file starts at commitlog offset file_from) from the ring
  * into fd. from is a record's start: its 4-byte size goes last, so a commit cut short by a kill reads as the end
- * of data there (the runway made those bytes zeros), never as a record with a torn body. 0 or an errno. */
+ * of data there (the runway made those bytes zeros), never as a record with a torn body. A commit within one page
+ * lands whole or not at all (rmq_pwrite_size_last): one pwrite, as for most of a lone producer's puts. 0 or an
+ * errno. */
 static inline int rmq_ring_commit(int fd, const unsigned char *ring, int64_t mask, int64_t file_from, int64_t from,
                                   int64_t to)
 {
@@ -56,7 +58,7 @@ static inline int rmq_ring_commit(int fd, const unsigned char *ring, int64_t mas
     int err;
     if (n <= 0)
         return 0;
-    k = n < 4 ? n : 4;
+    k = (from >> 12) == ((to - 1) >> 12) ? 0 : n < 4 ? n : 4;
     for (pos = 0; pos < k; pos++)
         head[pos] = ring[(file_from + from + pos) & mask];
     for (pos = from + k; pos < to; pos += len) {
@@ -66,7 +68,7 @@ static inline int rmq_ring_commit(int fd, const unsigned char *ring, int64_t mas
         if (err != 0)
             return err;
     }
-    return rmq_ring_pwrite_all(fd, head, k, from);
+    return k ? rmq_ring_pwrite_all(fd, head, k, from) : 0;
 }
 
 #endif

@@ -52,7 +52,6 @@ cdef class MappedFile:
     cdef int64_t _pwritten              # ... and through pwrite: which is more decides how the next is made
     cdef int64_t _mapped_dirty          # 1 once bytes were stored through the mapping since the last flush
     cdef bint _runway_mapped
-    cdef bint _crc_records              # commitlog records carry __CRC32#: a torn pwrite is caught, no size-last
     cdef pthread_mutex_t _extend_mu
     cdef rmq_event *_poke
     cdef object _poke_owner             # keeps the object owning *_poke alive

@@ -93,7 +93,7 @@ cdef class MappedFile:
     """
 
     def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
-                  bint populate=True, bint sync_writes=False, bint crc_records=False, int64_t pwrite_min=0,
+                  bint populate=True, bint sync_writes=False, int64_t pwrite_min=0,
                   bint copies_expected=True, WriteRing ring=None):
         self.fd = -1
         self.base = NULL
@@ -104,7 +104,7 @@ cdef class MappedFile:
         pthread_mutex_init(&self._commit_mu, NULL)
 
     def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
-                 bint populate=True, bint sync_writes=False, bint crc_records=False, int64_t pwrite_min=0,
+                 bint populate=True, bint sync_writes=False, int64_t pwrite_min=0,
                  bint copies_expected=True, WriteRing ring=None):
         cdef struct_stat st
         cdef int flags
@@ -134,7 +134,6 @@ cdef class MappedFile:
             self._ring_owner = ring
             self._ring = ring.data
             self._ring_mask = ring.size - 1
-        self._crc_records = crc_records
         self._populate = populate
         self._pwrite_min = pwrite_min if not read_only else -1
         # How the first stretch of runway is made (see extend_c): for copies unless every append is a pwrite.
@@ -435,10 +434,11 @@ cdef class MappedFile:
             # Large appends (``pwrite_min``), and SYNC_FLUSH appends into a page just msync'ed, which the kernel
             # write-protected: a store through the mapping would take a fault (ext4's page_mkwrite) on the put path
             # of every blocking SYNC_FLUSH put; pwrite does not.
-            # One pwrite when every record carries a whole-record CRC (a write cut by a kill at a page boundary is
-            # caught by recovery's CRC check); else the size goes last, in a second pwrite.
+            # The first record's size goes last, in a second pwrite, unless the write lies within one page: a
+            # record's __CRC32# (if any) is not enough, since a tear that leaves its properties' tail as zeros
+            # leaves no CRC to check, and the body CRC does not cover the properties.
             rmq_atomic_store_i64(&self._pwritten, rmq_atomic_load_i64(&self._pwritten) + n)
-            return rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last and not self._crc_records)
+            return rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last)
         elif size_last:
             rmq_copy_size_last(self.base + pos, src, <size_t>n)
         else:
@@ -459,7 +459,7 @@ cdef class MappedFile:
                 self._direct_end = pos + n
             pthread_mutex_unlock(&self._commit_mu)
             if err == 0:
-                err = rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last and not self._crc_records)
+                err = rmq_pwrite_size_last(self.fd, src, <size_t>n, pos, size_last)
                 if err != 0:
                     pthread_mutex_lock(&self._commit_mu)
                     self._direct_end = 0

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class MappedFileQueue:
     def __init__(self, store_path: str, mapped_file_size: int, *, allocate: bool = False, warm: bool = False,
                  warm_flush: bool = False, pool=None, read_only: bool = False, runway: int = 0,
-                 sync_writes: bool = False, crc_records: bool = False, pwrite_min: int = 0, ring=None):
+                 sync_writes: bool = False, pwrite_min: int = 0, ring=None):
         if mapped_file_size <= 0:
             raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
         self.store_path = store_path
@@ -38,7 +38,6 @@ class MappedFileQueue:
         self._pool = pool
         self._runway_size = runway
         self._sync_writes = sync_writes
-        self._crc_records = crc_records
         self._pwrite_min = pwrite_min       # MappedFile's: appends this large go through pwrite (-1: none)
         self._ring = ring                   # the WriteRing appends wait in until a flush commits them (SYNC_FLUSH)
         # The next file, made ahead by the allocate thread; _create_lock orders its making against the writer's
@@ -91,8 +90,7 @@ class MappedFileQueue:
                     raise StoreLayoutError(f"{path}: size {size} differs from the configured mapped file size "
                                            f"{self.mapped_file_size}")
                 mf = MappedFile(path, self.mapped_file_size, read_only=self.read_only, runway=self._runway_size,
-                                sync_writes=self._sync_writes, crc_records=self._crc_records,
-                                pwrite_min=self._pwrite_min, ring=self._ring)
+                                sync_writes=self._sync_writes, pwrite_min=self._pwrite_min, ring=self._ring)
                 mf.set_positions(self.mapped_file_size)
                 files.append(mf)
                 expected = start + self.mapped_file_size
@@ -146,7 +144,7 @@ class MappedFileQueue:
         # The first stretch of runway made for the appends the file before saw (copies or pwrites: MappedFile).
         copies_expected = files[-1].runway_mapped if files else True
         mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size,
-                        sync_writes=self._sync_writes, crc_records=self._crc_records, pwrite_min=self._pwrite_min,
+                        sync_writes=self._sync_writes, pwrite_min=self._pwrite_min,
                         copies_expected=copies_expected, ring=self._ring)
         if self._warm:
             mf.warm_up(self._warm_flush)      # RocketMQ's warmMappedFile: the whole file, off by default
