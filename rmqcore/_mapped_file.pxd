@@ -58,7 +58,8 @@ cdef class MappedFile:
     cdef bint _closed
     cdef int _holds                     # RocketMQ's ReferenceResource: GIL-free sections and exported views
 
-    cdef int extend_c(self, int64_t need) noexcept nogil
+    cdef int extend_c(self, int64_t need, int64_t ahead) noexcept nogil
+    cdef int _extend_step(self, int64_t have, int64_t end, bint mapped) noexcept nogil
     cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n, bint size_last) noexcept nogil
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil
     cdef int64_t read_position_c(self) noexcept nogil

@@ -24,6 +24,11 @@ from rmqcore._c cimport (pthread_mutex_destroy, pthread_mutex_init, pthread_mute
 
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 
+cdef enum:
+    # A runway is made in steps this long (MappedFile.extend_c), SYNC_FLUSH's in whole stretches.
+    RUNWAY_STEP = 4 * 1024 * 1024
+
+
 cdef extern from "<fcntl.h>" nogil:
     int posix_fallocate(int fd, long offset, long length)
     int O_CLOEXEC
@@ -164,7 +169,7 @@ cdef class MappedFile:
         self.base = <unsigned char *>p
         if self._runway and st.st_size == 0:
             with nogil:
-                err = self.extend_c(0)
+                err = self.extend_c(0, 0)
             if err != 0:
                 self._unmap()
                 os.unlink(file_name)
@@ -312,59 +317,62 @@ cdef class MappedFile:
 
     # -- the runway ---------------------------------------------------------------------------------------------
 
-    cdef int extend_c(self, int64_t need) noexcept nogil:
-        """Make sure [0, need) is allocated (and pre-faulted), reaching a runway further; 0 or an errno.
+    cdef int extend_c(self, int64_t need, int64_t ahead) noexcept nogil:
+        """Make sure [0, need) is allocated (and pre-faulted), then extend up to ``need + ahead``; 0 or an errno.
 
         With a runway the stretch is allocated, written with zeros (pwrite: the page cache fills by the write path
         at ~5 GB/s, where faulting fallocated pages in through the read path ran at 0.5 GB/s here) and then mapped
         (MADV_POPULATE_WRITE) or, for sync writes, synced. Zeros must never land on data: one extender at a time,
-        and only past what is allocated by then, which never lies below the data (set_positions, truncate_to)."""
+        and only past what is allocated by then, which never lies below the data (set_positions, truncate_to).
+
+        The allocate thread asks for a whole runway ahead; a writer that outran it asks for nothing ahead (it
+        makes one step past what it needs), and a new file's first stretch is one step (RUNWAY_STEP). A stretch
+        is made a step at a time, each published at once and the lock let go in between (SYNC_FLUSH syncs its
+        stretches whole: a step is a runway), so a writer that needs bytes the allocate thread is still preparing
+        waits for one step, not for a whole runway. The first put of a store, which makes its first file, wrote
+        and mapped a whole runway of zeros before it returned (32 MiB: 8-13 ms, 22-35 ms under SYNC_FLUSH)."""
         cdef int64_t have = rmq_atomic_load_i64(&self._allocated)
-        cdef int64_t end, page
-        cdef int err
-        cdef bint mapped
-        if need <= have and need > 0:
+        cdef int64_t end, step, stop
+        cdef int err = 0
+        cdef bint first = True, mapped = False
+        if need > 0 and need + ahead <= have:
             return 0
         if self.base == NULL or self.read_only:
             return EBADF
-        end = need + (self._runway if self._runway > 0 else 4 * 1024 * 1024)
+        if self._runway > 0:
+            step = self._runway if self._sync_writes or self._runway < RUNWAY_STEP else RUNWAY_STEP
+            # need 0: a new file's first stretch, one step (even under SYNC_FLUSH: the first put waits for it)
+            end = need + ahead if need > 0 else (RUNWAY_STEP if self._runway > RUNWAY_STEP else self._runway)
+            if end > self.file_size:
+                end = self.file_size
+            while err == 0:
+                pthread_mutex_lock(&self._extend_mu)
+                have = rmq_atomic_load_i64(&self._allocated)
+                if have >= end:
+                    pthread_mutex_unlock(&self._extend_mu)
+                    break
+                if first:
+                    # Which kind of appends came since the last stretch decides how this one is made (see
+                    # _extend_step); its steps are all made alike.
+                    mapped = self._ring == NULL and (
+                        self._pwrite_min < 0 or self._sync_writes
+                        or rmq_atomic_load_i64(&self._copied) > rmq_atomic_load_i64(&self._pwritten))
+                    self._runway_mapped = mapped
+                    rmq_atomic_store_i64(&self._copied, 0)
+                    rmq_atomic_store_i64(&self._pwritten, 0)
+                    first = False
+                # A writer's step (nothing ahead asked) goes a whole step past what it needs.
+                stop = have + step
+                if (need <= 0 or ahead > 0) and stop > end:
+                    stop = end
+                if stop > self.file_size:
+                    stop = self.file_size
+                err = self._extend_step(have, stop, mapped)
+                pthread_mutex_unlock(&self._extend_mu)
+            return err
+        end = need + 4 * 1024 * 1024
         if end > self.file_size:
             end = self.file_size
-        if self._runway > 0:
-            pthread_mutex_lock(&self._extend_mu)
-            have = rmq_atomic_load_i64(&self._allocated)
-            err = 0
-            if have < need or need <= 0:
-                err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, 0)
-                # The zeros go ahead of every kind of append: they bring the stretch's pages into the page cache on
-                # this thread, and the data's own copy then lands in pages that are there (9 GB/s in a pwrite loop
-                # here, against 1.1-7 GB/s into new pages). A page's first use is the costly part of an append
-                # where the guest's free memory went back to the host (free page reporting: each such page is a
-                # host fault): 1 M put_batch messages (1.17 GB) took the producer 2.6-2.9 us of CPU a message
-                # without the zeros and 1.5-2.0 with them (0.33-0.36 M -> 0.42-0.51 M msgs/s until dispatched;
-                # alike at 0.5 M). Appends by pwrite (not SYNC) leave the stretch unmapped: pages mapped writable
-                # cost an IPI each at writeback (``pwrite_min``). Appends copied into the mapping (one message a
-                # put) want it mapped too, or each page faults through the read path. Which kind came since the
-                # last stretch decides (a new file: what the file before it ended with). A ring's commits are
-                # pwrites too; SYNC_FLUSH also syncs the zeros (see rmq_runway_write_zeros) and maps nothing.
-                mapped = self._ring == NULL and (
-                    self._pwrite_min < 0 or self._sync_writes
-                    or rmq_atomic_load_i64(&self._copied) > rmq_atomic_load_i64(&self._pwritten))
-                self._runway_mapped = mapped
-                rmq_atomic_store_i64(&self._copied, 0)
-                rmq_atomic_store_i64(&self._pwritten, 0)
-                if err == 0:
-                    err = rmq_runway_write_zeros(self.fd, self.base, self.file_size, have, end,
-                                                 self._sync_writes)
-                # From the next page: the page holding ``have`` may hold data (and rmq_prefault_write's fallback for
-                # old kernels writes a byte per page).
-                page = (have + RMQ_OS_PAGE_SIZE - 1) & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1)
-                if err == 0 and mapped and self._populate and end > page:
-                    err = rmq_prefault_write(self.base + page, <size_t>(end - page))
-                if err == 0:
-                    rmq_atomic_store_i64(&self._allocated, end)
-            pthread_mutex_unlock(&self._extend_mu)
-            return err
         # A file allocated whole when made (no runway): nothing to write, fault the pages in.
         err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, self._populate)
         if err != 0:
@@ -373,9 +381,36 @@ cdef class MappedFile:
             pass
         return 0
 
+    cdef int _extend_step(self, int64_t have, int64_t end, bint mapped) noexcept nogil:
+        # One step of a runway, [have, end), under _extend_mu; publishes end. ``mapped``: for copies into the
+        # mapping (extend_c decides).
+        cdef int err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, 0)
+        cdef int64_t page
+        # The zeros go ahead of every kind of append: they bring the stretch's pages into the page cache on
+        # this thread, and the data's own copy then lands in pages that are there (9 GB/s in a pwrite loop
+        # here, against 1.1-7 GB/s into new pages). A page's first use is the costly part of an append
+        # where the guest's free memory went back to the host (free page reporting: each such page is a
+        # host fault): 1 M put_batch messages (1.17 GB) took the producer 2.6-2.9 us of CPU a message
+        # without the zeros and 1.5-2.0 with them (0.33-0.36 M -> 0.42-0.51 M msgs/s until dispatched;
+        # alike at 0.5 M). Appends by pwrite (not SYNC) leave the stretch unmapped: pages mapped writable
+        # cost an IPI each at writeback (``pwrite_min``). Appends copied into the mapping (one message a
+        # put) want it mapped too, or each page faults through the read path. Which kind came since the
+        # last stretch decides (a new file: what the file before it ended with). A ring's commits are
+        # pwrites too; SYNC_FLUSH also syncs the zeros (see rmq_runway_write_zeros) and maps nothing.
+        if err == 0:
+            err = rmq_runway_write_zeros(self.fd, self.base, self.file_size, have, end, self._sync_writes)
+        # From the next page: the page holding ``have`` may hold data (and rmq_prefault_write's fallback for old
+        # kernels writes a byte per page).
+        page = (have + RMQ_OS_PAGE_SIZE - 1) & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1)
+        if err == 0 and mapped and self._populate and end > page:
+            err = rmq_prefault_write(self.base + page, <size_t>(end - page))
+        if err == 0:
+            rmq_atomic_store_i64(&self._allocated, end)
+        return err
+
     def prepare_runway(self):
         """The allocate thread's step: when the write position is within half a runway of the allocated end, extend
-        the runway a full length past it (GIL released). Returns True once the runway reaches the end of the file."""
+        the runway (GIL released). Returns True once the runway reaches the end of the file."""
         cdef int err = 0
         cdef int64_t wrote, have
         if self.read_only or not self.hold():
@@ -384,10 +419,11 @@ cdef class MappedFile:
             wrote = rmq_atomic_load_i64(&self._wrote)
             have = rmq_atomic_load_i64(&self._allocated)
             if self._runway and wrote + self._runway // 2 >= have:
-                # Past the allocated end (asking for wrote + 1, which is allocated already, did nothing: the
-                # writer then extended on the put path when it reached the end, a 32 MiB stall).
+                # A runway past the write position, made in steps (extend_c); under SYNC_FLUSH a whole runway past
+                # the allocated end, in one synced stretch (half as many syncs of zeros, which the group commit's
+                # syncs queue behind: 16 blocking producers lost 15-20 % with 4 MiB synced steps).
                 with nogil:
-                    err = self.extend_c(have + 1)
+                    err = self.extend_c((have if self._sync_writes else wrote) + 1, self._runway)
                 if err != 0:
                     _raise_os(err, "allocate", self.file_name)
             return rmq_atomic_load_i64(&self._allocated) >= self.file_size
@@ -421,7 +457,7 @@ cdef class MappedFile:
         cdef int err
         if pos + n > rmq_atomic_load_i64(&self._allocated):
             # The allocate thread fell behind (or there is none): allocate here, or fail with ENOSPC, never SIGBUS.
-            err = self.extend_c(pos + n)
+            err = self.extend_c(pos + n, 0)
             if err != 0:
                 return err
         if self.write_buffer != NULL:
@@ -575,7 +611,7 @@ cdef class MappedFile:
             if _able(wrote, committed, self.file_size, commit_least_pages):
                 # Only commitlog files have write buffers: the range starts with a record, whose size goes last
                 with nogil:
-                    err = self.extend_c(wrote) if wrote > rmq_atomic_load_i64(&self._allocated) else 0
+                    err = self.extend_c(wrote, 0) if wrote > rmq_atomic_load_i64(&self._allocated) else 0
                     if err == 0 and self._pwrite_min >= 0:
                         # RocketMQ's commit is a FileChannel.write too: no page of the file is mapped writable.
                         err = rmq_pwrite_size_last(self.fd, self.write_buffer + committed, <size_t>(wrote - committed),

@@ -311,6 +311,34 @@ def test_flush_unmaps_whole_written_pages_and_keeps_their_bytes(tmp_path):
         assert f.read(len(data) + 4) == data + b"tail"
 
 
+@pytest.mark.parametrize("sync", [False, True])
+def test_runway_is_made_a_step_at_a_time_for_a_writer_that_outran_it(tmp_path, sync):
+    # A new file's first stretch is one step (4 MiB), not a whole runway: the first put of a store makes it and
+    # waits for it. A writer past the allocated end (the allocate thread behind) makes one step past what it
+    # needs; the allocate thread keeps a runway ahead of the write position (ASYNC: in steps, each published).
+    mib = 1 << 20
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), 128 * mib, runway=32 * mib, sync_writes=sync,
+                    pwrite_min=4096)
+    try:
+        assert mf.allocated_position == 4 * mib
+        mf.append(b"a" * 1000)
+        assert mf.allocated_position == 4 * mib        # nothing more until it is needed or asked for
+        big = os.urandom(64 * 1024)
+        while mf.wrote_position + len(big) <= 4 * mib:
+            mf.append(big)
+        mf.append(big)                                 # past the first step: the writer makes the next itself
+        need = mf.wrote_position
+        assert need < mf.allocated_position <= need + (32 if sync else 4) * mib
+        mf.prepare_runway()                            # the allocate thread's turn (SYNC: whole runways past the end)
+        assert mf.allocated_position >= mf.wrote_position + (16 if sync else 32) * mib
+        assert bytes(mf.select(need - len(big), len(big))) == big
+    finally:
+        mf.close()
+    with open(mf.file_name, "rb") as f:
+        f.seek(need - len(big))
+        assert f.read(len(big)) == big
+
+
 def test_sync_runway_leaves_the_stretch_being_filled_writable(tmp_path):
     # Under SYNC_FLUSH the runway syncs each new stretch of zeros (extent conversion). That sync must cover the new
     # stretch only: syncing the whole file wrote back and write-protected the pages of the stretch the writer was
