@@ -52,6 +52,9 @@ cdef class MappedFile:
     cdef int64_t _pwritten              # ... and through pwrite: which is more decides how the next is made
     cdef int64_t _mapped_dirty          # 1 once bytes were stored through the mapping since the last flush
     cdef bint _runway_mapped
+    cdef bint _runway_zeroed
+    cdef int64_t _stretch_ns            # when the last stretch was decided (monotonic), and the write position
+    cdef int64_t _stretch_wrote         # then: how fast the writer goes decides whether zeros go ahead of it
     cdef pthread_mutex_t _extend_mu
     cdef rmq_event *_poke
     cdef object _poke_owner             # keeps the object owning *_poke alive
@@ -59,7 +62,8 @@ cdef class MappedFile:
     cdef int _holds                     # RocketMQ's ReferenceResource: GIL-free sections and exported views
 
     cdef int extend_c(self, int64_t need, int64_t ahead) noexcept nogil
-    cdef int _extend_step(self, int64_t have, int64_t end, bint mapped) noexcept nogil
+    cdef bint _zeros_ahead(self, int64_t end) noexcept nogil
+    cdef int _extend_step(self, int64_t have, int64_t end, bint mapped, bint zeros) noexcept nogil
     cdef int write_c(self, int64_t pos, const unsigned char *src, int64_t n, bint size_last) noexcept nogil
     cdef void advance(self, int64_t n, int64_t store_timestamp) noexcept nogil
     cdef int64_t read_position_c(self) noexcept nogil

@@ -14,6 +14,7 @@ class WakeEvent:
 
 def offset_to_file_name(offset: int) -> str:
     """A mapped file's name: its first global offset, zero-padded to 20 digits."""
+def _set_zero_horizon_ns(ns: int) -> None: ...
 def lock_memory(buffer: Buffer) -> bool:
     """mlock ``buffer`` where the process may (write buffers); False when refused."""
 
@@ -35,9 +36,12 @@ class MappedFile:
     def read_only(self) -> bool: ...
     def __init__(self, file_name: str, file_size: int, *, read_only: bool = False, pool: Any = None,
                  runway: int = 0, populate: bool = True, sync_writes: bool = False,
-                 pwrite_min: int = 0, copies_expected: bool = True, ring: WriteRing | None = None) -> None: ...
+                 pwrite_min: int = 0, copies_expected: bool = True, zeros_expected: bool = False,
+                 ring: WriteRing | None = None) -> None: ...
     @property
     def runway_mapped(self) -> bool: ...
+    @property
+    def runway_zeroed(self) -> bool: ...
     @property
     def allocated_position(self) -> int:
         """Bytes from the start known to be allocated on disk (the runway's end)."""

@@ -14,6 +14,7 @@ from libc.string cimport memcpy, memset
 from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR, open as c_open
 from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
 from posix.stat cimport fstat, struct_stat
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.unistd cimport close as c_close, ftruncate
 
 from rmqcore._c cimport (pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock,
@@ -27,6 +28,23 @@ from rmqcore.errors import StoreClosedError, StoreLayoutError
 cdef enum:
     # A runway is made in steps this long (MappedFile.extend_c), SYNC_FLUSH's in whole stretches.
     RUNWAY_STEP = 4 * 1024 * 1024
+    ZERO_EVIDENCE = 1024 * 1024       # bytes a writer must go before its pace is judged (MappedFile._zeros_ahead)
+
+# Zeros go ahead of a writer that will reach the end of the new stretch within this long (ns) at its pace so far:
+# well within the kernel's 30 s dirty expiry, so the data overwrites them before writeback (MappedFile._zeros_ahead).
+cdef int64_t _zero_horizon_ns = 10 * 1000000000
+
+
+def _set_zero_horizon_ns(int64_t ns):
+    """Tests: how soon a writer must be expected at the end of a stretch for it to be zeroed ahead."""
+    global _zero_horizon_ns
+    _zero_horizon_ns = ns
+
+
+cdef inline int64_t _monotonic_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
 cdef extern from "<fcntl.h>" nogil:
@@ -92,14 +110,15 @@ cdef class MappedFile:
     cache through pwrite(2) instead of through the mapping: pages written that way are never mapped writable, so
     writeback need not write-protect them with a TLB shootdown IPI per page (a fifth of the CPU time of a
     full-speed put_batch here). Smaller appends (one message) are cheaper as a copy into the mapping than as a
-    system call. Each stretch of runway is written with zeros, and pre-faulted when copies into the mapping came
-    since the last one (ASYNC); ``copies_expected`` says what the first stretch is for.
+    system call. Each stretch of runway is written with zeros ahead of a writer that goes fast (always under
+    SYNC_FLUSH), and then pre-faulted when copies into the mapping came since the last one (ASYNC);
+    ``copies_expected`` and ``zeros_expected`` say how to make the first stretch (what the file before did).
     -1: every append through the mapping.
     """
 
     def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
                   bint populate=True, bint sync_writes=False, int64_t pwrite_min=0,
-                  bint copies_expected=True, WriteRing ring=None):
+                  bint copies_expected=True, bint zeros_expected=False, WriteRing ring=None):
         self.fd = -1
         self.base = NULL
         self.write_buffer = NULL
@@ -110,7 +129,7 @@ cdef class MappedFile:
 
     def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
                  bint populate=True, bint sync_writes=False, int64_t pwrite_min=0,
-                 bint copies_expected=True, WriteRing ring=None):
+                 bint copies_expected=True, bint zeros_expected=False, WriteRing ring=None):
         cdef struct_stat st
         cdef int flags
         cdef int err
@@ -141,8 +160,11 @@ cdef class MappedFile:
             self._ring_mask = ring.size - 1
         self._populate = populate
         self._pwrite_min = pwrite_min if not read_only else -1
-        # How the first stretch of runway is made (see extend_c): for copies unless every append is a pwrite.
+        # How the first stretch of runway is made (see extend_c): for copies unless every append is a pwrite, and
+        # with zeros when the writer went fast in the file before (_zeros_ahead).
         self._copied = 1 if copies_expected and pwrite_min != 0 else 0
+        self._runway_zeroed = zeros_expected
+        self._stretch_ns = _monotonic_ns()
         if st.st_size == 0 and not read_only:
             # Allocate blocks now: a sparse file would turn a full disk into SIGBUS on the put path; this way it
             # is an error here, when the file is made (CREATE_MAPPED_FILE_FAILED). With a runway only its first
@@ -288,6 +310,8 @@ cdef class MappedFile:
         rmq_atomic_store_i64(&self._committed, position)
         rmq_atomic_store_i64(&self._flushed, position)
         self._direct_end = 0
+        self._stretch_ns = _monotonic_ns()       # the writer's pace is measured from here
+        self._stretch_wrote = position
 
     def set_store_timestamp(self, int64_t ts):
         self._store_timestamp = ts
@@ -334,7 +358,7 @@ cdef class MappedFile:
         cdef int64_t have = rmq_atomic_load_i64(&self._allocated)
         cdef int64_t end, step, stop
         cdef int err = 0
-        cdef bint first = True, mapped = False
+        cdef bint first = True, mapped = False, zeros = True
         if need > 0 and need + ahead <= have:
             return 0
         if self.base == NULL or self.read_only:
@@ -352,14 +376,15 @@ cdef class MappedFile:
                     pthread_mutex_unlock(&self._extend_mu)
                     break
                 if first:
-                    # Which kind of appends came since the last stretch decides how this one is made (see
-                    # _extend_step); its steps are all made alike.
+                    # Which kind of appends came since the last stretch, and how fast, decide how this one is made
+                    # (see _extend_step); its steps are all made alike.
                     mapped = self._ring == NULL and (
                         self._pwrite_min < 0 or self._sync_writes
                         or rmq_atomic_load_i64(&self._copied) > rmq_atomic_load_i64(&self._pwritten))
                     self._runway_mapped = mapped
                     rmq_atomic_store_i64(&self._copied, 0)
                     rmq_atomic_store_i64(&self._pwritten, 0)
+                    zeros = self._zeros_ahead(end)
                     first = False
                 # A writer's step (nothing ahead asked) goes a whole step past what it needs.
                 stop = have + step
@@ -367,7 +392,7 @@ cdef class MappedFile:
                     stop = end
                 if stop > self.file_size:
                     stop = self.file_size
-                err = self._extend_step(have, stop, mapped)
+                err = self._extend_step(have, stop, mapped, zeros)
                 pthread_mutex_unlock(&self._extend_mu)
             return err
         end = need + 4 * 1024 * 1024
@@ -381,9 +406,30 @@ cdef class MappedFile:
             pass
         return 0
 
-    cdef int _extend_step(self, int64_t have, int64_t end, bint mapped) noexcept nogil:
+    cdef bint _zeros_ahead(self, int64_t end) noexcept nogil:
+        # Whether a stretch up to ``end`` is written with zeros (under _extend_mu). SYNC_FLUSH: always (extent
+        # conversions, rmq_runway_write_zeros). Else only ahead of a writer expected there within
+        # _zero_horizon_ns at its pace since the last verdict: zeros are dirty pages, and those a slow writer
+        # leaves for longer than the kernel's dirty expiry (30 s) would reach the disk before its data, which is
+        # to write to disk what is not data. A slow writer gains nothing from them; its copies fault pages in.
+        # Until the writer went ZERO_EVIDENCE bytes or the horizon passed, the last verdict stands (a new file:
+        # the file before's, zeros_expected; a store's first file: none).
+        cdef int64_t now = _monotonic_ns()
+        cdef int64_t wrote = rmq_atomic_load_i64(&self._wrote)
+        cdef int64_t since = now - self._stretch_ns, went = wrote - self._stretch_wrote
+        if self._sync_writes:
+            self._runway_zeroed = True
+        elif went >= ZERO_EVIDENCE or since >= _zero_horizon_ns:
+            # (end - wrote) / (went / since) < horizon, without dividing
+            self._runway_zeroed = went > 0 and (
+                <double>(end - wrote) * <double>since < <double>_zero_horizon_ns * <double>went)
+            self._stretch_ns = now
+            self._stretch_wrote = wrote
+        return self._runway_zeroed
+
+    cdef int _extend_step(self, int64_t have, int64_t end, bint mapped, bint zeros) noexcept nogil:
         # One step of a runway, [have, end), under _extend_mu; publishes end. ``mapped``: for copies into the
-        # mapping (extend_c decides).
+        # mapping, ``zeros``: written with zeros ahead of the writer (extend_c decides both).
         cdef int err = rmq_runway_extend(self.fd, self.base, self.file_size, have, end, 0)
         cdef int64_t page
         # The zeros go ahead of every kind of append: they bring the stretch's pages into the page cache on
@@ -397,12 +443,12 @@ cdef class MappedFile:
         # put) want it mapped too, or each page faults through the read path. Which kind came since the
         # last stretch decides (a new file: what the file before it ended with). A ring's commits are
         # pwrites too; SYNC_FLUSH also syncs the zeros (see rmq_runway_write_zeros) and maps nothing.
-        if err == 0:
+        if err == 0 and zeros:
             err = rmq_runway_write_zeros(self.fd, self.base, self.file_size, have, end, self._sync_writes)
         # From the next page: the page holding ``have`` may hold data (and rmq_prefault_write's fallback for old
         # kernels writes a byte per page).
         page = (have + RMQ_OS_PAGE_SIZE - 1) & ~(<int64_t>RMQ_OS_PAGE_SIZE - 1)
-        if err == 0 and mapped and self._populate and end > page:
+        if err == 0 and mapped and zeros and self._populate and end > page:
             err = rmq_prefault_write(self.base + page, <size_t>(end - page))
         if err == 0:
             rmq_atomic_store_i64(&self._allocated, end)
@@ -429,6 +475,13 @@ cdef class MappedFile:
             return rmq_atomic_load_i64(&self._allocated) >= self.file_size
         finally:
             self.release()
+
+    @property
+    def runway_zeroed(self):
+        """Whether the last stretch of runway was written with zeros ahead of the writer (always under SYNC_FLUSH;
+        otherwise when the writer was expected at its end within 10 s at its pace): what a next file's first
+        stretch gets (``zeros_expected``)."""
+        return self._runway_zeroed
 
     @property
     def runway_mapped(self):

@@ -143,9 +143,10 @@ class MappedFileQueue:
         files = self._files
         # The first stretch of runway made for the appends the file before saw (copies or pwrites: MappedFile).
         copies_expected = files[-1].runway_mapped if files else True
+        zeros_expected = files[-1].runway_zeroed if files else False
         mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size,
                         sync_writes=self._sync_writes, pwrite_min=self._pwrite_min,
-                        copies_expected=copies_expected, ring=self._ring)
+                        copies_expected=copies_expected, zeros_expected=zeros_expected, ring=self._ring)
         if self._warm:
             mf.warm_up(self._warm_flush)      # RocketMQ's warmMappedFile: the whole file, off by default
         return mf

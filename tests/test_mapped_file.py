@@ -6,7 +6,7 @@ import time
 import pytest
 
 from rmqcore import StoreLayoutError, StoreClosedError
-from rmqcore._mapped_file import MappedFile, offset_to_file_name
+from rmqcore._mapped_file import MappedFile, _set_zero_horizon_ns, offset_to_file_name
 from rmqcore.mapped_file_queue import MappedFileQueue
 from rmqcore.transient_store_pool import TransientStorePool
 
@@ -337,6 +337,51 @@ def test_runway_is_made_a_step_at_a_time_for_a_writer_that_outran_it(tmp_path, s
     with open(mf.file_name, "rb") as f:
         f.seek(need - len(big))
         assert f.read(len(big)) == big
+
+
+@pytest.mark.parametrize("sync,small", [(False, False), (False, True), (True, False)])
+def test_runway_zeros_go_only_ahead_of_a_writer_that_will_reach_them(tmp_path, sync, small):
+    # Zeros ahead of the writer are dirty pages: for a writer too slow to replace them before the kernel's dirty
+    # expiry they would be written to disk, so only a writer expected at the end of the stretch soon gets them
+    # (here every writer is "slow" once the horizon is 1 us). SYNC_FLUSH always writes them (extent conversion).
+    # Until the writer has gone far enough to be judged, the verdict of the file before stands (a store's first
+    # file: no zeros). Without zeros the appends still land, copied (small) or pwritten.
+    mib = 1 << 20
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), 64 * mib, runway=8 * mib, sync_writes=sync,
+                    pwrite_min=4096)
+    rec = os.urandom(1000 if small else 64 * 1024)
+    written = []
+
+    def fill_and_prepare():
+        start = mf.wrote_position
+        while mf.wrote_position < start + 2 * mib or mf.wrote_position + 4 * mib < mf.allocated_position:
+            written.append((mf.wrote_position, rec))
+            mf.append(rec)
+        mf.prepare_runway()
+
+    try:
+        assert mf.runway_zeroed == sync                # nothing known of the writer yet
+        fill_and_prepare()
+        assert mf.runway_zeroed                        # a writer going fast
+        _set_zero_horizon_ns(1000)
+        fill_and_prepare()
+        assert mf.runway_zeroed == sync
+        fill_and_prepare()
+        for pos, data in written[-3:]:
+            assert bytes(mf.select(pos, len(data))) == data
+    finally:
+        _set_zero_horizon_ns(10 * 1000 * 1000 * 1000)
+        mf.close()
+    with open(mf.file_name, "rb") as f:
+        for pos, data in written[::97]:
+            f.seek(pos)
+            assert f.read(len(data)) == data
+    nxt = MappedFile(str(tmp_path / offset_to_file_name(64 * mib)), 64 * mib, runway=8 * mib, pwrite_min=4096,
+                     zeros_expected=True)
+    try:
+        assert nxt.runway_zeroed                       # the file before's verdict
+    finally:
+        nxt.close()
 
 
 def test_sync_runway_leaves_the_stretch_being_filled_writable(tmp_path):
