@@ -141,7 +141,8 @@ class MappedFileQueue:
     def _new_file(self, offset: int) -> MappedFile:
         os.makedirs(self.store_path, exist_ok=True)
         files = self._files
-        # The first stretch of runway made for the appends the file before saw (copies or pwrites: MappedFile).
+        # The first stretch of runway made for the appends the file before saw (copies or pwrites) and their pace
+        # (zeros or none: MappedFile).
         copies_expected = files[-1].runway_mapped if files else True
         zeros_expected = files[-1].runway_zeroed if files else False
         mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size,
