@@ -49,6 +49,25 @@ cdef extern from "rmq_ring.h" nogil:
                         int64_t end) noexcept
 
 
+cdef extern from "rmq_dispatch_ring.h" nogil:
+    ctypedef struct rmq_dring_entry:
+        int64_t phys
+        int32_t size
+        int32_t slim_len
+    ctypedef struct rmq_dring:
+        unsigned char *buf
+        int64_t size
+        int64_t head
+        int64_t tail
+        int64_t pending
+        int64_t dropped
+    int rmq_dring_push(rmq_dring *r, int64_t phys, int32_t size, const unsigned char *head, int32_t head_len,
+                       const unsigned char *tail, int32_t tail_len) noexcept     # 1, or 0: full (dropped)
+    void rmq_dring_publish(rmq_dring *r) noexcept
+    const rmq_dring_entry *rmq_dring_peek(const rmq_dring *r, int64_t *pos, int64_t head) noexcept
+    int64_t rmq_dring_entry_bytes(const rmq_dring_entry *e) noexcept
+
+
 cdef extern from "rmq_runway.h" nogil:
     ctypedef struct rmq_event:
         int poked

@@ -2,7 +2,7 @@
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
-from rmqcore._c cimport rmq_find_byte
+from rmqcore._c cimport rmq_dring, rmq_find_byte
 
 from rmqcore._mapped_file cimport MappedFile
 
@@ -170,6 +170,11 @@ cdef class PutResult:
     cdef readonly str uniq_key
     cdef bytes _store_host
     cdef PutResult with_status(self, status)
+
+
+# What the writer hands the dispatcher (include/rmq_dispatch_ring.h): each appended record without its body.
+cdef class DispatchRing:
+    cdef rmq_dring r
 
 
 cdef class AppendMessageCallback:

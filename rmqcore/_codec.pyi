@@ -281,6 +281,17 @@ def select_queue(queue_file: MappedFile, pos: int, files: list[MappedFile], file
     """select_messages over a consume-queue file's units from byte ``pos`` to its read position (None: nothing
     readable there)."""
 
+class DispatchRing:
+    """What the writer hands the dispatcher: each appended record without its body (a hint; the dispatcher scans
+    the commitlog for records the ring lacks)."""
+    def __new__(cls, size: int = 4194304) -> DispatchRing: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+    @property
+    def pending_bytes(self) -> int: ...
+
 class CommitLogWriter:
     """The put path: encode, then under the put lock append (rolling files with a blank record)."""
     @property
@@ -294,6 +305,8 @@ class CommitLogWriter:
     def reset(self) -> None: ...
     def set_dispatcher(self, arrivals: WakeEvent) -> None:
         """The dispatcher's event, poked after appends while it idles."""
+    def set_dispatch_ring(self, ring: DispatchRing | None) -> None:
+        """The dispatcher's ring: each record appended from now on is handed over in it."""
     def dispatcher_idle(self, idle: bool) -> None: ...
     def put(self, msg: Message) -> PutResult: ...
     def put_batch(self, messages: Iterable[Message], properties: dict[str, str] | None = None) -> list[PutResult]: ...

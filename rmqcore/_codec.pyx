@@ -22,7 +22,8 @@ from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy
 
-from rmqcore._c cimport (rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_crc32, rmq_event_poke, rmq_find_byte, rmq_java_hash_utf8, rmq_load_be16,
+from rmqcore._c cimport (rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_crc32, rmq_dring_publish, rmq_dring_push,
+                         rmq_event_poke, rmq_find_byte, rmq_java_hash_utf8, rmq_load_be16,
                          rmq_load_be32, rmq_load_be64,
                          rmq_store_be16, rmq_store_be32, rmq_store_be64)
 from rmqcore._index_file cimport items_in, query_files_c, topic_key_hash
@@ -2110,6 +2111,60 @@ cdef tuple _select(const unsigned char *units, Py_ssize_t nunits, list files, in
 # ---------------------------------------------------------------------------------------------------------------
 # The put path in one call
 
+cdef class DispatchRing:
+    """What the writer hands the dispatcher: every record it appends, without its body (rmq_dispatch_ring.h), so
+    that dispatch reads no commitlog bytes for them (``_dispatch.drain_dispatch_ring``). A hint: the dispatcher
+    scans the commitlog for any record the ring lacks. ``size``: bytes (rounded down to 8), allocated at once but
+    touched only as entries come (~150 bytes a record with a tag and a key)."""
+
+    def __cinit__(self, int64_t size=4 * 1024 * 1024):
+        size &= ~7
+        if size < 4096:
+            raise ValueError(f"dispatch ring size {size} is below 4096 bytes")
+        self.r.buf = <unsigned char *>malloc(<size_t>size)
+        if self.r.buf == NULL:
+            raise MemoryError()
+        self.r.size = size
+        self.r.head = self.r.tail = self.r.pending = self.r.dropped = 0
+
+    def __dealloc__(self):
+        free(self.r.buf)
+        self.r.buf = NULL
+
+    @property
+    def size(self):
+        return self.r.size
+
+    @property
+    def dropped(self):
+        """Records the writer could not hand over (the ring was full): the dispatcher scanned them."""
+        return self.r.dropped
+
+    @property
+    def pending_bytes(self):
+        """Bytes of entries handed over and not yet taken."""
+        return rmq_atomic_load_i64(&self.r.head) - rmq_atomic_load_i64(&self.r.tail)
+
+
+cdef void _push_slim(rmq_dring *r, const unsigned char *data, const EncodedRecord *rec, Py_ssize_t start,
+                     Py_ssize_t end, int64_t phys) noexcept nogil:
+    # Records start..end of an encode buffer, appended back to back from commitlog offset ``phys`` (their offsets,
+    # queue offsets and store times already in place), into the ring, then published.
+    cdef Py_ssize_t k
+    cdef RecordView rv
+    cdef const unsigned char *p
+    cdef int32_t after_body
+    for k in range(start, end):
+        p = data + rec[k].pos
+        if parse_record(p, rec[k].length, &rv, False) == RECORD_OK:
+            after_body = rv.body_pos + rv.body_len
+            rmq_dring_push(r, phys + (rec[k].pos - rec[start].pos), rv.total_size, p, rv.body_pos - 4,
+                           p + after_body, rv.total_size - after_body)
+        else:
+            r.dropped += 1
+    rmq_dring_publish(r)
+
+
 cdef class CommitLogWriter:
     """CommitLog's put path without Python frames between the API and the copy: encode + CRC outside the put lock
     into a reusable buffer, then under the lock take queue offsets and append, rolling to the next file (through
@@ -2126,6 +2181,7 @@ cdef class CommitLogWriter:
     cdef readonly int64_t put_messages  # messages every put path took (stats' put_calls)
     cdef WakeEvent _arrivals            # the dispatcher's, poked after an append while it idles
     cdef int64_t _dispatcher_idle
+    cdef DispatchRing _dring            # the dispatcher's: every appended record goes in, body left out
 
     def __init__(self, MessageEncoder encoder not None, AppendMessageCallback callback not None, lock,
                  mapped_file_queue, int32_t max_record, int64_t file_size, failed_result):
@@ -2186,6 +2242,11 @@ cdef class CommitLogWriter:
         costs no Python call for it (a threading.Event.set was ~1 us a put when the dispatcher slept)."""
         self._arrivals = arrivals
 
+    def set_dispatch_ring(self, DispatchRing ring):
+        """The dispatcher's ring (None: none): each record appended from now on is handed over in it."""
+        with self.lock:
+            self._dring = ring
+
     def dispatcher_idle(self, bint idle):
         """The dispatcher says it sleeps long (appends poke it) or runs again (they do not)."""
         rmq_atomic_store_i64(&self._dispatcher_idle, idle)
@@ -2213,6 +2274,8 @@ cdef class CommitLogWriter:
                 if mf is None:
                     return self._failed()
                 r = self.callback.do_append(mf, b, 0, ts)
+            if self._dring is not None and r.commitlog_offset >= 0:
+                _push_slim(&self._dring.r, b.data, b.rec, 0, 1, r.commitlog_offset)
         self._give(b)
         self._arrived(1)
         return r
@@ -2263,7 +2326,10 @@ cdef class CommitLogWriter:
         cdef Py_ssize_t i = 0, j, k
         cdef const unsigned char *src
         cdef int err
+        cdef rmq_dring *dring = NULL
         with self.lock:
+            if self._dring is not None:
+                dring = &self._dring.r
             ts = now_ms()
             while i < b.count:
                 mf = self._file()
@@ -2299,6 +2365,8 @@ cdef class CommitLogWriter:
                             if b.rec[k].record_crc:
                                 _fill_record_crc(b.data + b.rec[k].pos, b.rec[k].length)
                         err = mf.write_c(wrote, src, total, True)
+                        if err == 0 and dring != NULL:
+                            _push_slim(dring, b.data, b.rec, i, j, mf.file_from_offset + wrote)
                     if err != 0:
                         for k in range(j - 1, i - 1, -1):
                             self.callback.unassign(b, k)

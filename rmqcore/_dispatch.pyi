@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rmqcore._codec import DispatchRing
+
 SCHEDULE_TOPIC: str
 
 class DispatchBatch:
@@ -61,6 +63,14 @@ def scan_for_dispatch(data: Buffer, base_offset: int, start: int = 0, end: int =
                       topics: list[str] | None = None, delay_level_ms: Sequence[int] | None = None,
                       buffers: ScanBuffers | None = None) -> DispatchBatch:
     """Scan ``data`` (byte 0 is global ``base_offset``) from ``start`` into a DispatchBatch."""
+def drain_dispatch_ring(ring: DispatchRing, from_offset: int, readable_end: int, max_records: int = 8192,
+                        max_keys: int = 32768, topic_ids: dict[str, int] | None = None,
+                        topics: list[str] | None = None, delay_level_ms: Sequence[int] | None = None,
+                        buffers: ScanBuffers | None = None) -> DispatchBatch:
+    """What scan_for_dispatch would find from ``from_offset``, taken from the writer's dispatch ring; ``n`` 0: the
+    ring has no readable entry there (scan the commitlog)."""
+def ring_next_offset(ring: DispatchRing, from_offset: int) -> int:
+    """The commitlog offset of the ring's first entry at or after ``from_offset`` (-1: none); older ones dropped."""
 def queue_runs(b: DispatchBatch, unit_dtype: np.dtype[Any],
                find_queue: Callable[[str, int], Any] | None = None) -> list[
         tuple[str, int, npt.NDArray[np.void], npt.NDArray[np.int64], npt.NDArray[np.int64], bool, int]]:

@@ -1,11 +1,14 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The reput scan: committed commitlog bytes → consume-queue units and index key hashes, in bulk.
+"""The reput pass: records → consume-queue units and index key hashes, in bulk.
 
 One GIL-free pass parses records (``parse_record``), computes each record's tagsCode and the Java hashes of its
 index keys (``topic#UNIQ_KEY`` then ``topic#key`` for each of KEYS, RocketMQ's order) into numpy arrays, notes
-where the topic changes from the record before and applies the delay-topic rule; with the GIL only the topics at
-those changes are interned (one dict lookup each), no record is looked at twice. ``queue_runs`` then splits a batch into per-queue runs of consume-queue units, which the Python dispatcher
-appends with one copy per run.
+where the topic changes from the record before and applies the delay-topic rule (``_take``); with the GIL only the
+topics at those changes are interned (one dict lookup each), no record is looked at twice. The records come from
+the writer's dispatch ring (``drain_dispatch_ring``: each record as appended, without its body) or, for records
+the ring lacks, from the commitlog's bytes (``scan_for_dispatch``, also recovery's); both go through ``_take``.
+``queue_runs`` then splits a batch into per-queue runs of consume-queue units, which the Python dispatcher appends
+with one copy per run.
 """
 import numpy as np
 cimport numpy as cnp
@@ -14,9 +17,10 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
-from rmqcore._c cimport rmq_atomic_load_i64, rmq_java_hash_utf8, rmq_store_be32, rmq_store_be64
+from rmqcore._c cimport (rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_dring, rmq_dring_entry, rmq_dring_entry_bytes,
+                         rmq_dring_peek, rmq_java_hash_utf8, rmq_store_be32, rmq_store_be64)
 from rmqcore._mapped_file cimport MappedFile
-from rmqcore._codec cimport (DispatchProps, RECORD_OK, RecordView, TRANSACTION_ROLLBACK_TYPE, dispatch_properties,
+from rmqcore._codec cimport (DispatchProps, DispatchRing, RECORD_END, RECORD_OK, RecordView, TRANSACTION_ROLLBACK_TYPE, dispatch_properties,
                              parse_record)
 
 cnp.import_array()
@@ -67,7 +71,7 @@ cdef class ScanBuffers:
     arrays, and re-faulting fresh pages cost more than the scan. A batch's arrays are views into these: valid
     until the next scan with the same buffers."""
     cdef readonly int max_records, max_keys
-    cdef object phys, size, tags, ts, qo, qid, sf, tpos, topic, kh, kp, kt, kr
+    cdef object phys, size, tags, ts, qo, qid, sf, tpos, tlen, topic, kh, kp, kt, kr
 
     def __init__(self, int max_records, int max_keys):
         self.max_records = max_records
@@ -79,7 +83,8 @@ cdef class ScanBuffers:
         self.qo = np.empty(max_records, np.int64)
         self.qid = np.empty(max_records, np.int32)
         self.sf = np.empty(max_records, np.int32)
-        self.tpos = np.empty(max_records, np.int64)     # record start where the topic differs from the one before
+        self.tpos = np.empty(max_records, np.int64)     # where the topic bytes lie, where the topic differs from before
+        self.tlen = np.empty(max_records, np.int32)     # and their length
         self.topic = np.empty(max_records, np.int32)    # per record: index into the topic changes, then its id
         self.kh = np.empty(max_keys, np.int32)
         self.kp = np.empty(max_keys, np.int64)
@@ -87,37 +92,235 @@ cdef class ScanBuffers:
         self.kr = np.empty(max_keys, np.int32)
 
 
+cdef struct _Taker:
+    # What a pass fills (the ScanBuffers' memory) and its running state; one per pass, on the stack.
+    int64_t *phys
+    int32_t *size
+    int64_t *tags
+    int64_t *ts
+    int64_t *qo
+    int32_t *qid
+    int32_t *sf
+    int64_t *tpos
+    int32_t *tlen
+    int32_t *tix
+    int32_t *kh
+    int64_t *kp
+    int64_t *kt
+    int32_t *kr
+    int max_records
+    int max_keys
+    int n
+    int nk
+    int ntopics
+    const unsigned char *base          # tpos counts from here
+    const unsigned char *prev          # the last topic noted
+    int32_t prev_len
+    unsigned char *scratch
+    const int64_t *delay_ms            # NULL: no delay rule
+    int32_t max_level
+
+
+cdef class _Pass:
+    # One pass's _Taker over a ScanBuffers, with the scratch memory it owns and the delay table it holds.
+    cdef _Taker t
+    cdef ScanBuffers buffers
+    cdef object delay
+
+    def __dealloc__(self):
+        free(self.t.scratch)
+
+
+cdef _Pass _start_pass(int max_records, int max_keys, ScanBuffers buffers, delay_level_ms):
+    cdef _Pass p = _Pass.__new__(_Pass)
+    cdef int64_t[::1] i64
+    cdef int32_t[::1] i32
+    if buffers is None or buffers.max_records < max_records or buffers.max_keys < max_keys:
+        buffers = ScanBuffers(max_records, max_keys)
+    p.buffers = buffers
+    i64 = buffers.phys
+    p.t.phys = &i64[0]
+    i32 = buffers.size
+    p.t.size = &i32[0]
+    i64 = buffers.tags
+    p.t.tags = &i64[0]
+    i64 = buffers.ts
+    p.t.ts = &i64[0]
+    i64 = buffers.qo
+    p.t.qo = &i64[0]
+    i32 = buffers.qid
+    p.t.qid = &i32[0]
+    i32 = buffers.sf
+    p.t.sf = &i32[0]
+    i64 = buffers.tpos
+    p.t.tpos = &i64[0]
+    i32 = buffers.tlen
+    p.t.tlen = &i32[0]
+    i32 = buffers.topic
+    p.t.tix = &i32[0]
+    i32 = buffers.kh
+    p.t.kh = &i32[0]
+    i64 = buffers.kp
+    p.t.kp = &i64[0]
+    i64 = buffers.kt
+    p.t.kt = &i64[0]
+    i32 = buffers.kr
+    p.t.kr = &i32[0]
+    p.t.max_records = max_records
+    p.t.max_keys = max_keys
+    p.t.n = p.t.nk = p.t.ntopics = 0
+    p.t.base = NULL
+    p.t.prev = NULL
+    p.t.prev_len = -1
+    p.t.delay_ms = NULL
+    p.t.max_level = 0
+    if delay_level_ms is not None and len(delay_level_ms) > 1:
+        p.delay = np.ascontiguousarray(delay_level_ms, dtype=np.int64)
+        i64 = p.delay
+        p.t.delay_ms = &i64[0]
+        p.t.max_level = <int32_t>i64.shape[0] - 1
+    p.t.scratch = <unsigned char *>malloc(KEY_SCRATCH)
+    if p.t.scratch == NULL:
+        raise MemoryError()
+    return p
+
+
+cdef bint _take(_Taker *t, const unsigned char *rec, const RecordView *rv, int64_t phys,
+                int32_t total_size) noexcept nogil:
+    # Record ``rec`` (parsed into ``rv``; at commitlog offset ``phys``, ``total_size`` bytes there) into the
+    # arrays: False when its keys do not fit (it is left for the next batch; a record never splits).
+    # ``total_size`` differs from rv.total_size for a slim record from the dispatch ring.
+    cdef DispatchProps dp
+    cdef int32_t vpos, vlen, kend, i, j, level
+    cdef int kstart, n = t.n, nk = t.nk
+    dispatch_properties(rec + rv.props_pos, rv.props_len, &dp)
+    # Reserve room for this record's keys first.
+    if (rv.sys_flag & TRANSACTION_ROLLBACK_TYPE) != TRANSACTION_ROLLBACK_TYPE:
+        kstart = nk
+        if dp.uniq_pos >= 0:
+            if nk >= t.max_keys:
+                return False
+            t.kh[nk] = _index_hash(rec + rv.topic_pos, rv.topic_len, rec + rv.props_pos + dp.uniq_pos,
+                                   dp.uniq_len, t.scratch)
+            nk += 1
+        if dp.keys_pos >= 0:
+            vpos = dp.keys_pos
+            vlen = dp.keys_len
+            kend = 0
+            i = 0
+            while i <= vlen:
+                if i == vlen or rec[rv.props_pos + vpos + i] == 32:
+                    if i > kend:
+                        if nk >= t.max_keys:
+                            return False
+                        t.kh[nk] = _index_hash(rec + rv.topic_pos, rv.topic_len,
+                                               rec + rv.props_pos + vpos + kend, i - kend, t.scratch)
+                        nk += 1
+                    kend = i + 1
+                i += 1
+        for i in range(kstart, nk):
+            t.kp[i] = phys
+            t.kt[i] = rv.store_timestamp
+            t.kr[i] = n
+    t.nk = nk
+    t.phys[n] = phys
+    t.size[n] = total_size
+    t.tags[n] = (<int64_t>rmq_java_hash_utf8(rec + rv.props_pos + dp.tags_pos, <size_t>dp.tags_len)
+                 if dp.tags_pos >= 0 else 0)
+    t.ts[n] = rv.store_timestamp
+    t.qo[n] = rv.queue_offset
+    t.qid[n] = rv.queue_id
+    t.sf[n] = rv.sys_flag
+    if (t.prev == NULL or rv.topic_len != t.prev_len
+            or memcmp(rec + rv.topic_pos, t.prev, <size_t>rv.topic_len) != 0):
+        t.tpos[t.ntopics] = (rec + rv.topic_pos) - t.base
+        t.tlen[t.ntopics] = rv.topic_len
+        t.ntopics += 1
+        t.prev = rec + rv.topic_pos
+        t.prev_len = rv.topic_len
+    t.tix[n] = t.ntopics - 1
+    # ScheduleMessageService's rule at dispatch: a SCHEDULE_TOPIC_XXXX unit's tagsCode is its delivery time
+    # (store time + the DELAY level's delay; levels past the last are the last).
+    if (t.delay_ms != NULL and rv.topic_len == 19
+            and memcmp(rec + rv.topic_pos, <const char *>"SCHEDULE_TOPIC_XXXX", 19) == 0
+            and dp.delay_pos >= 0):
+        vpos = dp.delay_pos
+        vlen = dp.delay_len
+        level = 0
+        j = 1 if vlen > 1 and rec[rv.props_pos + vpos] == 43 else 0      # Integer.parseInt's '+'
+        while j < vlen and j < 10 and 48 <= rec[rv.props_pos + vpos + j] <= 57:
+            level = level * 10 + (rec[rv.props_pos + vpos + j] - 48)
+            j += 1
+        if j == vlen and vlen > 0:
+            if level > t.max_level:
+                level = t.max_level
+            if level > 0:
+                t.tags[n] = rv.store_timestamp + t.delay_ms[level]
+    t.n = n + 1
+    return True
+
+
+cdef DispatchBatch _finish(_Pass p, dict topic_ids, list topics, int64_t start_offset, int64_t end_offset,
+                           int code):
+    # Topic interning, with the GIL: one dict lookup per topic change the pass noted. Then the batch: views of
+    # the buffers.
+    cdef _Taker *t = &p.t
+    cdef int i, j
+    cdef ScanBuffers buffers = p.buffers
+    ids = np.empty(max(t.ntopics, 1), np.int32)
+    cdef int32_t[::1] idv = ids
+    for j in range(t.ntopics):
+        tb = (<const char *>t.base)[t.tpos[j]:t.tpos[j] + t.tlen[j]]
+        t_id = topic_ids.get(tb, -1)
+        if t_id < 0:
+            t_id = len(topics)
+            topic_ids[tb] = t_id
+            topics.append(tb.decode("utf-8", "replace"))
+        idv[j] = t_id
+    for i in range(t.n):
+        t.tix[i] = idv[t.tix[i]]
+    cdef int n = t.n, nk = t.nk
+    cdef DispatchBatch b = DispatchBatch.__new__(DispatchBatch)
+    b.n = n
+    b.nkeys = nk
+    b.start_offset = start_offset
+    b.end_offset = end_offset
+    b.code = code
+    b.phys = buffers.phys[:n]
+    b.size = buffers.size[:n]
+    b.tags_code = buffers.tags[:n]
+    b.store_ts = buffers.ts[:n]
+    b.queue_offset = buffers.qo[:n]
+    b.queue_id = buffers.qid[:n]
+    b.sys_flag = buffers.sf[:n]
+    b.topic_idx = buffers.topic[:n]
+    b.key_hash = buffers.kh[:nk]
+    b.key_phys = buffers.kp[:nk]
+    b.key_ts = buffers.kt[:nk]
+    b.key_record = buffers.kr[:nk]
+    b.topics = topics
+    return b
+
+
 def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t end=-1, int max_records=8192,
                       int max_keys=32768, bint check_crc=False, dict topic_ids=None, list topics=None,
                       delay_level_ms=None, ScanBuffers buffers=None):
     """Scan ``data`` (a mapped file's readable bytes; byte 0 is global ``base_offset``) from ``start``.
 
-    Stops at ``max_records``, when the key arrays are full, at end of data, at a blank record or at the first bad
-    record (``code`` says which; ``end_offset`` is where the next scan starts). ``topic_ids``/``topics`` intern
-    topic names across scans; ``delay_level_ms`` (level → ms, index 0 unused) turns the tagsCode of
-    SCHEDULE_TOPIC_XXXX messages with a DELAY property into their delivery time, as RocketMQ does. ``buffers``
-    (sized at least max_records / max_keys) are filled instead of new arrays.
+    Stops at ``max_records``, when the key arrays are full, at ``end`` (default: end of data), at a blank record
+    or at the first bad record (``code`` says which; ``end_offset`` is where the next scan starts).
+    ``topic_ids``/``topics`` intern topic names across scans; ``delay_level_ms`` (level → ms, index 0 unused)
+    turns the tagsCode of SCHEDULE_TOPIC_XXXX messages with a DELAY property into their delivery time, as
+    RocketMQ does. ``buffers`` (sized at least max_records / max_keys) are filled instead of new arrays.
     """
     cdef const unsigned char[::1] buf = data
     cdef Py_ssize_t length = buf.shape[0]
     cdef Py_ssize_t pos
-    cdef int n = 0, nk = 0, code = RECORD_OK, i
+    cdef int code = RECORD_OK
     cdef RecordView rv
-    cdef DispatchProps dp
     cdef const unsigned char *ahead
     cdef const unsigned char *base
     cdef const unsigned char *rec
-    cdef int32_t vpos = 0, vlen = 0, kstart, kend
-    cdef unsigned char *scratch
-    cdef const unsigned char *prev = NULL
-    cdef int32_t prev_len = -1, ntopics = 0, level, max_level, j
-    cdef const int64_t *delay_ms = NULL
-    cdef int64_t[::1] delay_view
-    cdef bint delay_rule = delay_level_ms is not None and len(delay_level_ms) > 1
-    if delay_rule:
-        delay_view = np.ascontiguousarray(delay_level_ms, dtype=np.int64)
-        delay_ms = &delay_view[0]
-        max_level = <int32_t>delay_view.shape[0] - 1
     if end < 0 or end > length:
         end = length
     if start < 0 or start > end:
@@ -126,141 +329,98 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
         topic_ids = {}
     if topics is None:
         topics = []
-
-    if buffers is None or buffers.max_records < max_records or buffers.max_keys < max_keys:
-        buffers = ScanBuffers(max_records, max_keys)
-    phys_a, size_a, tags_a, ts_a, qo_a = buffers.phys, buffers.size, buffers.tags, buffers.ts, buffers.qo
-    qid_a, sf_a, tpos_a, topic_a = buffers.qid, buffers.sf, buffers.tpos, buffers.topic
-    kh_a, kp_a, kt_a, kr_a = buffers.kh, buffers.kp, buffers.kt, buffers.kr
-    cdef int64_t[::1] phys = phys_a, tags = tags_a, ts = ts_a, qo = qo_a, tpos = tpos_a, kp = kp_a, kt = kt_a
-    cdef int32_t[::1] size = size_a, qid = qid_a, sf = sf_a, kh = kh_a, kr = kr_a, tix = topic_a
-
-    scratch = <unsigned char *>malloc(KEY_SCRATCH)
-    if scratch == NULL:
-        raise MemoryError()
+    cdef _Pass p = _start_pass(max_records, max_keys, buffers, delay_level_ms)
     pos = start
     base = &buf[0] if length > 0 else NULL
-    try:
-        with nogil:
-            while n < max_records and base != NULL:
-                rec = base + pos
-                code = parse_record(rec, end - pos, &rv, check_crc)
-                if code != RECORD_OK:
-                    break
-                dispatch_properties(rec + rv.props_pos, rv.props_len, &dp)
-                # Reserve room for this record's keys first: a record never splits across batches.
-                if (rv.sys_flag & TRANSACTION_ROLLBACK_TYPE) != TRANSACTION_ROLLBACK_TYPE:
-                    kstart = nk
-                    if dp.uniq_pos >= 0:
-                        if nk >= max_keys:
-                            break
-                        kh[nk] = _index_hash(rec + rv.topic_pos, rv.topic_len, rec + rv.props_pos + dp.uniq_pos,
-                                             dp.uniq_len, scratch)
-                        nk += 1
-                    if dp.keys_pos >= 0:
-                        vpos = dp.keys_pos
-                        vlen = dp.keys_len
-                        kend = 0
-                        i = 0
-                        while i <= vlen:
-                            if i == vlen or rec[rv.props_pos + vpos + i] == 32:
-                                if i > kend:
-                                    if nk >= max_keys:
-                                        break
-                                    kh[nk] = _index_hash(rec + rv.topic_pos, rv.topic_len,
-                                                         rec + rv.props_pos + vpos + kend, i - kend, scratch)
-                                    nk += 1
-                                kend = i + 1
-                            i += 1
-                        if i <= vlen:      # key arrays full: leave this record for the next batch
-                            nk = kstart
-                            break
-                    for i in range(kstart, nk):
-                        kp[i] = base_offset + pos
-                        kt[i] = rv.store_timestamp
-                        kr[i] = n
-                phys[n] = base_offset + pos
-                size[n] = rv.total_size
-                tags[n] = (<int64_t>rmq_java_hash_utf8(rec + rv.props_pos + dp.tags_pos, <size_t>dp.tags_len)
-                           if dp.tags_pos >= 0 else 0)
-                ts[n] = rv.store_timestamp
-                qo[n] = rv.queue_offset
-                qid[n] = rv.queue_id
-                sf[n] = rv.sys_flag
-                if (prev == NULL or rv.topic_len != prev_len
-                        or memcmp(rec + rv.topic_pos, prev, <size_t>rv.topic_len) != 0):
-                    tpos[ntopics] = pos
-                    ntopics += 1
-                    prev = rec + rv.topic_pos
-                    prev_len = rv.topic_len
-                tix[n] = ntopics - 1
-                # ScheduleMessageService's rule at dispatch: a SCHEDULE_TOPIC_XXXX unit's tagsCode is its delivery
-                # time (store time + the DELAY level's delay; levels past the last are the last).
-                if (delay_rule and rv.topic_len == 19
-                        and memcmp(rec + rv.topic_pos, <const char *>"SCHEDULE_TOPIC_XXXX", 19) == 0
-                        and dp.delay_pos >= 0):
-                    vpos = dp.delay_pos
-                    vlen = dp.delay_len
-                    level = 0
-                    j = 1 if vlen > 1 and rec[rv.props_pos + vpos] == 43 else 0      # Integer.parseInt's '+'
-                    while j < vlen and j < 10 and 48 <= rec[rv.props_pos + vpos + j] <= 57:
-                        level = level * 10 + (rec[rv.props_pos + vpos + j] - 48)
-                        j += 1
-                    if j == vlen and vlen > 0:
-                        if level > max_level:
-                            level = max_level
-                        if level > 0:
-                            tags[n] = rv.store_timestamp + delay_ms[level]
-                n += 1
-                pos += rv.total_size
-                # The scan touches two spots per record, its header and its properties a body's length further:
-                # each a cache miss once records stream past the caches, which the hardware prefetcher does not
-                # follow. Ask for both of a record PREFETCH_AHEAD records on, guessed from this one's layout
-                # (records of one producer look alike; a wrong guess costs a useless prefetch, never a fault).
-                if pos + PREFETCH_AHEAD * <Py_ssize_t>rv.total_size < end:
-                    ahead = rec + PREFETCH_AHEAD * rv.total_size
-                    __builtin_prefetch(ahead)
-                    __builtin_prefetch(ahead + 64)
-                    __builtin_prefetch(ahead + rv.props_pos)
-                    __builtin_prefetch(ahead + rv.props_pos + 64)
-    finally:
-        free(scratch)
+    p.t.base = base
+    with nogil:
+        while p.t.n < max_records and base != NULL:
+            rec = base + pos
+            code = parse_record(rec, end - pos, &rv, check_crc)
+            if code != RECORD_OK:
+                break
+            if not _take(&p.t, rec, &rv, base_offset + pos, rv.total_size):
+                break
+            pos += rv.total_size
+            # The scan touches two spots per record, its header and its properties a body's length further:
+            # each a cache miss once records stream past the caches, which the hardware prefetcher does not
+            # follow. Ask for both of a record PREFETCH_AHEAD records on, guessed from this one's layout
+            # (records of one producer look alike; a wrong guess costs a useless prefetch, never a fault).
+            if pos + PREFETCH_AHEAD * <Py_ssize_t>rv.total_size < end:
+                ahead = rec + PREFETCH_AHEAD * rv.total_size
+                __builtin_prefetch(ahead)
+                __builtin_prefetch(ahead + 64)
+                __builtin_prefetch(ahead + rv.props_pos)
+                __builtin_prefetch(ahead + rv.props_pos + 64)
+    return _finish(p, topic_ids, topics, base_offset + start, base_offset + pos, code)
 
-    # Topic interning, with the GIL: one dict lookup per topic change the scan noted.
-    ids = np.empty(max(ntopics, 1), np.int32)
-    cdef int32_t[::1] idv = ids
-    for j in range(ntopics):
-        parse_record(base + tpos[j], end - tpos[j], &rv, False)
-        tb = (<const char *>base)[tpos[j] + rv.topic_pos:tpos[j] + rv.topic_pos + rv.topic_len]
-        t_id = topic_ids.get(tb, -1)
-        if t_id < 0:
-            t_id = len(topics)
-            topic_ids[tb] = t_id
-            topics.append(tb.decode("utf-8", "replace"))
-        idv[j] = t_id
-    for i in range(n):
-        tix[i] = idv[tix[i]]
 
-    cdef DispatchBatch b = DispatchBatch.__new__(DispatchBatch)
-    b.n = n
-    b.nkeys = nk
-    b.start_offset = base_offset + start
-    b.end_offset = base_offset + pos
-    b.code = code
-    b.phys = phys_a[:n]
-    b.size = size_a[:n]
-    b.tags_code = tags_a[:n]
-    b.store_ts = ts_a[:n]
-    b.queue_offset = qo_a[:n]
-    b.queue_id = qid_a[:n]
-    b.sys_flag = sf_a[:n]
-    b.topic_idx = topic_a[:n]
-    b.key_hash = kh_a[:nk]
-    b.key_phys = kp_a[:nk]
-    b.key_ts = kt_a[:nk]
-    b.key_record = kr_a[:nk]
-    b.topics = topics
-    return b
+def drain_dispatch_ring(DispatchRing ring not None, int64_t from_offset, int64_t readable_end,
+                        int max_records=8192, int max_keys=32768, dict topic_ids=None, list topics=None,
+                        delay_level_ms=None, ScanBuffers buffers=None):
+    """What ``scan_for_dispatch`` would find from commitlog offset ``from_offset``, taken from the writer's
+    dispatch ring instead of the commitlog: its entries from the one at ``from_offset`` on, back to back, each
+    whole below ``readable_end`` (entries before ``from_offset`` are dropped: the scan took those records).
+    Stops at ``max_records``, when the key arrays are full (``code`` RECORD_OK) or where the ring has no entry
+    for the next offset (RESULT_END): ``n`` 0 means the commitlog must be scanned there (``ring_next_offset``
+    says how far). The entries taken are released once the batch is built."""
+    cdef rmq_dring *r = &ring.r
+    cdef int64_t head = rmq_atomic_load_i64(&r.head)
+    cdef int64_t pos = r.tail, at = from_offset
+    cdef const rmq_dring_entry *e
+    cdef const unsigned char *slim
+    cdef RecordView rv
+    cdef int code = RECORD_END
+    if topic_ids is None:
+        topic_ids = {}
+    if topics is None:
+        topics = []
+    cdef _Pass p = _start_pass(max_records, max_keys, buffers, delay_level_ms)
+    p.t.base = r.buf
+    with nogil:
+        while True:
+            e = rmq_dring_peek(r, &pos, head)
+            if e == NULL:
+                break
+            if e.phys < at:
+                pos += rmq_dring_entry_bytes(e)
+                continue
+            if e.phys != at or at + e.size > readable_end:
+                break
+            if p.t.n >= max_records:
+                code = RECORD_OK
+                break
+            slim = <const unsigned char *>e + sizeof(rmq_dring_entry)
+            if parse_record(slim, e.slim_len, &rv, False) != RECORD_OK:
+                break           # never written so; the scan reads this record from the commitlog
+            if not _take(&p.t, slim, &rv, e.phys, e.size):
+                code = RECORD_OK
+                break
+            at += e.size
+            pos += rmq_dring_entry_bytes(e)
+    batch = _finish(p, topic_ids, topics, from_offset, at, code)
+    rmq_atomic_store_i64(&r.tail, pos)          # after _finish: it read the topics out of these entries
+    return batch
+
+
+def ring_next_offset(DispatchRing ring not None, int64_t from_offset):
+    """The commitlog offset of the ring's first entry at or after ``from_offset`` (older ones are dropped), or -1
+    when it holds none: the dispatcher scans the commitlog up to there."""
+    cdef rmq_dring *r = &ring.r
+    cdef int64_t head = rmq_atomic_load_i64(&r.head)
+    cdef int64_t pos = r.tail
+    cdef const rmq_dring_entry *e
+    cdef int64_t found = -1
+    while True:
+        e = rmq_dring_peek(r, &pos, head)
+        if e == NULL:
+            break
+        if e.phys >= from_offset:
+            found = e.phys
+            break
+        pos += rmq_dring_entry_bytes(e)
+    rmq_atomic_store_i64(&r.tail, pos)
+    return found
 
 
 cdef enum:

@@ -173,3 +173,164 @@ def test_runs_appended_in_c_leave_the_queues_the_general_way_does(tmp_path_facto
         fast.close()
         general.close()
     note(f"{fast_runs} runs appended in C")
+
+
+# -- the dispatch ring: what the writer hands the dispatcher instead of the commitlog bytes -----------------------
+
+from types import SimpleNamespace  # noqa: E402
+
+from rmqcore import Message, StoreConfig  # noqa: E402
+from rmqcore._dispatch import drain_dispatch_ring, ring_next_offset  # noqa: E402
+from rmqcore._codec import RESULT_END, DispatchRing  # noqa: E402
+from rmqcore.commit_log import CommitLog  # noqa: E402
+from rmqcore import dispatch as dispatch_module  # noqa: E402
+from rmqcore.dispatch import ReputMessageService  # noqa: E402
+from rmqcore.store import parse_delay_levels  # noqa: E402
+
+DELAYS = parse_delay_levels(StoreConfig().message_delay_level)
+
+ring_messages = st.lists(st.tuples(
+    st.sampled_from(["A", "Topic_b", "%RETRY%g", "SCHEDULE_TOPIC_XXXX"]),
+    st.integers(0, 3),
+    st.sampled_from([0x0, 0x4, 0x8, 0xC]),                         # transaction types: some go to no queue
+    st.sampled_from([None, "TagA", "x"]),
+    st.lists(st.sampled_from(["k1", "k 2", "key three", "  "]), max_size=3),
+    st.dictionaries(st.sampled_from(["DELAY", "p"]), st.sampled_from(["1", "+2", "99", "x"]), max_size=2),
+    st.integers(0, 600),                                          # body length
+    st.booleans(),                                                # an IPv6 born host (a longer header)
+    st.integers(0, 3)), min_size=1, max_size=60)                  # 0: a put, else a batch of that many
+
+
+def _records(batch):
+    # A batch as plain rows, topic names instead of ids (each pass interns in its own order).
+    recs = list(zip(batch.phys.tolist(), batch.size.tolist(), batch.tags_code.tolist(), batch.store_ts.tolist(),
+                    batch.queue_offset.tolist(), batch.queue_id.tolist(), batch.sys_flag.tolist(),
+                    [batch.topics[i] for i in batch.topic_idx.tolist()]))
+    keys = list(zip(batch.key_hash.tolist(), batch.key_phys.tolist(), batch.key_ts.tolist(),
+                    [batch.phys[r] for r in batch.key_record.tolist()]))
+    return recs, keys
+
+
+def _scan_all(cl):
+    # The whole commitlog the way recovery reads it: file by file, no ring.
+    recs, keys = [], []
+    for mf in cl.mapped_file_queue.mapped_files:
+        view = mf.select(0, mf.read_position)
+        batch = scan_for_dispatch(view, mf.file_from_offset, 0, -1, 100000, 400000, False, None, None, DELAYS)
+        view.release()
+        r, k = _records(batch)
+        recs += r
+        keys += k
+    return recs, keys
+
+
+def _put_all(cl, msgs, after_each=lambda: None):
+    i = 0
+    while i < len(msgs):
+        topic, qid, tran, tags, keys, props, body_len, v6, group = msgs[i]
+        group = max(1, group)
+        batch = [Message(t, b"b" * n, q, tags=tg, keys=k or None, properties=dict(p), sys_flag=tr,
+                         born_host="[::1]:9876" if v else "10.0.0.1:9876")
+                 for t, q, tr, tg, k, p, n, v, _ in msgs[i:i + group]]
+        if len(batch) == 1:
+            assert cl.put_message(batch[0]).ok
+        else:
+            assert all(r.ok for r in cl.put_messages(batch))
+        i += group
+        after_each()
+
+
+@given(ring_messages, st.sampled_from([4096, 8192, 1 << 20]), st.integers(0, 3))
+def test_the_dispatcher_builds_from_the_ring_what_it_builds_from_the_commitlog(tmp_path_factory, msgs, ring_size,
+                                                                               every):
+    # The real dispatcher loop (ReputMessageService.do_reput) over a ring that fills, wraps and drops entries
+    # (small sizes), drained now and then while puts go on (``every``), across file rolls (8 KiB files): what it
+    # hands to the store equals a scan of the whole commitlog, record for record and key for key.
+    cl = CommitLog.open(str(tmp_path_factory.mktemp("ring") / "commitlog"),
+                        StoreConfig(mapped_file_size_commit_log=8192, max_message_size=4096,
+                                    warm_mapped_file_enable=False))
+    got_recs, got_keys = [], []
+
+    def apply(batch):
+        r, k = _records(batch)
+        got_recs.extend(r)
+        got_keys.extend(k)
+
+    store = SimpleNamespace(commit_log=cl, delay_level_ms=DELAYS, _apply_dispatch=apply)
+    reput = ReputMessageService(store, 0, max_records=7, ring_size=ring_size)
+    puts = [0]
+
+    def maybe_drain():
+        puts[0] += 1
+        if every and puts[0] % every == 0:
+            reput.do_reput()
+
+    scanned = [0]
+
+    def counting_scan(*args):
+        batch = scan_for_dispatch(*args)
+        scanned[0] += batch.n
+        return batch
+
+    dispatch_module.scan_for_dispatch = counting_scan
+    try:
+        _put_all(cl, msgs, maybe_drain)
+        reput.do_reput()
+    finally:
+        dispatch_module.scan_for_dispatch = scan_for_dispatch
+    want_recs, want_keys = _scan_all(cl)
+    assert got_recs == want_recs
+    assert got_keys == want_keys
+    assert reput.reput_from_offset == cl.max_offset
+    if ring_size == 1 << 20:        # never full here: the commitlog is read for no record
+        assert scanned[0] == 0 and reput.ring.dropped == 0
+    cl.close()
+
+
+def test_ring_drops_what_does_not_fit_and_the_scan_takes_those_records(tmp_path):
+    cl = CommitLog.open(str(tmp_path / "commitlog"), StoreConfig(warm_mapped_file_enable=False))
+    ring = DispatchRing(4096)
+    cl.writer.set_dispatch_ring(ring)
+    for i in range(100):
+        assert cl.put_message(Message("T", b"x" * 100, 0, tags="t", keys=[f"k{i}"])).ok
+    assert ring.dropped > 0 and 0 < ring.pending_bytes <= 4096
+    mf = cl.mapped_file_queue.mapped_files[0]
+    end = mf.read_position
+    view = mf.select(0, end)
+    # The ring holds the first records, as a scan of the commitlog reads them ...
+    batch = drain_dispatch_ring(ring, 0, end, 1000, 4000)
+    held = batch.end_offset
+    assert 0 < batch.n < 100 and _records(batch) == _records(scan_for_dispatch(view, 0, 0, held, 1000, 4000))
+    assert ring.pending_bytes == 0
+    # ... and none of the rest: the dispatcher scans from there. Puts fill the emptied ring again, after the gap.
+    assert ring_next_offset(ring, held) == -1 and drain_dispatch_ring(ring, held, end).n == 0
+    r = cl.put_message(Message("T", b"y", 0))
+    assert ring_next_offset(ring, held) == r.commitlog_offset == end
+    assert drain_dispatch_ring(ring, held, end + r.wrote_bytes).n == 0
+    assert drain_dispatch_ring(ring, end, end + r.wrote_bytes).queue_offset.tolist() == [100]
+    view.release()
+    cl.close()
+
+
+def test_ring_entries_wait_until_their_records_are_readable(tmp_path):
+    cl = CommitLog.open(str(tmp_path / "commitlog"), StoreConfig(warm_mapped_file_enable=False))
+    ring = DispatchRing(1 << 16)
+    cl.writer.set_dispatch_ring(ring)
+    sizes = [cl.put_message(Message("T", b"x" * n, 0)).wrote_bytes for n in (10, 20, 30)]
+    # Readable up to the middle of the second record: only the first is taken, the rest stays in the ring.
+    batch = drain_dispatch_ring(ring, 0, sizes[0] + sizes[1] - 1)
+    assert batch.n == 1 and batch.end_offset == sizes[0] and batch.code == RESULT_END
+    batch = drain_dispatch_ring(ring, sizes[0], sum(sizes))
+    assert batch.n == 2 and batch.end_offset == sum(sizes)
+    assert batch.queue_offset.tolist() == [1, 2]
+    assert drain_dispatch_ring(ring, sum(sizes), sum(sizes)).n == 0 and ring_next_offset(ring, sum(sizes)) == -1
+    cl.close()
+
+
+def test_a_too_small_dispatch_ring_is_refused():
+    try:
+        DispatchRing(100)
+    except ValueError as e:
+        assert "4096" in str(e)
+    else:
+        raise AssertionError("a 100-byte ring was made")
