@@ -837,6 +837,8 @@ class MessageStore:
             "dispatch_reput_offset": self.reput.reput_from_offset if self.reput else 0,
             "dispatched_records": self.reput.dispatched if self.reput else 0,
             "dispatch_lag_ms": self.reput.lag_ms if self.reput else 0,
+            # Records the writer could not hand the dispatcher (its ring was full): read back from the commitlog.
+            "dispatch_ring_dropped": self.reput.ring.dropped if self.reput and self.reput.ring else 0,
             "dispatch_error": self.reput.last_error if self.reput else None,
             "put_calls": self.commit_log.writer.put_messages,
             "recovery": dict(self.recovery),

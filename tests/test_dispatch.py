@@ -334,3 +334,32 @@ def test_a_too_small_dispatch_ring_is_refused():
         assert "4096" in str(e)
     else:
         raise AssertionError("a 100-byte ring was made")
+
+
+def test_a_store_whose_ring_overflows_still_dispatches_every_message(tmp_path, monkeypatch):
+    # One batch far larger than the ring: most records are dropped from it and read back from the commitlog, the
+    # store's queues and index come out complete and in order all the same, and runtime_info counts the drops.
+    from rmqcore import MessageStore
+    monkeypatch.setattr(ReputMessageService, "RING_SIZE", 4096)
+    with MessageStore.open(str(tmp_path / "s")) as store:
+        results = store.put_batch([Message(f"T{i % 2}", f"body {i}".encode(), i % 3, tags=f"tag{i % 5}",
+                                           keys=[f"key-{i}"]) for i in range(300)])
+        assert all(r.ok for r in results)
+        assert store.wait_dispatched(30)
+        info = store.runtime_info()
+        assert info["dispatch_ring_dropped"] > 0 and info["dispatched_records"] == 300
+        for topic in ("T0", "T1"):
+            for q in range(3):
+                got, offset = [], 0
+                while True:         # pulls of up to 32 (maxTransferCountOnMessageInMemory)
+                    pulled = store.get_messages("g", topic, q, offset, 32)
+                    if not pulled.messages:
+                        break
+                    got += pulled.messages
+                    offset = pulled.next_begin_offset
+                want = [i for i in range(300) if f"T{i % 2}" == topic and i % 3 == q]
+                assert [bytes(m.body) for m in got] == [f"body {i}".encode() for i in want]
+                assert [m.queue_offset for m in got] == list(range(len(want)))
+        for i in (0, 150, 299):
+            found = store.query_message(f"T{i % 2}", f"key-{i}")
+            assert [bytes(m.body) for m in found] == [f"body {i}".encode()]
