@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "rmq_clock.h"
+
 enum {
     RMQ_GC_LEADER = 2,    /* the caller now runs the flush: to *target, then rmq_gc_leader_done */
     RMQ_GC_FLUSHED = 1,   /* the offset is on disk */
@@ -157,21 +159,6 @@ static inline void rmq_gc_destroy(rmq_group_commit *g)
     pthread_mutex_destroy(&g->mu);
 }
 
-static inline int64_t rmq_gc_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static inline struct timespec rmq_gc_abs(int64_t deadline_ns)
-{
-    struct timespec ts;
-    ts.tv_sec = (time_t)(deadline_ns / 1000000000LL);
-    ts.tv_nsec = (long)(deadline_ns % 1000000000LL);
-    return ts;
-}
-
 /* The sleeper list; caller holds mu. */
 static inline void rmq_gc_unlink_locked(rmq_group_commit *g, rmq_gc_waiter *w)
 {
@@ -190,7 +177,7 @@ static inline void rmq_gc_futex_wake(uint32_t *word)
 /* Sleep until *word is set or deadline_ns (monotonic) passes; 1 when it passed with the word still clear. */
 static inline int rmq_gc_futex_sleep(uint32_t *word, int64_t deadline_ns)
 {
-    struct timespec ts = rmq_gc_abs(deadline_ns);
+    struct timespec ts = rmq_deadline(deadline_ns);
     for (;;) {
         if (__atomic_load_n(word, __ATOMIC_ACQUIRE))
             return 0;
@@ -254,7 +241,7 @@ static inline void rmq_gc_release_one_locked(rmq_group_commit *g, rmq_gc_wakes *
  * covered), then leave the deck (under mu: nobody may store to w once it returns). */
 static inline void rmq_gc_spin_on_deck(rmq_group_commit *g, rmq_gc_waiter *w)
 {
-    int64_t until = rmq_gc_now_ns() + g->spin_ns;
+    int64_t until = rmq_now_ns() + g->spin_ns;
     unsigned i;
     int caught = 0;
     for (i = 1;; i++) {
@@ -263,7 +250,7 @@ static inline void rmq_gc_spin_on_deck(rmq_group_commit *g, rmq_gc_waiter *w)
             break;
         }
         if ((i & 63) == 0) {
-            if (rmq_gc_now_ns() > until)
+            if (rmq_now_ns() > until)
                 break;
             sched_yield();
         }
@@ -317,9 +304,9 @@ static inline void rmq_gc_request_locked(rmq_group_commit *g, int64_t offset)
 static inline int64_t rmq_gc_take_target_locked(rmq_group_commit *g)
 {
     g->flush_target = INT64_MAX;              /* whoever arrives while the group gathers is in it */
-    g->flush_start_ns = rmq_gc_now_ns();
+    g->flush_start_ns = rmq_now_ns();
     if (g->last_group > 1 && g->linger_ns > 0) {
-        struct timespec deadline = rmq_gc_abs(rmq_gc_now_ns() + g->linger_ns);
+        struct timespec deadline = rmq_deadline(rmq_now_ns() + g->linger_ns);
         g->lingering = 1;
         while (g->arrivals - g->group_start_arrivals < g->last_group && !g->stopping && !g->closed)
             if (pthread_cond_timedwait(&g->linger_cond, &g->mu, &deadline) == ETIMEDOUT)
@@ -328,7 +315,7 @@ static inline int64_t rmq_gc_take_target_locked(rmq_group_commit *g)
     }
     g->last_group = g->arrivals - g->group_start_arrivals;
     g->group_start_arrivals = g->arrivals;
-    g->flush_start_ns = rmq_gc_now_ns();
+    g->flush_start_ns = rmq_now_ns();
     g->flush_target = g->requested;
     return g->requested;
 }
@@ -416,7 +403,7 @@ static inline int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64
         expect_end = g->flush_start_ns + g->flush_ewma_ns;
         if (offset > g->flush_target)
             expect_end += g->flush_ewma_ns + g->linger_ns;
-        now = rmq_gc_now_ns();
+        now = rmq_now_ns();
         if (expect_end > now) {
             wake_at = expect_end + RMQ_GC_STALL_NS;
         } else {
@@ -476,7 +463,7 @@ static inline void rmq_gc_leader_done(rmq_group_commit *g, int64_t offset, int e
     wakes.n = 0;
     pthread_mutex_lock(&g->mu);
     g->flushing = 0;
-    took = rmq_gc_now_ns() - g->flush_start_ns;
+    took = rmq_now_ns() - g->flush_start_ns;
     g->flush_ewma_ns = g->flush_ewma_ns ? g->flush_ewma_ns + (took - g->flush_ewma_ns) / 8 : took;
     if (err != 0) {
         g->failures++;
@@ -546,7 +533,7 @@ static inline int64_t rmq_gc_service_lead(rmq_group_commit *g)
  * service closes or timeout_ns passes. Returns the arrivals count. */
 static inline int64_t rmq_gc_wait_arrival(rmq_group_commit *g, int64_t seen, int64_t timeout_ns)
 {
-    struct timespec deadline = rmq_gc_abs(rmq_gc_now_ns() + (timeout_ns > 0 ? timeout_ns : 0));
+    struct timespec deadline = rmq_deadline(rmq_now_ns() + (timeout_ns > 0 ? timeout_ns : 0));
     int64_t arrivals;
     pthread_mutex_lock(&g->mu);
     g->arrival_waiters++;
@@ -564,7 +551,7 @@ static inline int64_t rmq_gc_wait_arrival(rmq_group_commit *g, int64_t seen, int
 static inline int rmq_gc_wait_only(rmq_group_commit *g, int64_t offset, int64_t deadline_ns, int64_t failures0)
 {
     int rc;
-    struct timespec deadline = rmq_gc_abs(deadline_ns);
+    struct timespec deadline = rmq_deadline(deadline_ns);
     pthread_mutex_lock(&g->mu);
     for (;;) {
         if (g->flushed >= offset) { rc = RMQ_GC_FLUSHED; break; }

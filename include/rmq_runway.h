@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rmq_clock.h"
 #include "rmq_mman.h"
 
 /* Allocate [from, to) of fd on disk and pre-fault the same range of its mapping at base. from is rounded down and
@@ -177,12 +178,8 @@ static inline void rmq_event_stop(rmq_event *e)
 /* Wait for a poke (consumed), a stop or timeout_ns. Returns 1 poked, 0 timed out, -1 stopped. */
 static inline int rmq_event_wait(rmq_event *e, int64_t timeout_ns)
 {
-    struct timespec ts;
+    struct timespec ts = rmq_deadline(rmq_now_ns() + (timeout_ns > 0 ? timeout_ns : 0));
     int rc;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t ns = (int64_t)ts.tv_nsec + (timeout_ns > 0 ? timeout_ns : 0);
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
     pthread_mutex_lock(&e->mu);
     while (!e->poked && !e->stopped)
         if (pthread_cond_timedwait(&e->cond, &e->mu, &ts) == ETIMEDOUT)

@@ -30,6 +30,10 @@ cdef extern from "rmq_java_hash.h" nogil:
     int32_t rmq_java_hash_utf8(const unsigned char *s, size_t n) noexcept
 
 
+cdef extern from "rmq_clock.h" nogil:
+    int64_t rmq_now_ns() noexcept                                              # CLOCK_MONOTONIC
+
+
 cdef extern from "rmq_atomic.h" nogil:
     int64_t rmq_atomic_load_i64(const int64_t *p) noexcept                      # acquire
     void rmq_atomic_store_i64(int64_t *p, int64_t v) noexcept                   # release

@@ -12,7 +12,7 @@ from libc.stdint cimport int64_t
 
 from rmqcore._mapped_file cimport MappedFile
 from rmqcore._codec cimport Message, PutResult
-from rmqcore._c cimport rmq_atomic_load_i64
+from rmqcore._c cimport rmq_atomic_load_i64, rmq_now_ns
 
 cdef extern from "rmq_group_commit.h" nogil:
     ctypedef struct rmq_group_commit:
@@ -32,7 +32,6 @@ cdef extern from "rmq_group_commit.h" nogil:
     int RMQ_GC_LEADER, RMQ_GC_FLUSHED, RMQ_GC_TIMEOUT, RMQ_GC_FAILED, RMQ_GC_CLOSED
     int rmq_gc_init(rmq_group_commit *g, int64_t flushed)
     void rmq_gc_destroy(rmq_group_commit *g)
-    int64_t rmq_gc_now_ns()
     void rmq_gc_request(rmq_group_commit *g, int64_t offset)
     int rmq_gc_try_flushed(rmq_group_commit *g, int64_t offset)
     int rmq_gc_wait_or_lead(rmq_group_commit *g, int64_t offset, int64_t deadline_ns, int64_t failures0,
@@ -136,7 +135,7 @@ cdef class GroupCommit:
 
     cdef int _sync(self, int64_t offset, double timeout) except -9:
         cdef int64_t failures0 = self.g.failures
-        cdef int64_t deadline = rmq_gc_now_ns() + (<int64_t>(timeout * 1e9) if timeout > 0 else 0)
+        cdef int64_t deadline = rmq_now_ns() + (<int64_t>(timeout * 1e9) if timeout > 0 else 0)
         cdef int64_t target = 0
         cdef int rc
         cdef MappedFile mf
@@ -172,7 +171,7 @@ cdef class GroupCommit:
         """Wait (GIL released) for a flush that covers ``offset`` without leading one: the put_async completer,
         whose requests the service thread flushes. FLUSHED, TIMEOUT, FAILED or CLOSED."""
         cdef int64_t failures0 = self.g.failures
-        cdef int64_t deadline = rmq_gc_now_ns() + (<int64_t>(timeout * 1e9) if timeout > 0 else 0)
+        cdef int64_t deadline = rmq_now_ns() + (<int64_t>(timeout * 1e9) if timeout > 0 else 0)
         cdef int rc
         with nogil:
             rc = rmq_gc_wait_only(&self.g, offset, deadline, failures0)
@@ -363,7 +362,7 @@ cdef class FlushedFutures:
         self._add(offset, timeout, target, result, loop)
 
     cdef int _add(self, int64_t offset, double timeout, target, result, loop) except -1:
-        cdef int64_t deadline = rmq_gc_now_ns() + (<int64_t>(timeout * 1e9) if timeout > 0 else 0)
+        cdef int64_t deadline = rmq_now_ns() + (<int64_t>(timeout * 1e9) if timeout > 0 else 0)
         if self.core.g.closed:
             # No flush will come and the completer may have left already (it stops once closed with nothing
             # pending): answer now, flushed or not, rather than leave the entry to nobody.
@@ -403,7 +402,7 @@ cdef class FlushedFutures:
             with nogil:
                 code = rmq_gc_wait_only(g, offset, deadline, failures0)
             flushed = rmq_atomic_load_i64(&g.flushed)
-            now = rmq_gc_now_ns()
+            now = rmq_now_ns()
             loops = {}
             # Offsets arrive nearly in order (appended after the put lock): take every covered one from the front;
             # after a failed flush or shutdown every uncovered one fails, after a timeout the expired ones.

@@ -14,13 +14,12 @@ from libc.string cimport memcpy, memset
 from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR, open as c_open
 from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
 from posix.stat cimport fstat, struct_stat
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.unistd cimport close as c_close, ftruncate
 
 from rmqcore._c cimport (pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock,
                          rmq_atomic_cas_i64, rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_copy_size_last,
                          rmq_event, rmq_event_destroy, rmq_event_init, rmq_event_poke, rmq_event_stop,
-                         rmq_event_wait, rmq_pwrite_size_last, rmq_ring_commit, rmq_ring_copy_in,
+                         rmq_event_wait, rmq_now_ns, rmq_pwrite_size_last, rmq_ring_commit, rmq_ring_copy_in,
                          rmq_runway_discard, rmq_runway_extend, rmq_runway_write_zeros)
 
 from rmqcore.errors import StoreClosedError, StoreLayoutError
@@ -39,12 +38,6 @@ def _set_zero_horizon_ns(int64_t ns):
     """Tests: how soon a writer must be expected at the end of a stretch for it to be zeroed ahead."""
     global _zero_horizon_ns
     _zero_horizon_ns = ns
-
-
-cdef inline int64_t _monotonic_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
 cdef extern from "<fcntl.h>" nogil:
@@ -164,7 +157,7 @@ cdef class MappedFile:
         # with zeros when the writer went fast in the file before (_zeros_ahead).
         self._copied = 1 if copies_expected and pwrite_min != 0 else 0
         self._runway_zeroed = zeros_expected
-        self._stretch_ns = _monotonic_ns()
+        self._stretch_ns = rmq_now_ns()
         if st.st_size == 0 and not read_only:
             # Allocate blocks now: a sparse file would turn a full disk into SIGBUS on the put path; this way it
             # is an error here, when the file is made (CREATE_MAPPED_FILE_FAILED). With a runway only its first
@@ -310,7 +303,7 @@ cdef class MappedFile:
         rmq_atomic_store_i64(&self._committed, position)
         rmq_atomic_store_i64(&self._flushed, position)
         self._direct_end = 0
-        self._stretch_ns = _monotonic_ns()       # the writer's pace is measured from here
+        self._stretch_ns = rmq_now_ns()       # the writer's pace is measured from here
         self._stretch_wrote = position
 
     def set_store_timestamp(self, int64_t ts):
@@ -414,7 +407,7 @@ cdef class MappedFile:
         # to write to disk what is not data. A slow writer gains nothing from them; its copies fault pages in.
         # Until the writer went ZERO_EVIDENCE bytes or the horizon passed, the last verdict stands (a new file:
         # the file before's, zeros_expected; a store's first file: none).
-        cdef int64_t now = _monotonic_ns()
+        cdef int64_t now = rmq_now_ns()
         cdef int64_t wrote = rmq_atomic_load_i64(&self._wrote)
         cdef int64_t since = now - self._stretch_ns, went = wrote - self._stretch_wrote
         if self._sync_writes:
