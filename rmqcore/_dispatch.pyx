@@ -131,41 +131,26 @@ cdef class _Pass:
         free(self.t.scratch)
 
 
+cdef int64_t *_i64(object a) except NULL:
+    # The data of a non-empty int64 array its owner keeps alive (the pass's ScanBuffers or delay table).
+    cdef int64_t[::1] v = a
+    return &v[0]
+
+
+cdef int32_t *_i32(object a) except NULL:
+    cdef int32_t[::1] v = a
+    return &v[0]
+
+
 cdef _Pass _start_pass(int max_records, int max_keys, ScanBuffers buffers, delay_level_ms):
     cdef _Pass p = _Pass.__new__(_Pass)
-    cdef int64_t[::1] i64
-    cdef int32_t[::1] i32
     if buffers is None or buffers.max_records < max_records or buffers.max_keys < max_keys:
-        buffers = ScanBuffers(max_records, max_keys)
+        buffers = ScanBuffers(max(max_records, 1), max(max_keys, 1))
     p.buffers = buffers
-    i64 = buffers.phys
-    p.t.phys = &i64[0]
-    i32 = buffers.size
-    p.t.size = &i32[0]
-    i64 = buffers.tags
-    p.t.tags = &i64[0]
-    i64 = buffers.ts
-    p.t.ts = &i64[0]
-    i64 = buffers.qo
-    p.t.qo = &i64[0]
-    i32 = buffers.qid
-    p.t.qid = &i32[0]
-    i32 = buffers.sf
-    p.t.sf = &i32[0]
-    i64 = buffers.tpos
-    p.t.tpos = &i64[0]
-    i32 = buffers.tlen
-    p.t.tlen = &i32[0]
-    i32 = buffers.topic
-    p.t.tix = &i32[0]
-    i32 = buffers.kh
-    p.t.kh = &i32[0]
-    i64 = buffers.kp
-    p.t.kp = &i64[0]
-    i64 = buffers.kt
-    p.t.kt = &i64[0]
-    i32 = buffers.kr
-    p.t.kr = &i32[0]
+    p.t.phys, p.t.tags, p.t.ts, p.t.qo = _i64(buffers.phys), _i64(buffers.tags), _i64(buffers.ts), _i64(buffers.qo)
+    p.t.tpos, p.t.kp, p.t.kt = _i64(buffers.tpos), _i64(buffers.kp), _i64(buffers.kt)
+    p.t.size, p.t.qid, p.t.sf = _i32(buffers.size), _i32(buffers.qid), _i32(buffers.sf)
+    p.t.tlen, p.t.tix, p.t.kh, p.t.kr = _i32(buffers.tlen), _i32(buffers.topic), _i32(buffers.kh), _i32(buffers.kr)
     p.t.max_records = max_records
     p.t.max_keys = max_keys
     p.t.n = p.t.nk = p.t.ntopics = 0
@@ -176,9 +161,8 @@ cdef _Pass _start_pass(int max_records, int max_keys, ScanBuffers buffers, delay
     p.t.max_level = 0
     if delay_level_ms is not None and len(delay_level_ms) > 1:
         p.delay = np.ascontiguousarray(delay_level_ms, dtype=np.int64)
-        i64 = p.delay
-        p.t.delay_ms = &i64[0]
-        p.t.max_level = <int32_t>i64.shape[0] - 1
+        p.t.delay_ms = _i64(p.delay)
+        p.t.max_level = <int32_t>len(p.delay) - 1
     p.t.scratch = <unsigned char *>malloc(KEY_SCRATCH)
     if p.t.scratch == NULL:
         raise MemoryError()
