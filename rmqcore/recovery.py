@@ -3,8 +3,9 @@
 Normal recovery (no abort file) scans the last three commitlog files; abnormal recovery (abort file present: the
 last run crashed) scans from the last file whose first message is older than the checkpoint (consume-queue and
 index times both count), checking magic, sizes and CRCs (``check_crc_on_recover``, 5.x's ``__CRC32#`` too), and
-what no CRC covers in a v1 record: the topic and queue id (they become directory names) and the physicalOffset
-field (it must be the record's position). Everything after the last good record is cut: commitlog, consume queues
+what no CRC covers in a v1 record: the physicalOffset field (it must be the record's position). A topic or queue
+id is no evidence of damage (RocketMQ's store writes any topic of 1..127 bytes): a record whose topic cannot name a
+directory is kept, readable by offset, and passed over by dispatch (reported as ``undispatchable``). Everything after the last good record is cut: commitlog, consume queues
 (units pointing past it) and index files newer than the checkpoint. Consume-queue units are also checked against
 the records they point at: a queue is cut at the first unit that does not point at its own record. Dispatch then runs from the scan's start before the store is handed out, so units and
 keys missing on disk are rebuilt while those already built are skipped by their repeat checks.
@@ -138,7 +139,8 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
     (queues), "index" (files).
     """
     report = {"ok": True, "records": 0, "bytes": 0, "commitlog_errors": [], "cq_units": 0, "cq_errors": [],
-              "keys": 0, "index_missing": [], "index_problems": 0}
+              "keys": 0, "index_missing": [], "index_problems": 0, "undispatchable": 0,
+              "undispatchable_offsets": []}
     files = commit_log.mapped_file_queue.mapped_files
     total_bytes = sum(mf.read_position for mf in files)
     done_bytes = 0
@@ -167,6 +169,10 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
                                           topics)
                 for k in cols:
                     cols[k].append(getattr(batch, k))
+                # Kept but not dispatched (no unit or key expected): reported, not an error.
+                report["undispatchable"] += batch.skipped
+                room = 16 - len(report["undispatchable_offsets"])
+                report["undispatchable_offsets"].extend(batch.skipped_offsets[:max(room, 0)])
                 if batch.end_offset - mf.file_from_offset <= start:
                     break
                 start = batch.end_offset - mf.file_from_offset

@@ -7,7 +7,6 @@ MessageExtEncoder, CommitLog.checkMessageAndReturnSize, ConsumeQueue, IndexFile,
 from __future__ import annotations
 
 import ipaddress
-import re
 import struct
 import zlib
 
@@ -116,14 +115,18 @@ def cal_msg_length(sys_flag: int, body_len: int, topic_len: int, props_len: int,
             + 4 + body_len + (1 if version == 1 else 2) + topic_len + 2 + props_len)
 
 
-TOPIC_PATTERN = re.compile(rb"[%|a-zA-Z0-9_-]+")   # TopicValidator's ^[%|a-zA-Z0-9_-]+$
-
-
-def topic_is_legal(name) -> bool:
-    """A topic as TopicValidator allows it (non-empty, only ^[%|a-zA-Z0-9_-]+$), at most Short.MAX_VALUE bytes
-    (5.x v2 records; v1 records hold at most 127)."""
+def topic_is_dispatchable(name) -> bool:
+    """A topic read from a store that may become consumequeue/{topic} (rmqcore._codec.topic_dispatchable): 1..255
+    bytes of well-formed UTF-8 (Python's strict decoder refuses overlong forms, surrogates and code points past
+    U+10FFFF, as the C check does), not "." or "..", no control character (C0, DEL, C1), '/' or '\\'."""
     raw = name.encode("utf-8", "surrogatepass") if isinstance(name, str) else bytes(name)
-    return 0 < len(raw) <= 32767 and TOPIC_PATTERN.fullmatch(raw) is not None
+    if not 0 < len(raw) <= 255 or raw in (b".", b".."):
+        return False
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c in "/\\" for c in text)
 
 
 def encode_message(*, topic: str, body: bytes, queue_id: int = 0, flag: int = 0, queue_offset: int = 0,
@@ -254,10 +257,8 @@ def decode_message(buf, offset: int = 0, check_crc: bool = False) -> dict:
     props_raw = rec[pos:pos + props_len]
     if cal_msg_length(sys_flag, body_len, topic_len, props_len, version) != total:
         bad("totalSize", "differs from the sum of the parts")
-    if not topic_is_legal(rec[topic_pos:topic_pos + topic_len]) or topic_len > (127 if version == 1 else 32767):
-        bad("topic", "not a topic RocketMQ writes")
-    if queue_id < 0:
-        bad("queueId", "negative")
+    if topic_len > (127 if version == 1 else 32767):
+        bad("topicLength", "a negative length to RocketMQ's reader")
     if check_crc:
         if body_len > 0 and crc32(body) != body_crc:
             bad("bodyCRC", "mismatch")

@@ -269,6 +269,10 @@ class MessageStore:
             pass
         self.recovery["rebuilt_units"] = self._count_units() - units_before
         self.recovery["rebuilt_keys"] = self._count_keys() - keys_before
+        # Records this open's dispatch passed over (kept, readable by offset, but their topic or queue id names
+        # no directory): how many, and where the first ones are.
+        self.recovery["undispatchable"] = self.reput.undispatchable
+        self.recovery["undispatchable_offsets"] = list(self.reput.undispatchable_offsets)
         self._recover_topic_queue_table()
         r = self.recovery
         log.info("%s recovery of %s: %d records scanned from offset %d, %d bytes truncated (%s), "
@@ -840,6 +844,8 @@ class MessageStore:
             # Records the writer could not hand the dispatcher (its ring was full): read back from the commitlog.
             "dispatch_ring_dropped": self.reput.ring.dropped if self.reput and self.reput.ring else 0,
             "dispatch_error": self.reput.last_error if self.reput else None,
+            # Records dispatch passed over since the open (topic no safe directory name, negative queue id).
+            "dispatch_undispatchable": self.reput.undispatchable if self.reput else 0,
             "put_calls": self.commit_log.writer.put_messages,
             "recovery": dict(self.recovery),
             "checkpoint": self.checkpoint.as_dict() if self.checkpoint else {},
