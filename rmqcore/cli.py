@@ -546,6 +546,22 @@ def repair_cmd(args: argparse.Namespace) -> int:
     from .store import MessageStore
     path = check_store_path(args.store)
     crashed = os.path.exists(os.path.join(path, "abort"))
+    if args.dry_run:
+        from .recovery import plan_recovery
+        plan = plan_recovery(path)
+        if args.json:
+            _emit_json(plan, sys.stdout)
+        else:
+            print(f"dry run, nothing changed: {path} ({'crashed' if crashed else 'closed cleanly'})")
+            print(f"  scanned {plan['records_scanned']:,} records from offset {plan['scan_from']:,}; valid data ends "
+                  f"at {plan['data_ends_at']:,} ({plan['stop']})")
+            if plan["would_cut_bytes"]:
+                aside = "copied aside into rmqcore-cut/ first" if plan["would_keep_aside"] else "a torn tail"
+                print(f"  an open would cut {plan['would_cut_bytes']:,} bytes ({aside})"
+                      + (f" and remove {', '.join(plan['files_removed'])}" if plan["files_removed"] else ""))
+            else:
+                print("  an open would cut nothing")
+        return EXIT_OK
     with MessageStore.open(path, create=False) as store:
         info = store.runtime_info()
     rec = info["recovery"]
@@ -553,6 +569,7 @@ def repair_cmd(args: argparse.Namespace) -> int:
               "scan_from": rec.get("scan_from", 0), "truncated_bytes": rec.get("truncated_bytes", 0),
               "stop": rec.get("stop", "end of data"), "rebuilt_units": rec.get("rebuilt_units", 0),
               "rebuilt_keys": rec.get("rebuilt_keys", 0), "commitlog_max_offset": info["commitlog_max_offset"],
+              "cut_kept_in": rec.get("cut_kept_in"), "undispatchable": rec.get("undispatchable", 0),
               "geometry_adopted": info.get("geometry_adopted", {}), "seconds": rec.get("seconds")}
     if args.json:
         _emit_json(report, sys.stdout)
@@ -561,6 +578,11 @@ def repair_cmd(args: argparse.Namespace) -> int:
         print(f"  scanned {report['records_scanned']:,} records from offset {report['scan_from']:,}; data ends at "
               f"{report['commitlog_max_offset']:,}")
         print(f"  cut {report['truncated_bytes']:,} bytes after the last good record ({report['stop']})")
+        if report["cut_kept_in"]:
+            print(f"  the cut bytes are kept in {report['cut_kept_in']} (report.json says how to undo the cut)")
+        if report["undispatchable"]:
+            print(f"  {report['undispatchable']:,} records kept but not dispatched (their topic or queue id names no "
+                  "directory)")
         print(f"  rebuilt {report['rebuilt_units']:,} consume-queue units and {report['rebuilt_keys']:,} index keys")
     return EXIT_OK
 
@@ -785,6 +807,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "RocketMQ's recovery (cut everything after the last good record, rebuild "
                                     "consume-queue units and index keys), close it cleanly, report.")
     _store_arg(rp)
+    rp.add_argument("--dry-run", action="store_true",
+                    help="say what an open would cut (and whether it would copy it aside first) without changing "
+                         "a byte")
     _json_arg(rp, "the report")
     rp.set_defaults(func=repair_cmd)
 

@@ -74,6 +74,48 @@ def abnormal_start_index(store, files) -> int:
     return 0
 
 
+def plan_recovery(path: str, config=None) -> dict:
+    """What opening the store at ``path`` would cut from its commitlog, changing nothing (``rmqcore repair
+    --dry-run``): the same start file, scan and CRC checks as ``MessageStore.open``, on files mapped read-only."""
+    import os
+    from types import SimpleNamespace
+
+    from .checkpoint import StoreCheckpoint
+    from .commit_log import CommitLog
+    from .config import StoreConfig
+    from .geometry import read_geometry
+
+    config = config or StoreConfig()
+    config = read_geometry(path, config).apply(config)
+    last_exit_ok = not os.path.exists(os.path.join(path, "abort"))
+    cl = CommitLog(os.path.join(path, "commitlog"), config, read_only=True)
+    cp = None
+    try:
+        cl.load()
+        files = cl.mapped_file_queue.mapped_files
+        report = {"store": path, "crashed": not last_exit_ok, "scan_from": 0, "data_ends_at": 0, "records_scanned": 0,
+                  "stop": "end of data", "would_cut_bytes": 0, "would_keep_aside": False, "files_removed": []}
+        if not files:
+            return report
+        if last_exit_ok:
+            start = max(0, len(files) - 3)
+        else:
+            cp = StoreCheckpoint(os.path.join(path, "checkpoint"), read_only=True)
+            start = abnormal_start_index(SimpleNamespace(checkpoint=cp, config=config, commit_log=cl), files)
+        end, records, stop = cl.find_recovery_end(config.check_crc_on_recover, start)
+        extents = cl.cut_extents(end) if stop != "end of data" or not last_exit_ok else []
+        cut = sum(n for _, _, n in extents)
+        report.update(scan_from=files[start].file_from_offset, data_ends_at=end, records_scanned=records, stop=stop,
+                      would_cut_bytes=cut,
+                      would_keep_aside=bool(cut) and (last_exit_ok or not cl.is_torn_tail(end, extents)),
+                      files_removed=[os.path.basename(mf.file_name) for mf in files if mf.file_from_offset > end])
+        return report
+    finally:
+        if cp is not None:
+            cp.shutdown()
+        cl.mapped_file_queue.shutdown()
+
+
 # -- verification --------------------------------------------------------------------------------------------------
 
 _MAX_LISTED = 1000          # errors listed per kind; the counts go on
