@@ -14,12 +14,14 @@ so neither a torn read nor a hostile file can make a walk leave the mapping.
 """
 import os
 
+from rmqcore._mapped_file import fsync_dir
+
 from cpython.object cimport PyObject
 from libc.errno cimport EEXIST, errno
 from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
-from posix.fcntl cimport O_CREAT, O_EXCL, O_RDONLY, O_RDWR, open as c_open
+from posix.fcntl cimport O_CREAT, O_EXCL, O_RDONLY, O_RDWR, O_TRUNC, open as c_open
 from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap, msync, MS_SYNC
 from posix.stat cimport fstat, struct_stat
 from posix.types cimport off_t
@@ -358,7 +360,7 @@ cdef class IndexFile:
         self._holds = 0
 
     def __init__(self, path, int64_t hash_slot_num=DEFAULT_HASH_SLOT_NUM, int64_t index_num=DEFAULT_INDEX_NUM,
-                 int64_t end_phy_offset=0, int64_t end_timestamp=0, *, bint read_only=False, int64_t runway=0):
+                 int64_t end_phy_offset=0, int64_t end_timestamp=0, *, bint read_only=False, int64_t runway=0, str tmp_path=None):
         cdef struct_stat st
         cdef int fd = -1
         cdef int err
@@ -386,9 +388,16 @@ cdef class IndexFile:
         self.index_num = <int32_t>index_num
         self.read_only = read_only
         path_b = os.fsencode(name)
+        # A new file is made and sized under ``tmp_path`` (outside the index directory) and renamed into place once
+        # allocated: a kill mid-creation never leaves a file of the wrong length in the store.
+        made = name
 
         if read_only:
             fd = c_open(path_b, O_RDONLY | O_CLOEXEC)
+        elif tmp_path is not None and not os.path.exists(name):
+            made = tmp_path
+            fd = c_open(os.fsencode(made), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            created = fd >= 0
         else:
             fd = c_open(path_b, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
             if fd >= 0:
@@ -431,11 +440,18 @@ cdef class IndexFile:
                     munmap(p, <size_t>size)
                     raise OSError(err, f"allocate: {os.strerror(err)}", name)
                 self._allocated = min(size, self._allocated + runway)
+            if made is not name:
+                try:
+                    os.rename(made, name)
+                    fsync_dir(os.path.dirname(name) or ".")
+                except BaseException:
+                    munmap(p, <size_t>size)
+                    raise
         except BaseException:
             c_close(fd)
             if created:
                 try:
-                    os.unlink(name)
+                    os.unlink(made)
                 except OSError:
                     pass
             raise

@@ -19,7 +19,7 @@ from ._codec import (AppendMessageCallback, CommitLogWriter, EncodeBuffer, Messa
 from ._mapped_file import WriteRing
 from .config import StoreConfig
 from .errors import CorruptRecordError, StoreClosedError
-from .mapped_file_queue import MappedFileQueue
+from .mapped_file_queue import TMP_DIR, MappedFileQueue
 from .status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,8 @@ class CommitLog:
             warm=self.config.warm_mapped_file_enable, warm_flush=self.config.sync_flush, pool=pool,
             read_only=read_only, runway=self.config.mapped_file_runway_commit_log,
             sync_writes=sync_writes, pwrite_min=PWRITE_MIN,
-            ring=WriteRing(WRITE_RING_SIZE) if self.config.sync_flush and not read_only and pool is None else None)
+            ring=WriteRing(WRITE_RING_SIZE) if self.config.sync_flush and not read_only and pool is None else None,
+            tmp_dir=None if read_only else os.path.join(os.path.dirname(os.path.abspath(store_path)), TMP_DIR))
         self.put_lock = threading.Lock()
         self._closed = False
         file_size = self.config.mapped_file_size_commit_log

@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from ._codec import check_units, offset_in_queue_by_time, pickup_store_timestamp, topic_is_dispatchable
-from .mapped_file_queue import MappedFileQueue
+from .mapped_file_queue import TMP_DIR, MappedFileQueue
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,9 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
         self.store_path = os.path.join(root, topic, str(queue_id))
-        self.mapped_file_queue = MappedFileQueue(self.store_path, mapped_file_size, read_only=read_only,
-                                                 runway=runway)
+        self.mapped_file_queue = MappedFileQueue(
+            self.store_path, mapped_file_size, read_only=read_only, runway=runway,
+            tmp_dir=None if read_only else os.path.join(os.path.dirname(os.path.abspath(root)), TMP_DIR))
         self.max_physic_offset = -1      # end (offset + size) of the last record this queue points at
         self.min_logic_offset = 0        # byte offset of the first valid unit
         self.repeated_builds = 0

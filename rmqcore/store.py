@@ -31,6 +31,7 @@ from .clean import CleanFilesService
 from .consume_queue import CQ_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue, queue_dirs
 from .dispatch import ReputMessageService
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
+from .mapped_file_queue import clear_tmp_dir
 from .geometry import is_store_dir, read_geometry
 from .flush import GroupCommitService, PeriodicService
 from .index_service import IndexService
@@ -212,6 +213,9 @@ class MessageStore:
                         ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in self.geometry_adopted.items()))
             self.config = geometry.apply(self.config)
         cfg = self.config
+        # Files a process killed mid-creation left under their temporary names (never in a directory RocketMQ
+        # lists: see MappedFile).
+        clear_tmp_dir(self.path)
         last_exit_ok = not os.path.exists(self._path("abort"))
         self.checkpoint = StoreCheckpoint(self._path("checkpoint"))
         self.transient_store_pool = None
