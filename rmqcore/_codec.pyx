@@ -1134,6 +1134,26 @@ cdef class MessageEncoder:
         self.uniq_keys = UniqKeyGenerator(self.store_host_bytes[:len(self.store_host_bytes) - 4])
         self.check_topic_chars = check_topic_chars
 
+    cdef int _check_topic(self, topic) except -1:
+        # put's topic rule: 1..127 UTF-8 bytes, each in the broker's ^[%|a-zA-Z0-9_-]+$ (check_topic_chars).
+        cdef Py_ssize_t topic_n, i
+        cdef const char *topic_u
+        if topic is None or not isinstance(topic, str):
+            raise MessageIllegalError("topic", "must be a str", None)
+        topic_u = PyUnicode_AsUTF8AndSize(topic, &topic_n)
+        if topic_n == 0:
+            raise MessageIllegalError("topic", "must not be empty", 1)
+        if topic_n > TOPIC_MAX_LENGTH:
+            raise MessageIllegalError("topic", f"{topic_n} UTF-8 bytes, longer than {TOPIC_MAX_LENGTH}",
+                                      TOPIC_MAX_LENGTH)
+        if self.check_topic_chars:
+            for i in range(topic_n):
+                if (<unsigned char>topic_u[i]) >= 128 or not _valid_topic_char[<unsigned char>topic_u[i]]:
+                    raise MessageIllegalError(
+                        "topic", f"{topic!r} has an illegal character at byte {i}; allowed: ^[%|a-zA-Z0-9_-]+$",
+                        "^[%|a-zA-Z0-9_-]+$")
+        return 0
+
     cpdef int encode_into(self, Message msg, EncodeBuffer out, BatchProperties batch=None) except -1:
         """Validate ``msg`` and append its record to ``out``; ``batch``: properties common to a put_batch's
         messages, applied as BatchProperties says (encoded once, copied into each record)."""
@@ -1166,22 +1186,13 @@ cdef class MessageEncoder:
                 for k, v in batch.properties.items():
                     msg.properties[k] = v
                 batch = None
+            # The topic the message is for is checked before it moves to the schedule or timer topic: a topic the
+            # broker would refuse must not be acknowledged now and refused at delivery.
+            self._check_topic(msg.topic)
             self.reroute(msg)
         topic = msg.topic
-        if topic is None or not isinstance(topic, str):
-            raise MessageIllegalError("topic", "must be a str", None)
-        topic_u = PyUnicode_AsUTF8AndSize(topic, &topic_n)
-        if topic_n == 0:
-            raise MessageIllegalError("topic", "must not be empty", 1)
-        if topic_n > TOPIC_MAX_LENGTH:
-            raise MessageIllegalError("topic", f"{topic_n} UTF-8 bytes, longer than {TOPIC_MAX_LENGTH}",
-                                      TOPIC_MAX_LENGTH)
-        if self.check_topic_chars:
-            for i in range(topic_n):
-                if (<unsigned char>topic_u[i]) >= 128 or not _valid_topic_char[<unsigned char>topic_u[i]]:
-                    raise MessageIllegalError(
-                        "topic", f"{topic!r} has an illegal character at byte {i}; allowed: ^[%|a-zA-Z0-9_-]+$",
-                        "^[%|a-zA-Z0-9_-]+$")
+        self._check_topic(topic)
+        topic_u = PyUnicode_AsUTF8AndSize(topic, &topic_n)     # the str's cached UTF-8: no copy
         if msg._queue_id < 0:
             raise MessageIllegalError("queue_id", f"{msg._queue_id} is negative", 0)
 

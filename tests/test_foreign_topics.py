@@ -227,3 +227,16 @@ def test_records_with_any_topic_are_never_cut_and_only_safe_ones_dispatched(tmp_
             assert C.topic_is_dispatchable(t) and R.topic_is_dispatchable(t)
     for d, dirs, _ in os.walk(os.path.join(path, "consumequeue")):
         assert os.path.realpath(d).startswith(os.path.realpath(path))
+
+
+@pytest.mark.parametrize("props", [{}, {"DELAY": "1"}, {"TIMER_DELAY_SEC": "5"}], ids=["plain", "delayed", "timer"])
+def test_put_keeps_refusing_topics_outside_the_brokers_rule(tmp_path, props):
+    # What rmqcore writes stays what a broker writes: ^[%|a-zA-Z0-9_-]+$, also for a message that goes to the
+    # schedule or timer topic first (it would otherwise be acknowledged now and refused at delivery).
+    from rmqcore import Message, MessageIllegalError
+    with MessageStore.open(str(tmp_path / "s"), StoreConfig(timer_wheel_enable=True)) as s:
+        for topic in ("支付", "no spaces", "a.b", "a/b"):
+            with pytest.raises(MessageIllegalError, match="topic"):
+                s.put(Message(topic, b"x", 0, properties=dict(props)))
+        assert s.commit_log.max_offset == 0
+        assert s.put(Message("ok-Topic_1", b"x", 0, properties=dict(props))).ok
