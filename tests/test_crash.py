@@ -194,9 +194,9 @@ def check_store(path, config, seed, acks, *, sync, expect_abnormal=True, max_off
 def assert_rocketmq_loadable(path):
     """Every file RocketMQ's load lists has the length it insists on ("length not matched" otherwise refuses the
     whole store): a kill must never leave a file half made (new files are made under rmqcore-tmp/ and renamed)."""
-    sizes = {"commitlog": CONFIG["mapped_file_size_commit_log"]}
-    for name in os.listdir(os.path.join(path, "commitlog")):
-        assert os.path.getsize(os.path.join(path, "commitlog", name)) == sizes["commitlog"], name
+    cl = os.path.join(path, "commitlog")
+    for name in os.listdir(cl) if os.path.isdir(cl) else []:      # (killed before its first file: none yet)
+        assert os.path.getsize(os.path.join(cl, name)) == CONFIG["mapped_file_size_commit_log"], name
     root = os.path.join(path, "consumequeue")
     for topic in os.listdir(root) if os.path.isdir(root) else []:
         for qid in os.listdir(os.path.join(root, topic)):
