@@ -699,6 +699,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"rmqcore {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
+    from .server.cli import add_parser as _add_serve_parser
+    _add_serve_parser(sub)
+
     d = sub.add_parser("demo", help="put and read back messages on a temporary store, print throughput",
                        description="Create a store (temporary unless --path), put messages with put_batch and put, "
                                    "read every one back by commitlog offset, by queue and by key, print rates.")
