@@ -426,6 +426,13 @@ class MessagingService:
             converted = [to_store_message(m) for m in req.messages]
         except InvalidMessage as e:
             raise Refusal(e.code, str(e)) from None
+        max_delay = self.broker.store_config.timer_max_delay_sec * 1000
+        now = time.time_ns() // 1_000_000
+        for m, _t in converted:
+            deliver = m.properties.get("TIMER_DELIVER_MS")
+            if deliver is not None and int(deliver) - now > max_delay:
+                raise Refusal(pb.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {deliver} is more than "
+                              f"timer_max_delay_sec ({max_delay // 1000} s) ahead")
         tc = self._topic_config(topic, create=True)
         if not is_writeable(tc.perm):
             raise Refusal(pb.FORBIDDEN, f"topic {topic!r} is not writeable (perm {tc.perm})")
