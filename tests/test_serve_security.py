@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -91,6 +92,8 @@ def test_auth(tmp_path):
 
 
 def test_tls(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
     cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
     r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
                         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
