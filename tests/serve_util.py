@@ -18,6 +18,7 @@ FAST_CONF = {
     "pollIntervalMs": "50",
     "transactionCheckInterval": "500",
     "transactionTimeout": "500",
+    "maxBackoffS": "1",
 }
 
 

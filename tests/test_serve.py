@@ -247,9 +247,48 @@ def test_push_consumer(server, producer):
     assert sorted(listener.bodies) == sorted(f"p{i}".encode() for i in range(30))
 
 
-def test_events_and_status_codes_seen_by_the_client(server, producer):
-    from rocketmq.v5.exception import NotFoundException  # noqa: F401
-    p = producer("events_t")
-    with pytest.raises(Exception):
-        p.send(message("events_t", b""))            # the client refuses an empty body itself
-    assert os.path.isdir(server.store)
+def test_push_consumer_failure_is_retried_with_the_attempt_counted(server, producer):
+    p = producer("push_retry_t")
+    for i in range(5):
+        p.send(message("push_retry_t", f"r{i}".encode()))
+    listener = _Listener(fail_first=True)
+    pc = PushConsumer(config(server.endpoint), "push_retry_g", listener, {"push_retry_t": FilterExpression("*")})
+    pc.startup()
+    try:
+        end = time.monotonic() + 30
+        while len(listener.bodies) < 5 and time.monotonic() < end:
+            time.sleep(0.1)
+    finally:
+        pc.shutdown()
+    # every message failed once (nack: a new invisible time), came back as attempt 2 and succeeded
+    assert sorted(listener.bodies) == [f"r{i}".encode() for i in range(5)]
+    assert set(listener.attempts.values()) == {2}
+
+
+def test_sync_flush_sends_from_many_threads(tmp_path):
+    store = str(tmp_path / "store")
+    with ServerProcess(store, dict(FAST_CONF, flushDiskType="SYNC_FLUSH")) as s:
+        p = Producer(config(s.endpoint), ("sync_t",))
+        p.startup()
+        errors = []
+
+        def send(k):
+            try:
+                for i in range(10):
+                    p.send(message("sync_t", f"{k}-{i}".encode()))
+            except Exception as e:          # pragma: no cover - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=send, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        p.shutdown()
+        assert not errors
+        c = SimpleConsumer(config(s.endpoint), "sync_g", {"sync_t": FilterExpression("*")}, 1)
+        c.startup()
+        got = receive_all(c, 40, deadline_s=15)
+        c.shutdown()
+        assert sorted(m.body for m in got) == sorted(f"{k}-{i}".encode() for k in range(4) for i in range(10))
+        assert all("WAIT" not in m.properties for m in got)
+        assert s.terminate() == 0

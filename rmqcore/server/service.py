@@ -407,6 +407,29 @@ class MessagingService:
             return await asyncio.get_running_loop().run_in_executor(self.server.executor, fn, *args)
         return fn(*args)
 
+    async def _put(self, fn, arg):
+        """broker.send / send_batch. Under SYNC_FLUSH the messages go with WAIT "false" (the append returns at
+        once and asks for a flush) and the answer waits in the loop for the group commit to cover the last
+        record: concurrent sends share flushes without a thread each."""
+        store = self.broker.store
+        if self.broker.store_config.flush_disk_type != "SYNC_FLUSH" or store.group_commit is None:
+            return fn(arg)
+        for m in (arg if isinstance(arg, list) else (arg,)):
+            m.properties["WAIT"] = "false"
+        result = fn(arg)
+        last = result[-1] if isinstance(result, list) else result
+        if last.status is not PutStatus.PUT_OK:
+            return result
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        store.group_commit.when_flushed(last.commitlog_offset + last.wrote_bytes, store._sync_timeout,
+                                        lambda ok: done.done() or done.set_result(ok), loop)
+        if await done:
+            return result
+        if isinstance(result, list):
+            return [r.replace_status(PutStatus.FLUSH_DISK_TIMEOUT) if r.ok else r for r in result]
+        return result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)
+
     async def SendMessage(self, req, resp, md, context, account):
         self._client(md, context, kind="PRODUCER")
         if not req.messages:
@@ -451,14 +474,14 @@ class MessagingService:
                 msgs = [m for m, _t in converted]
                 for m in msgs:
                     m.queue_id = queue_id
-                results = await self._store(self.broker.send_batch, msgs)
+                results = await self._put(self.broker.send_batch, msgs)
             else:
                 results = []
                 for (m, mtype), src in zip(converted, req.messages):
                     g = src.system_properties.message_group if src.system_properties.HasField("message_group") \
                         else None
                     m.queue_id = self._queue_for(tc, g) if len(converted) > 1 else queue_id
-                    results.append(await self._store(self.broker.send, m))
+                    results.append(await self._put(self.broker.send, m))
         except MessageIllegalError as e:
             raise Refusal(pb.BAD_REQUEST, str(e)) from None
         except TopicNotExistError as e:
@@ -675,7 +698,7 @@ class MessagingService:
         group, topic = self._consumer_call(req, md, context, account)
         if not req.entries:
             raise Refusal(pb.BAD_REQUEST, "no entry to ack")
-        failed = 0
+        failed = acked = 0
         for entry in req.entries:
             out = resp.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle)
             try:
@@ -686,9 +709,12 @@ class MessagingService:
                 continue
             if error is None:
                 _status(out.status)
+                acked += 1
             else:
                 _status(out.status, pb.INVALID_RECEIPT_HANDLE, error)
                 failed += 1
+        if acked:
+            self._wake(topic)           # a FIFO queue held by this batch may be free now
         if failed == 0:
             _status(resp.status)
         elif len(req.entries) == 1:
