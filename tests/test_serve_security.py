@@ -134,7 +134,7 @@ def test_tls(tmp_path):
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory):
     store = str(tmp_path_factory.mktemp("raw") / "store")
-    conf = dict(FAST_CONF, maxMessageSize="4096", autoCreateSubscriptionGroup="false")
+    conf = dict(FAST_CONF, maxMessageSize="4096", autoCreateSubscriptionGroup="false", maxRequestBytes="1048576")
     prepare(store, groups={"raw_g": {}})
     with ServerProcess(store, conf) as srv:
         ch = grpc.insecure_channel(srv.endpoint)
@@ -229,6 +229,10 @@ def test_garbage_and_vanishing_clients_do_not_hurt_the_server(raw):
     with pytest.raises(grpc.RpcError) as e:
         ch.unary_unary(SERVICE + "NoSuchMethod")(b"", timeout=5)
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # a request past max_request_bytes is refused by the transport before it is read whole
+    with pytest.raises(grpc.RpcError) as e:
+        raw("SendMessage", _send_req("raw_t", b"z" * (2 << 20)), s.SendMessageResponse)
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     # a receive whose client goes away mid long-poll
     req = s.ReceiveMessageRequest(group=d.Resource(name="raw_g"), batch_size=1)
     req.message_queue.topic.name = "empty_t"

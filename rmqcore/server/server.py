@@ -50,6 +50,8 @@ class ServerConfig:
     # threads that wait for SYNC_FLUSH sends (they share flushes)
     send_threads: int = 32
     grace_s: float = 5.0
+    # a client not heard from for this long is gone (the proxy's channel expiry), unless its Telemetry is open
+    client_expiry_s: float = 120.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -86,6 +88,7 @@ class MessagingServer:
         self._service = None
         self._closed = asyncio.Event()
         self._started_check = False
+        self._expiry_task = None
 
     # -- the console's accessors ------------------------------------------------------------------------------
 
@@ -119,6 +122,7 @@ class MessagingServer:
             raise OSError(f"cannot listen on {address}")
         self.port = bound
         await self._grpc.start()
+        self._expiry_task = asyncio.ensure_future(self._expire_clients())
         tx = self.broker.transactions
         if tx is not None:
             # The orphan check asks producers over Telemetry (the broker's check thread calls this).
@@ -135,6 +139,12 @@ class MessagingServer:
             return
         self.stopping = True
         try:
+            if self._expiry_task is not None:
+                self._expiry_task.cancel()
+            # Telemetry streams live as long as their clients: end them now, so the grace period is spent only
+            # on RPCs that finish (long polls answer at their next look, stopping being set).
+            for tel in list(self._service.telemetry.values()):
+                tel.outbox.put_nowait(None)
             await self._grpc.stop(self.config.grace_s if grace is None else grace)
             if self._started_check:
                 self.broker.transactions.shutdown()
@@ -144,6 +154,16 @@ class MessagingServer:
             self.pop.close()
         finally:
             self._closed.set()
+
+    async def _expire_clients(self) -> None:
+        import time
+        period = max(1.0, min(10.0, self.config.client_expiry_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = time.time()
+            for c in self.events.clients():
+                if not c.telemetry and now - c.last_seen > self.config.client_expiry_s:
+                    self._service.forget_client(c.client_id)
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
