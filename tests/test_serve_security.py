@@ -247,3 +247,41 @@ def test_garbage_and_vanishing_clients_do_not_hurt_the_server(raw):
     r = raw("QueryRoute", s.QueryRouteRequest(topic=d.Resource(name="raw_t")), s.QueryRouteResponse)
     assert r.status.code == d.OK
     assert raw.server.proc.poll() is None
+
+
+def test_offset_rpcs(raw):
+    for _ in range(3):
+        r = raw("SendMessage", _send_req("offset_t"), s.SendMessageResponse)
+        assert r.status.code == d.OK
+    # the topic's queues: find one holding messages
+    ends = {}
+    for q in range(4):
+        mq = d.MessageQueue(id=q)
+        mq.topic.name = "offset_t"
+        ends[q] = raw("QueryOffset", s.QueryOffsetRequest(message_queue=mq, query_offset_policy=d.END),
+                      s.QueryOffsetResponse).offset
+        assert raw("QueryOffset", s.QueryOffsetRequest(message_queue=mq, query_offset_policy=d.BEGINNING),
+                   s.QueryOffsetResponse).offset == 0
+    assert sum(ends.values()) == 3
+    q = max(ends, key=ends.get)
+    mq = d.MessageQueue(id=q)
+    mq.topic.name = "offset_t"
+    got = raw("GetOffset", s.GetOffsetRequest(group=d.Resource(name="raw_g"), message_queue=mq), s.GetOffsetResponse)
+    assert got.status.code == d.OFFSET_NOT_FOUND
+    up = raw("UpdateOffset", s.UpdateOffsetRequest(group=d.Resource(name="raw_g"), message_queue=mq, offset=1),
+             s.UpdateOffsetResponse)
+    assert up.status.code == d.OK
+    got = raw("GetOffset", s.GetOffsetRequest(group=d.Resource(name="raw_g"), message_queue=mq), s.GetOffsetResponse)
+    assert (got.status.code, got.offset) == (d.OK, 1)
+    # past the queue's end: refused
+    up = raw("UpdateOffset", s.UpdateOffsetRequest(group=d.Resource(name="raw_g"), message_queue=mq, offset=10 ** 6),
+             s.UpdateOffsetResponse)
+    assert up.status.code == d.ILLEGAL_OFFSET
+    bad = d.MessageQueue(id=99)
+    bad.topic.name = "offset_t"
+    r = raw("GetOffset", s.GetOffsetRequest(group=d.Resource(name="raw_g"), message_queue=bad), s.GetOffsetResponse)
+    assert r.status.code == d.BAD_REQUEST
+    # a heartbeat from a consumer of a group that does not exist (autoCreateSubscriptionGroup=false)
+    hb = raw("Heartbeat", s.HeartbeatRequest(group=d.Resource(name="ghost_g"), client_type=d.SIMPLE_CONSUMER),
+             s.HeartbeatResponse)
+    assert hb.status.code == d.CONSUMER_GROUP_NOT_FOUND
