@@ -91,9 +91,9 @@ def prepare(store: str, topics: dict | None = None, groups: dict | None = None) 
             b.update_group(gc)
 
 
-def config(endpoint: str, ak: str = "", sk: str = ""):
+def config(endpoint: str, ak: str = "", sk: str = "", namespace: str = ""):
     from rocketmq import ClientConfiguration, Credentials
-    return ClientConfiguration(endpoint, Credentials(ak, sk), request_timeout=5)
+    return ClientConfiguration(endpoint, Credentials(ak, sk), namespace=namespace, request_timeout=5)
 
 
 def message(topic: str, body: bytes, tag: str | None = None, keys=None, props=None, group=None, deliver_at=None):

@@ -292,3 +292,27 @@ def test_sync_flush_sends_from_many_threads(tmp_path):
         assert sorted(m.body for m in got) == sorted(f"{k}-{i}".encode() for k in range(4) for i in range(10))
         assert all("WAIT" not in m.properties for m in got)
         assert s.terminate() == 0
+
+
+def test_namespace_wraps_topics_and_groups(server):
+    p = Producer(config(server.endpoint, namespace="ns1"), ("nst",))
+    p.startup()
+    try:
+        p.send(message("nst", b"in ns1"))
+    finally:
+        p.shutdown()
+    inside = SimpleConsumer(config(server.endpoint, namespace="ns1"), "nsg", {"nst": FilterExpression("*")}, 1)
+    inside.startup()
+    try:
+        got = receive_all(inside, 1, deadline_s=10)
+        assert [(m.body, m.topic) for m in got] == [(b"in ns1", "nst")]
+    finally:
+        inside.shutdown()
+    # the broker keeps it as RocketMQ does: topic ns1%nst (another group, no namespace, reads it there)
+    outside = SimpleConsumer(config(server.endpoint), "plain_g", {"ns1%nst": FilterExpression("*")}, 1)
+    outside.startup()
+    try:
+        assert [m.body for m in receive_all(outside, 1, deadline_s=10)] == [b"in ns1"]
+        assert outside.receive(32, 5) == []
+    finally:
+        outside.shutdown()

@@ -194,7 +194,8 @@ class MessagingService:
     # -- names ------------------------------------------------------------------------------------------------
 
     def _topic_name(self, resource) -> str:
-        name = resource.name
+        """The resource's topic as the broker names it: with its namespace, ``ns%topic`` (NamespaceUtil)."""
+        name = wrap_namespace(resource.resource_namespace, resource.name)
         if name in self._topics_ok:
             return name
         try:
@@ -208,7 +209,7 @@ class MessagingService:
     @staticmethod
     def _group_name(resource) -> str:
         try:
-            return validate_group(resource.name)
+            return validate_group(wrap_namespace(resource.resource_namespace, resource.name))
         except (IllegalNameError, ValueError) as e:
             raise Refusal(pb.ILLEGAL_CONSUMER_GROUP, str(e)) from None
 
@@ -255,7 +256,6 @@ class MessagingService:
             w = qid < tc.write_queue_nums and is_writeable(tc.perm)
             perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
             mq = pb.MessageQueue(id=qid, permission=perm, broker=broker, accept_message_types=types)
-            mq.topic.name = tc.topic_name
             out.append(mq)
         return out
 
@@ -264,7 +264,7 @@ class MessagingService:
         topic = self._topic_name(req.topic)
         tc = self._topic_config(topic, create=True)
         for mq in self._queues(tc, req.endpoints):
-            mq.topic.resource_namespace = req.topic.resource_namespace
+            mq.topic.CopyFrom(req.topic)
             resp.message_queues.append(mq)
 
     async def QueryAssignment(self, req, resp, md, context, account):
@@ -314,10 +314,10 @@ class MessagingService:
             eb.multiplier = 2.0
             out.publishing.max_body_size = self.broker.store_config.max_message_size
             out.publishing.validate_message_type = True
-            tel.topics = {t.name for t in settings.publishing.topics}
+            tel.topics = {wrap_namespace(t.resource_namespace, t.name) for t in settings.publishing.topics}
         else:
-            group = settings.subscription.group.name
-            gc = self._group_config(self._group_name(settings.subscription.group))
+            group = self._group_name(settings.subscription.group)
+            gc = self._group_config(group)
             tel.group = group
             fifo = self.group_is_fifo(gc)
             out.subscription.fifo = fifo
@@ -451,7 +451,8 @@ class MessagingService:
         if not req.messages:
             raise Refusal(pb.BAD_REQUEST, "no message in the request")
         topic = self._topic_name(req.messages[0].topic)
-        if any(m.topic.name != topic for m in req.messages):
+        if any(m.topic.name != req.messages[0].topic.name
+               or m.topic.resource_namespace != req.messages[0].topic.resource_namespace for m in req.messages):
             raise Refusal(pb.BAD_REQUEST, "messages of one request must have the same topic")
         self._authorize(account, topic=topic, need=PUB)
         limit = self.broker.store_config.max_message_size
@@ -465,6 +466,11 @@ class MessagingService:
             converted = [to_store_message(m) for m in req.messages]
         except InvalidMessage as e:
             raise Refusal(e.code, str(e)) from None
+        if req.messages[0].topic.resource_namespace:
+            for m, mtype in converted:
+                m.topic = topic
+                if mtype == pb.TRANSACTION:
+                    m.properties["PGROUP"] = topic
         max_delay = self.broker.store_config.timer_max_delay_sec * 1000
         now = time.time_ns() // 1_000_000
         for m, _t in converted:
@@ -567,7 +573,9 @@ class MessagingService:
         topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
         cmd = pb.TelemetryCommand()
         rc = cmd.recover_orphaned_transaction_command
-        rc.message.CopyFrom(to_proto_message(half, topic=topic))
+        ns, _, bare = topic.partition("%") if "%" in topic else ("", "", topic)
+        rc.message.CopyFrom(to_proto_message(half, topic=bare))
+        rc.message.topic.resource_namespace = ns
         rc.message.system_properties.message_type = pb.TRANSACTION
         rc.transaction_id = half.msg_id
         self.server.loop.call_soon_threadsafe(self._send_check, topic, cmd)
@@ -677,8 +685,9 @@ class MessagingService:
         nbytes = 0
         for p in popped:
             r = pb.ReceiveMessageResponse()
-            r.message.CopyFrom(to_proto_message(p.message, receipt_handle=p.handle.encode(),
-                                                invisible_ms=inv, attempt=p.attempt))
+            r.message.CopyFrom(to_proto_message(p.message, topic=req.message_queue.topic.name,
+                                                receipt_handle=p.handle.encode(), invisible_ms=inv,
+                                                attempt=p.attempt))
             r.message.topic.resource_namespace = req.message_queue.topic.resource_namespace
             nbytes += len(r.message.body)
             yield r
@@ -804,3 +813,15 @@ class MessagingService:
 
 def new_client_id() -> str:
     return uuid.uuid4().hex
+
+
+def wrap_namespace(namespace: str, name: str) -> str:
+    """NamespaceUtil.wrapNamespace: ``ns%name``; a retry or DLQ name keeps its prefix in front
+    (``%RETRY%ns%group``); a name already in the namespace, or no namespace, is left as it is."""
+    if not namespace or name.startswith(namespace + "%"):
+        return name
+    for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            return name if rest.startswith(namespace + "%") else f"{prefix}{namespace}%{rest}"
+    return f"{namespace}%{name}"
