@@ -417,6 +417,8 @@ class MessagingService:
         ev = self._arrivals.get(topic)
         if ev is not None:
             ev.set()
+            # the store dispatches to the consume queues within a millisecond or two of the put: look again then
+            asyncio.get_running_loop().call_later(0.003, ev.set)
 
     async def _store(self, fn, *args):
         if self.broker.store_config.flush_disk_type == "SYNC_FLUSH":
