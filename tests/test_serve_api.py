@@ -74,3 +74,40 @@ def test_embedded_server_with_the_client_in_one_process(tmp_path):
     # the pop state is written at stop: a new server over the same store knows the group acked everything
     with Broker.open(str(tmp_path / "store")) as b:
         assert sum(b.query_offset("api_g", "api_t", q) for q in range(4) if b.query_offset("api_g", "api_t", q) > 0) == 5
+
+
+def test_http_flag_needs_the_console(tmp_path):
+    import importlib.util
+    import subprocess
+    import sys
+    if importlib.util.find_spec("rmqcore.console") is not None:
+        pytest.skip("rmqcore.console is installed here: --http serves it")
+    r = subprocess.run([sys.executable, "-m", "rmqcore", "serve", str(tmp_path / "s"), "--listen", "127.0.0.1:0",
+                        "--http", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "rmqcore.console" in r.stderr
+    assert not (tmp_path / "s").exists()          # refused before the store was opened
+
+
+def test_bad_config_keys_are_named_once(tmp_path):
+    import subprocess
+    import sys
+    conf = tmp_path / "broker.conf"
+    conf.write_text("# a broker.conf\nbrokerName=b1\nflushDiskType=SYNC_FLUSH\nnoSuchKey=1\nnamesrvAddr=x:9876\n")
+    p = subprocess.Popen([sys.executable, "-m", "rmqcore", "serve", str(tmp_path / "s"), "--listen", "127.0.0.1:0",
+                          "--config", str(conf)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().startswith("listening on ")
+    finally:
+        p.terminate()
+        assert p.wait(30) == 0
+    err = p.stderr.read()
+    p.stdout.close()
+    p.stderr.close()
+    warnings = [ln for ln in err.splitlines() if "not used" in ln]
+    assert len(warnings) == 1 and "noSuchKey" in warnings[0] and "namesrvAddr" in warnings[0]
+    assert "brokerName" not in warnings[0]
+    conf.write_text("flushDiskType=SOMETIMES\n")
+    r = subprocess.run([sys.executable, "-m", "rmqcore", "serve", str(tmp_path / "s2"), "--listen", "127.0.0.1:0",
+                        "--config", str(conf)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "flush_disk_type" in r.stderr and r.stderr.count("\n") == 1
