@@ -198,3 +198,17 @@ def test_sql_filter(expr, props, want):
 def test_sql_filter_refusals(expr):
     with pytest.raises(FilterError):
         compile_filter(expr)
+
+
+def test_release_makes_undelivered_messages_visible_at_once(tmp_path):
+    clock = Clock()
+    b, pop = _open(str(tmp_path / "s"), clock, queues=1, n=3)
+    try:
+        got = pop.pop("g", "t", [0], 3, 60_000, fifo=False, max_attempts=17)
+        assert pop.release("g", "t", [p.handle for p in got[1:]]) == 2
+        again = pop.pop("g", "t", [0], 3, 60_000, fifo=False, max_attempts=17)
+        assert [(bytes(p.message.body), p.attempt) for p in again] == [(b"m1", 2), (b"m2", 2)]
+        assert pop.release("g", "t", [got[1].handle]) == 0           # a stale handle releases nothing
+    finally:
+        pop.close()
+        b.close()

@@ -402,6 +402,20 @@ class PopService:
         self._flush([f"P\t{group}\t{topic}\t{handle.queue_id}\t{handle.offset}\t{entry[1]}\t{entry[0]}\t{entry[2]}"])
         return ReceiptHandle(handle.queue_id, handle.offset, self._nonce, now, invisible_ms), None
 
+    def release(self, group: str, topic: str, handles: list[ReceiptHandle]) -> int:
+        """Make deliveries the consumer never got visible again at once (the proxy's nack when writing them to the
+        stream failed). Returns how many were still in flight."""
+        now = self.clock()
+        lines = []
+        for h in handles:
+            st, entry = self._inflight_entry(group, topic, h)
+            if entry is None:
+                continue
+            entry[0] = now
+            lines.append(f"P\t{group}\t{topic}\t{h.queue_id}\t{h.offset}\t{entry[1]}\t{now}\t{entry[2]}")
+        self._flush(lines)
+        return len(lines)
+
     def forward_to_dlq(self, group: str, topic: str, handle: ReceiptHandle) -> str | None:
         st, entry = self._inflight_entry(group, topic, handle)
         if entry is None:

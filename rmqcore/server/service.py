@@ -683,16 +683,23 @@ class MessagingService:
                 await asyncio.wait_for(ev.wait(), timeout=min(left, cfg.poll_interval_ms / 1000))
             except asyncio.TimeoutError:
                 pass
-        yield self._receive_status(pb.OK, "OK")
-        nbytes = 0
-        for p in popped:
-            r = pb.ReceiveMessageResponse()
-            r.message.CopyFrom(to_proto_message(p.message, topic=req.message_queue.topic.name,
-                                                receipt_handle=p.handle.encode(), invisible_ms=inv,
-                                                attempt=p.attempt))
-            r.message.topic.resource_namespace = req.message_queue.topic.resource_namespace
-            nbytes += len(r.message.body)
-            yield r
+        nbytes = sent = 0
+        try:
+            yield self._receive_status(pb.OK, "OK")
+            for p in popped:
+                r = pb.ReceiveMessageResponse()
+                r.message.CopyFrom(to_proto_message(p.message, topic=req.message_queue.topic.name,
+                                                    receipt_handle=p.handle.encode(), invisible_ms=inv,
+                                                    attempt=p.attempt))
+                r.message.topic.resource_namespace = req.message_queue.topic.resource_namespace
+                nbytes += len(r.message.body)
+                yield r
+                sent += 1
+        except BaseException:
+            # The client went away (or the write failed) before it had them all: what it did not get is visible
+            # again at once instead of after its invisible time (the proxy nacks a message it could not write).
+            self.pop.release(group, topic, [p.handle for p in popped[sent:]])
+            raise
         self.events.on_messages_out(topic, group, len(popped), nbytes)
         # The push consumer counts a receive as done at this response (ReceiveMessageResponseStreamWriter).
         yield self._delivery_stamp()
