@@ -19,8 +19,8 @@ from rocketmq.v5.exception import BadRequestException  # noqa: E402
 
 from serve_util import FAST_CONF, ServerProcess, config, message, prepare, receive_all  # noqa: E402
 
-TOPICS = {"fifo_t": ("FIFO", 4), "delay_t": ("DELAY", 2), "tx_t": ("TRANSACTION", 2), "tx_orphan": ("TRANSACTION", 2)}
-GROUPS = {"fifo_g": {"fifo": True}, "dlq_g": {"retry_max_times": 1}}
+TOPICS = {"fifo_t": ("FIFO", 4), "fifo_push_t": ("FIFO", 2), "delay_t": ("DELAY", 2), "tx_t": ("TRANSACTION", 2), "tx_orphan": ("TRANSACTION", 2)}
+GROUPS = {"fifo_g": {"fifo": True}, "fifo_push_g": {"fifo": True}, "dlq_g": {"retry_max_times": 1}}
 
 
 @pytest.fixture(scope="module")
@@ -245,6 +245,24 @@ def test_push_consumer(server, producer):
     finally:
         pc.shutdown()
     assert sorted(listener.bodies) == sorted(f"p{i}".encode() for i in range(30))
+
+
+def test_push_consumer_fifo_keeps_each_groups_order(server, producer):
+    p = producer("fifo_push_t")
+    for i in range(8):
+        for g in ("X", "Y"):
+            p.send(message("fifo_push_t", f"{g}{i}".encode(), group=g))
+    listener = _Listener()
+    pc = PushConsumer(config(server.endpoint), "fifo_push_g", listener, {"fifo_push_t": FilterExpression("*")})
+    pc.startup()
+    try:
+        end = time.monotonic() + 30
+        while len(listener.bodies) < 16 and time.monotonic() < end:
+            time.sleep(0.1)
+    finally:
+        pc.shutdown()
+    for g in (b"X", b"Y"):
+        assert [int(b[1:]) for b in listener.bodies if b[:1] == g] == list(range(8))
 
 
 def test_push_consumer_failure_is_retried_with_the_attempt_counted(server, producer):
