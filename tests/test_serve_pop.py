@@ -212,3 +212,44 @@ def test_release_makes_undelivered_messages_visible_at_once(tmp_path):
     finally:
         pop.close()
         b.close()
+
+
+def test_acl_yaml_signatures_and_permissions(tmp_path):
+    pytest.importorskip("yaml")
+    import hmac
+    from hashlib import sha1
+
+    from rmqcore.server.auth import PUB, SUB, Acl, AuthError
+    path = tmp_path / "plain_acl.yml"
+    path.write_text("accounts:\n"
+                    "  - accessKey: rocketmq2\n"
+                    "    secretKey: 12345678\n"
+                    "    defaultTopicPerm: DENY\n"
+                    "    defaultGroupPerm: SUB\n"
+                    "    topicPerms:\n"
+                    "      - topicA=DENY\n"
+                    "      - topicB=PUB|SUB\n"
+                    "      - topicC=SUB\n"
+                    "    groupPerms:\n"
+                    "      - groupA=DENY\n")
+    acl = Acl.load(str(path))
+    assert acl.secret_key("rocketmq2") == "12345678" and acl.secret_key("x") is None
+    assert not acl.is_admin("rocketmq2")
+    date = "20260101T000000Z"
+    sig = hmac.new(b"12345678", date.encode(), sha1).hexdigest()
+    header = f"MQv2-HMAC-SHA1 Credential=rocketmq2, SignedHeaders=x-mq-date-time, Signature={sig}"
+    account = acl.authenticate({"authorization": header, "x-mq-date-time": date})
+    with pytest.raises(AuthError) as e:
+        acl.authenticate({"authorization": header, "x-mq-date-time": "20260101T000001Z"})
+    assert not e.value.forbidden
+    Acl.check(account, topic="topicB", group="groupB", need=SUB)
+    Acl.check(account, topic="topicB", need=PUB)
+    for topic, group, need in (("topicA", None, SUB), ("topicC", None, PUB), ("other", None, PUB),
+                               ("topicB", "groupA", SUB)):
+        with pytest.raises(AuthError) as e:
+            Acl.check(account, topic=topic, group=group, need=need)
+        assert e.value.forbidden
+    bad = tmp_path / "bad.yml"
+    bad.write_text("accounts:\n  - accessKey: a\n    secretKey: b\n    defaultTopicPerm: SOMETIMES\n")
+    with pytest.raises(ValueError, match="defaultTopicPerm"):
+        Acl.load(str(bad))
