@@ -3,7 +3,6 @@ FIFO, delay, transactions with the orphan check), simple consumers (receive, ack
 redelivery, DLQ), a push consumer, tag and SQL filters. The server runs in a child process on 127.0.0.1."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 

@@ -253,3 +253,23 @@ def test_acl_yaml_signatures_and_permissions(tmp_path):
     bad.write_text("accounts:\n  - accessKey: a\n    secretKey: b\n    defaultTopicPerm: SOMETIMES\n")
     with pytest.raises(ValueError, match="defaultTopicPerm"):
         Acl.load(str(bad))
+
+
+def test_a_queue_cut_below_the_cursor_is_popped_from_its_end(tmp_path):
+    path = str(tmp_path / "s")
+    clock = Clock()
+    b, pop = _open(path, clock, queues=1, n=3)
+    # the journal says 10 were delivered, but the queue holds 3 (as after a recovery cut its unflushed tail)
+    pop.journal.append(["S\tg\tt\t0\t10\t10"])
+    pop.journal.close()
+    b.close()
+    b, pop = _open(path, clock, queues=1)
+    try:
+        for i in (3, 4):
+            b.send(Message("t", f"m{i}".encode(), 0))
+        b.store.wait_dispatched()
+        got = pop.pop("g", "t", [0], 32, 10_000, fifo=False, max_attempts=17)
+        assert _bodies(got) == [b"m3", b"m4"]
+    finally:
+        pop.close()
+        b.close()

@@ -193,7 +193,25 @@ class PopService:
             except (ValueError, IndexError):
                 log.warning("%s: a malformed line skipped: %r", self.journal.path, "\t".join(rec)[:200])
         self.journal.open()
+        self._clamp_to_queues()
         self.compact()
+
+    def _clamp_to_queues(self) -> None:
+        """A queue that ends below a group's cursor had its tail cut by recovery (records never flushed before a
+        power loss; a SIGKILL keeps them): what is stored there from now on was never delivered, so the cursor
+        moves back to the queue's end."""
+        store = self.broker.store
+        store.wait_dispatched()
+        for (group, topic, qid), st in self.states.items():
+            high = max(0, store.max_offset(topic, qid))
+            if st.next <= high:
+                continue
+            log.warning("%s/%d ends at %d, below group %s's cursor %d: popping from %d", topic, qid, high, group,
+                        st.next, high)
+            st.inflight = {o: v for o, v in st.inflight.items() if o < high}
+            st.done = {o for o in st.done if o < high}
+            st.next = high
+            st.start = min(st.start, high)
 
     def _replay(self, rec: list[str]) -> None:
         kind, group, topic, qid = rec[0], rec[1], rec[2], int(rec[3])
@@ -328,8 +346,6 @@ class PopService:
             got = {m.queue_offset: m for m in r.messages}
             end = r.next_begin_offset
             if end <= start and not got:
-                if end < start and r.status.name in ("OFFSET_TOO_SMALL",):
-                    st.next = st.start = end
                 break
             for off in range(start, end):
                 m = got.get(off)

@@ -13,15 +13,14 @@ import asyncio
 import itertools
 import logging
 import time
-import uuid
 
 import grpc
 
-from ..broker.errors import (BrokerError, IllegalNameError, NoPermissionError, PutFailedError,
-                             SubscriptionGroupNotExistError, TopicNotExistError)
+from ..broker.errors import (BrokerError, IllegalNameError, NoPermissionError, SubscriptionGroupNotExistError,
+                             TopicNotExistError)
 from ..broker.mix_all import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from ..broker.topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_READ, PERM_WRITE, is_readable,
-                                      is_writeable, validate_group, validate_topic)
+from ..broker.topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, is_readable, is_writeable, validate_group,
+                                      validate_topic)
 from ..broker.transaction import PROPERTY_REAL_TOPIC
 from ..errors import MessageIllegalError
 from ..reference import java_hash_code
@@ -818,10 +817,6 @@ class MessagingService:
         else:
             ts = req.timestamp.seconds * 1000 + req.timestamp.nanos // 1_000_000
             resp.offset = max(0, store.offset_by_time(topic, qid, ts))
-
-
-def new_client_id() -> str:
-    return uuid.uuid4().hex
 
 
 def wrap_namespace(namespace: str, name: str) -> str:
