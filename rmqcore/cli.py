@@ -1,7 +1,7 @@
 """rmqcore: the admin command line for RocketMQ store directories (also python -m rmqcore).
 
-Commands: demo, inspect, verify, get, query, dump, repair, stats, export. Every command but demo and repair only
-reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
+Commands: demo, inspect, verify, get, query, dump, repair, stats, export; serve (rmqcore/server/cli.py). Every
+command but demo, repair and serve only reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
 
 Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found);
 2 a usage error or a path/argument the command cannot work with (message on stderr, one line).
