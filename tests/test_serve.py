@@ -60,7 +60,10 @@ def consumer(server):
 
 
 def test_starts_within_a_second(server):
-    assert server.ready_after < 1.0 + 2.0   # the child's interpreter start included; the server itself < 1 s
+    # from spawning the child (interpreter start and imports included) to "listening on", RPCs accepted, on an
+    # existing store: well under 1 s on a quiet machine; 3 s leaves room for a loaded CI runner
+    print(f"ready after {server.ready_after:.2f} s")
+    assert server.ready_after < 3.0
     assert server.port > 0
 
 
