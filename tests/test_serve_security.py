@@ -291,3 +291,36 @@ def test_offset_rpcs(raw):
     hb = raw("Heartbeat", s.HeartbeatRequest(group=d.Resource(name="ghost_g"), client_type=d.SIMPLE_CONSUMER),
              s.HeartbeatResponse)
     assert hb.status.code == d.CONSUMER_GROUP_NOT_FOUND
+
+
+def test_forward_to_dead_letter_queue(raw):
+    def receive(topic):
+        req = s.ReceiveMessageRequest(group=d.Resource(name="raw_g"), batch_size=32)
+        req.message_queue.topic.name = topic
+        req.invisible_duration.seconds = 30
+        req.long_polling_timeout.seconds = 1
+        out = raw("ReceiveMessage", req, s.ReceiveMessageResponse, stream=True)
+        return [r.message for r in out if r.HasField("message")]
+    raw("SendMessage", _send_req("fwd_t", b"give up"), s.SendMessageResponse)
+    end = time.monotonic() + 5
+    got = []
+    while not got and time.monotonic() < end:
+        got = receive("fwd_t")
+    assert [m.body for m in got] == [b"give up"]
+    handle = got[0].system_properties.receipt_handle
+    fwd = s.ForwardMessageToDeadLetterQueueRequest(group=d.Resource(name="raw_g"), topic=d.Resource(name="fwd_t"),
+                                                   receipt_handle=handle, message_id=got[0].system_properties.message_id,
+                                                   delivery_attempt=1, max_delivery_attempts=16)
+    assert raw("ForwardMessageToDeadLetterQueue", fwd, s.ForwardMessageToDeadLetterQueueResponse).status.code == d.OK
+    # done for the group (an ack after it changes nothing), and stored in %DLQ%raw_g
+    again = raw("ForwardMessageToDeadLetterQueue", fwd, s.ForwardMessageToDeadLetterQueueResponse)
+    assert again.status.code == d.INVALID_RECEIPT_HANDLE
+    fwd.receipt_handle = "not-a-handle"
+    bad = raw("ForwardMessageToDeadLetterQueue", fwd, s.ForwardMessageToDeadLetterQueueResponse)
+    assert bad.status.code == d.INVALID_RECEIPT_HANDLE
+    dead = []
+    end = time.monotonic() + 5
+    while not dead and time.monotonic() < end:
+        dead = receive("%DLQ%raw_g")
+    assert [m.body for m in dead] == [b"give up"]
+    assert dead[0].system_properties.message_id == got[0].system_properties.message_id
