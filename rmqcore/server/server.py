@@ -47,8 +47,8 @@ class ServerConfig:
     enable_topic_message_type_check: bool = True
     # largest request the transport accepts (bytes); bigger ones are refused before they are read whole
     max_request_bytes: int = 130 * 1024 * 1024
-    # threads that wait for SYNC_FLUSH sends (they share flushes)
-    send_threads: int = 32
+    # threads for store calls that wait for a SYNC_FLUSH flush in the caller (ending a transaction)
+    send_threads: int = 8
     grace_s: float = 5.0
     # a client not heard from for this long is gone (the proxy's channel expiry), unless its Telemetry is open
     client_expiry_s: float = 120.0

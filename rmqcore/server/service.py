@@ -4,8 +4,9 @@ ChangeInvisibleDurationActivity, ClientActivity, TransactionActivity).
 
 Every handler answers refusals in the response's Status (gRPC status OK), as the proxy does; an unexpected error
 is INTERNAL_ERROR with its text, never a crash of the server. Handlers run on the server's event loop; store calls
-are quick and run inline, except sends under SYNC_FLUSH, which wait for the disk in a thread pool so that sends
-of many clients share one flush.
+are quick and run inline. Under SYNC_FLUSH a send appends at once (WAIT "false") and its answer waits in the loop
+for the group commit that covers it, so the sends of many clients share one flush without a thread each; ending a
+transaction (a re-put that waits for its flush) runs in a small thread pool.
 """
 from __future__ import annotations
 
