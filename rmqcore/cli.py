@@ -1,7 +1,7 @@
 """rmqcore: the admin command line for RocketMQ store directories (also python -m rmqcore).
 
-Commands: demo, inspect, verify, get, query, dump, repair, stats, export. Every command but demo and repair only
-reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
+Commands: demo, inspect, verify, get, query, dump, repair, stats, export; serve (rmqcore/server/cli.py). Every
+command but demo, repair and serve only reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
 
 Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found);
 2 a usage error or a path/argument the command cannot work with (message on stderr, one line).
@@ -720,6 +720,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     p.add_argument("--version", action="version", version=f"rmqcore {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    from .server.cli import add_parser as _add_serve_parser
+    _add_serve_parser(sub)
 
     d = sub.add_parser("demo", help="put and read back messages on a temporary store, print throughput",
                        description="Create a store (temporary unless --path), put messages with put_batch and put, "
