@@ -1,0 +1,15 @@
+"""The web console and Prometheus metrics of a running broker (``rmqcore serve --http HOST:PORT``, or
+``python -m rmqcore.console STORE --http HOST:PORT`` over a Broker without the gRPC side).
+
+    runner = await serve_console(server, "127.0.0.1", 8080)    # on the server's event loop
+    ...
+    await runner.close()
+
+``server`` has ``broker``, ``events`` (rmqcore.server.ServerEvents), ``host``, ``port``, ``inflight(group)`` and
+``acl`` (None, or an object with ``secret_key(access_key)`` and ``is_admin(access_key)``). Needs the ``console``
+extra (aiohttp, jinja2, prometheus_client, plotly).
+"""
+from .app import ConsoleRunner, make_app, serve_console
+from .data import ConsoleData, ConsoleError
+
+__all__ = ["serve_console", "make_app", "ConsoleRunner", "ConsoleData", "ConsoleError"]
