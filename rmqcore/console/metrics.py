@@ -13,6 +13,7 @@ grows with the number of (group, topic, queue) offsets and labelled series; test
 from __future__ import annotations
 
 import shutil
+import struct
 import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -23,6 +24,8 @@ from ..broker.topic_validator import is_system_topic
 from ..server.events import MESSAGE_SIZE_BUCKETS, RPC_LATENCY_BUCKETS
 
 NODE_TYPE = "broker"
+# A consume-queue unit: commitlog offset, size, tags code (big-endian, 20 bytes).
+_UNIT = struct.Struct(">qiq")
 
 
 def _bool(v: bool) -> str:
@@ -124,33 +127,46 @@ class RocketMQCollector(Collector):
         now_ms = int(time.time() * 1000)
         com = broker.consumer_offset_manager
         inflight_of = getattr(server, "inflight", None)
-        for group in sorted(com.groups()):
-            flights = inflight_of(group) if inflight_of is not None else {}
-            for topic in com.which_topic_by_consumer(group):
-                committed = com.query_offsets(group, topic)
-                total_lag = total_inflight = 0
-                oldest = None
-                for qid, c in committed.items():
-                    cq = store.find_consume_queue(topic, qid, create=False)
-                    if cq is None:
-                        continue
-                    hi = cq.max_offset_in_queue
-                    c = max(c, 0)
-                    d = max(hi - c, 0)
-                    total_lag += d
-                    total_inflight += min(int(flights.get((topic, qid), 0)), d)
-                    if d and c >= cq.min_offset_in_queue:
-                        unit = cq.get_unit(c)
-                        if unit is not None:
-                            ts = store.pickup_store_timestamp(unit[0], unit[1])
-                            if ts > 0 and (oldest is None or ts < oldest):
-                                oldest = ts
-                lv = bv + [topic, group, _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
-                           _bool(is_system_topic(topic))]
-                lag.add_metric(lv, total_lag)
-                inflight.add_metric(lv, total_inflight)
-                ready.add_metric(lv, total_lag - total_inflight)
-                latency.add_metric(lv, max(now_ms - oldest, 0) if oldest is not None else 0)
+        stored = store.topics()
+        table, _extra, _version = com._snapshot()          # one copy of the offset table under its lock
+        queues: dict = {}                                   # (topic, queue id) -> its consume queue, once a scrape
+        flights_of: dict = {}
+        for key, committed in table.items():
+            tg = com.split_key(key)
+            if tg is None:
+                continue
+            topic, group = tg
+            flights = flights_of.get(group)
+            if flights is None:
+                flights = flights_of[group] = inflight_of(group) if inflight_of is not None else {}
+            total_lag = total_inflight = 0
+            oldest = None
+            # As Broker.lag_detail: every queue with a commit or a message, 0 for a queue not committed yet.
+            for qid in set(committed) | set(stored.get(topic, ())):
+                cq = queues.get((topic, qid), False)
+                if cq is False:
+                    cq = queues[(topic, qid)] = store.find_consume_queue(topic, qid, create=False)
+                if cq is None:
+                    continue
+                c = max(committed.get(qid, 0), 0)
+                d = max(cq.max_offset_in_queue - c, 0)
+                if not d:
+                    continue
+                total_lag += d
+                total_inflight += min(int(flights.get((topic, qid), 0)), d)
+                # The store time of the first message not consumed, from its unit and its record's header.
+                unit = cq.get_unit_bytes(c, 1) if c >= cq.min_offset_in_queue else None
+                if unit is not None and len(unit) >= _UNIT.size:
+                    phy, size, _tags = _UNIT.unpack_from(unit)
+                    ts = store.pickup_store_timestamp(phy, size)
+                    if ts > 0 and (oldest is None or ts < oldest):
+                        oldest = ts
+            lv = bv + [topic, group, _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
+                       _bool(is_system_topic(topic))]
+            lag.add_metric(lv, total_lag)
+            inflight.add_metric(lv, total_inflight)
+            ready.add_metric(lv, total_lag - total_inflight)
+            latency.add_metric(lv, max(now_ms - oldest, 0) if oldest is not None else 0)
         yield lag
         yield inflight
         yield ready

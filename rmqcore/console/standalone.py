@@ -11,6 +11,7 @@ import asyncio
 import hmac
 import signal
 import sys
+import threading
 
 from ..broker import Broker, BrokerConfig
 from ..server.events import ServerEvents
@@ -47,9 +48,20 @@ class BrokerHost:
         self.acl = acl
         # (group) -> {(topic, queue_id): messages delivered and not yet committed}; a gRPC server keeps these.
         self._inflight: dict[str, dict[tuple[str, int], int]] = {}
+        self._lock = threading.Lock()
 
     def inflight(self, group: str) -> dict[tuple[str, int], int]:
-        return dict(self._inflight.get(group, {}))
+        with self._lock:
+            return dict(self._inflight.get(group, {}))
+
+    def set_inflight(self, group: str, topic: str, queue_id: int, n: int) -> None:
+        """Messages of the queue delivered to ``group`` and not yet committed (0 forgets the queue)."""
+        with self._lock:
+            queues = self._inflight.setdefault(group, {})
+            if n > 0:
+                queues[(topic, queue_id)] = n
+            else:
+                queues.pop((topic, queue_id), None)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
