@@ -129,7 +129,11 @@ def topic_message_type(tc: TopicConfig) -> str:
     return "FIFO" if tc.order else "NORMAL"
 
 
-def topic_kind(topic: str) -> str:
+def topic_kind(topic: str, system_topics=()) -> str:
+    """USER, RETRY, DLQ or SYSTEM (RocketMQ's system topics, and the ones the broker's topic table adds itself:
+    ``system_topics``, e.g. the cluster's and the broker's own names)."""
+    if topic in system_topics:
+        return "SYSTEM"
     if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return "RETRY"
     if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
@@ -211,6 +215,9 @@ class ConsoleData:
     @property
     def store(self):
         return self.server.broker.store
+
+    def _kind(self, topic: str) -> str:
+        return topic_kind(topic, self.broker.topic_config_manager.system_topics)
 
     def _inflight(self, group: str) -> dict:
         fn = getattr(self.server, "inflight", None)
@@ -328,7 +335,7 @@ class ConsoleData:
 
     def _topic_summary(self, tc: TopicConfig, stored: dict, rates: dict) -> dict:
         name = tc.topic_name
-        return {"topic": name, "kind": topic_kind(name), "message_type": topic_message_type(tc),
+        return {"topic": name, "kind": self._kind(name), "message_type": topic_message_type(tc),
                 "read_queue_nums": tc.read_queue_nums, "write_queue_nums": tc.write_queue_nums,
                 "perm": perm_to_string(tc.perm), "perm_bits": tc.perm, "order": tc.order,
                 "messages": self._topic_messages(name, stored.get(name, ())),
@@ -338,7 +345,7 @@ class ConsoleData:
         """A page of topics by name (``q``: a part of the name), with their queues' message counts and the rate
         of messages in. System, retry and DLQ topics only with ``system``."""
         configs = self.broker.topics()
-        names = sorted(n for n in configs if (system or topic_kind(n) == "USER") and q.lower() in n.lower())
+        names = sorted(n for n in configs if (system or self._kind(n) == "USER") and q.lower() in n.lower())
         page = names[offset:offset + limit]
         stored = self.store.topics()
         rates = self.history.topic_rates()
@@ -353,7 +360,7 @@ class ConsoleData:
         queue_ids = sorted(set(range(tc.read_queue_nums if tc else 0)) | set(stored))
         rates = self.history.topic_rates()
         out = (self._topic_summary(tc, {name: stored}, rates) if tc is not None
-               else {"topic": name, "kind": topic_kind(name), "message_type": None, "perm": None,
+               else {"topic": name, "kind": self._kind(name), "message_type": None, "perm": None,
                      "messages": self._topic_messages(name, stored), "rate_in": rates.get(name, 0.0),
                      "read_queue_nums": 0, "write_queue_nums": 0, "order": False, "perm_bits": 0})
         out["configured"] = tc is not None
@@ -373,7 +380,7 @@ class ConsoleData:
         """Create or update a topic (RocketMQ's updateAndCreateTopic). Fields: topic, read_queue_nums,
         write_queue_nums (or queue_nums for both), perm (2 W, 4 R, 6 RW), message_type, order."""
         name = validate_topic(body.get("topic"))
-        if is_system_topic(name):
+        if self._kind(name) == "SYSTEM":
             raise ConsoleError(f"topic {name!r} is a system topic: the broker manages it", 403)
         existing = self.broker.topic_config_manager.select_topic_config(name)
         both = body.get("queue_nums")
@@ -400,7 +407,7 @@ class ConsoleData:
 
     def delete_topic(self, name: str) -> dict:
         validate_topic(name)
-        if is_system_topic(name):
+        if self._kind(name) == "SYSTEM":
             raise ConsoleError(f"topic {name!r} is a system topic: the broker manages it", 403)
         if not self.broker.delete_topic(name):
             raise NotFound(f"topic {name!r} does not exist")
@@ -639,7 +646,7 @@ class ConsoleData:
             if m is not None and m.msg_id.upper() == msg_id.upper():
                 return [m]
         # A UNIQ_KEY (the id a client sees): through the index, in the given topic or in every user topic.
-        topics = [topic] if topic else sorted(t for t in self.store.topics() if topic_kind(t) != "SYSTEM")
+        topics = [topic] if topic else sorted(t for t in self.store.topics() if self._kind(t) != "SYSTEM")
         out = []
         for t in topics:
             out += [m for m in self.store.query_message(t, msg_id, limit) if m.uniq_key == msg_id]

@@ -109,6 +109,10 @@ const RMQ = (() => {
       try {
         const s = await call("GET", "/api/v1/series?seconds=300");
         const x = s.t.map((t) => new Date(t));
+        // The last five minutes, or the time since the first sample (at least 30 s) on a server just started.
+        const now = Date.now();
+        const first = s.t.length ? s.t[0] - 1000 : now - 300000;
+        layout.xaxis.range = [new Date(Math.min(Math.max(first, now - 300000), now - 30000)), new Date(now)];
         Plotly.react(el, [
           { x, y: s.in, name: "in (produced)", type: "scatter", mode: "lines", line: { color: "#2f6fde", width: 2 }, fill: "tozeroy", fillcolor: "rgba(47,111,222,.08)" },
           { x, y: s.out, name: "out (delivered)", type: "scatter", mode: "lines", line: { color: "#1f9d55", width: 2 } },
