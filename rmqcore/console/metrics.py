@@ -19,7 +19,7 @@ import time
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..broker.mix_all import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from ..broker.mix_all import RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_validator import is_system_topic
 from ..server.events import MESSAGE_SIZE_BUCKETS, RPC_LATENCY_BUCKETS
 
