@@ -12,6 +12,7 @@ The server object is the contract with ``rmqcore serve``: ``broker`` (rmqcore.br
 from __future__ import annotations
 
 import datetime
+import heapq
 import json
 import random
 import shutil
@@ -665,38 +666,41 @@ class ConsoleData:
                     from None
             after_key = (a_ts, a_off)
             begin = max(begin, a_ts)
-        queue_ids = self.store.topics().get(topic, [])
-        rows = []
-        for qid in queue_ids:
-            cq = self.store.find_consume_queue(topic, qid, create=False)
-            if cq is None:
-                continue
-            qo = self._first_at_or_after(topic, qid, begin)
-            taken = 0
-            # At most limit rows of this queue can make the page (plus the ones the cursor skips).
-            while qo < cq.max_offset_in_queue and taken < limit:
+        # A merge of the topic's queues by (store time, commitlog offset): each queue's cursor starts at its first
+        # message stored at or after ``begin`` and reads only store times (from the records' headers) until a
+        # message is taken, so a page decodes ``limit`` messages whatever the number of queues.
+        heap: list = []
+
+        def advance(qid, cq, qo):
+            while qo < cq.max_offset_in_queue:
                 unit = cq.get_unit(qo)
-                qo += 1
                 if unit is None:
-                    break
-                m = self.store.look_message(unit[0])
-                if m is None:
-                    continue
-                key = (m.store_timestamp, m.commitlog_offset)
-                if m.store_timestamp > end:
-                    break
-                if after_key is not None and key <= after_key:
-                    continue
+                    return
+                ts = self.store.pickup_store_timestamp(unit[0], unit[1])
+                if ts > end:
+                    return
+                if ts >= 0 and (after_key is None or (ts, unit[0]) > after_key):
+                    heapq.heappush(heap, (ts, unit[0], qid, qo))
+                    return
+                qo += 1
+
+        for qid in self.store.topics().get(topic, []):
+            cq = self.store.find_consume_queue(topic, qid, create=False)
+            if cq is not None:
+                advance(qid, cq, self._first_at_or_after(topic, qid, begin))
+        rows = []
+        while heap and len(rows) < limit:
+            _ts, phy, qid, qo = heapq.heappop(heap)
+            m = self.store.look_message(phy)
+            if m is not None:
                 rows.append(self.message_summary(m))
-                taken += 1
                 del m
-        rows.sort(key=lambda r: (r["store_timestamp"], r["commitlog_offset"]))
-        page = rows[:limit]
+            advance(qid, self.store.find_consume_queue(topic, qid, create=False), qo + 1)
         nxt = None
-        if len(rows) > limit or (len(page) == limit):
-            last = page[-1]
+        if heap and rows:
+            last = rows[-1]
             nxt = f"{last['store_timestamp']}:{last['commitlog_offset']}"
-        return {"items": page, "next": nxt}
+        return {"items": rows, "next": nxt}
 
     def queue_messages(self, topic: str, queue_id: int, offset: int | None, limit: int) -> dict:
         """A page of one queue's messages from ``offset`` (default: the last page)."""
