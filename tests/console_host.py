@@ -56,6 +56,9 @@ class Host(BrokerHost):
     def _deliver(self, group, topic, max_count):
         """The messages a consumer of ``group`` receives next, queue by queue, from where the last delivery
         (or the committed offset) left off."""
+        # A consumer long-polls: what was stored before this call (a resend through the console, say) is
+        # delivered even when the dispatcher has not reached it yet.
+        self.broker.store.wait_dispatched()
         got = []
         for qid in sorted(self.broker.store.topics().get(topic, [])):
             key = (group, topic, qid)
