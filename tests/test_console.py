@@ -237,13 +237,21 @@ def test_basic_auth_with_the_servers_accounts(tmp_path):
 
 def test_standalone_console_serves_and_stops_on_sigterm(tmp_path):
     store = str(tmp_path / "store")
-    proc = subprocess.Popen([sys.executable, "-m", "rmqcore.console", store, "--http", "127.0.0.1:0"],
+    proc = subprocess.Popen([sys.executable, "-m", "rmqcore.console", store, "--http", "127.0.0.1:0",
+                             "--admin", "root:pw"],
                             stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
     try:
         line = proc.stdout.readline()
         url = re.search(r"(http://127\.0\.0\.1:\d+)/", line).group(1)
+        import base64
+        import urllib.error
         import urllib.request
-        with urllib.request.urlopen(url + "/api/v1/overview", timeout=10) as r:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "/api/v1/overview", timeout=10)
+        assert refused.value.code == 401
+        req = urllib.request.Request(url + "/api/v1/overview",
+                                     headers={"Authorization": "Basic " + base64.b64encode(b"root:pw").decode()})
+        with urllib.request.urlopen(req, timeout=10) as r:
             assert r.status == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
