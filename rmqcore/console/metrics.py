@@ -60,29 +60,34 @@ class RocketMQCollector(Collector):
         base = ["cluster", "node_type", "node_id"]
         bv = [cfg.broker_cluster_name, NODE_TYPE, cfg.broker_name]
         snap = server.events.snapshot()
+        broker_topics = broker.topic_config_manager.system_topics
+
+        def is_system(topic: str) -> bool:
+            # RocketMQ's system topics and the ones the broker's table adds itself (its cluster's and its name).
+            return topic in broker_topics or is_system_topic(topic)
 
         # -- messages in / out ---------------------------------------------------------------------------
         m_in = CounterMetricFamily("rocketmq_messages_in", "Messages produced (stored) per topic",
                                    labels=base + ["topic", "message_type", "is_system"])
         for (topic, mtype), n in snap["messages_in"].items():
-            m_in.add_metric(bv + [topic, mtype, _bool(is_system_topic(topic))], n)
+            m_in.add_metric(bv + [topic, mtype, _bool(is_system(topic))], n)
         yield m_in
         t_in = CounterMetricFamily("rocketmq_throughput_in", "Bytes of message bodies produced per topic",
                                    labels=base + ["topic", "is_system"])
         for topic, n in snap["bytes_in"].items():
-            t_in.add_metric(bv + [topic, _bool(is_system_topic(topic))], n)
+            t_in.add_metric(bv + [topic, _bool(is_system(topic))], n)
         yield t_in
         out_labels = base + ["topic", "consumer_group", "is_retry", "is_system"]
         m_out = CounterMetricFamily("rocketmq_messages_out", "Messages delivered to consumers", labels=out_labels)
         for (topic, group), n in snap["messages_out"].items():
             m_out.add_metric(bv + [topic, group, _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
-                                   _bool(is_system_topic(topic))], n)
+                                   _bool(is_system(topic))], n)
         yield m_out
         t_out = CounterMetricFamily("rocketmq_throughput_out", "Bytes of message bodies delivered",
                                     labels=out_labels)
         for (topic, group), n in snap["bytes_out"].items():
             t_out.add_metric(bv + [topic, group, _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
-                                   _bool(is_system_topic(topic))], n)
+                                   _bool(is_system(topic))], n)
         yield t_out
         size = HistogramMetricFamily("rocketmq_message_size", "Sizes of the message bodies produced (bytes)",
                                      labels=base)
@@ -91,7 +96,7 @@ class RocketMQCollector(Collector):
         dlq = CounterMetricFamily("rocketmq_send_to_dlq_messages", "Messages moved to a group's DLQ",
                                   labels=base + ["consumer_group", "topic", "is_system"])
         for (group, topic), n in snap["dlq"].items():
-            dlq.add_metric(bv + [group, topic, _bool(is_system_topic(topic))], n)
+            dlq.add_metric(bv + [group, topic, _bool(is_system(topic))], n)
         yield dlq
 
         # -- transactions --------------------------------------------------------------------------------
@@ -162,7 +167,7 @@ class RocketMQCollector(Collector):
                     if ts > 0 and (oldest is None or ts < oldest):
                         oldest = ts
             lv = bv + [topic, group, _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
-                       _bool(is_system_topic(topic))]
+                       _bool(is_system(topic))]
             lag.add_metric(lv, total_lag)
             inflight.add_metric(lv, total_inflight)
             ready.add_metric(lv, total_lag - total_inflight)
