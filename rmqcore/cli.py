@@ -1,7 +1,9 @@
 """rmqcore: the admin command line for RocketMQ store directories (also python -m rmqcore).
 
 Commands: demo, inspect, verify, get, query, dump, repair, stats, export; serve (rmqcore/server/cli.py). Every
-command but demo, repair and serve only reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
+command but demo, repair and serve only reads (files mapped read-only, no lock taken). Human output by default,
+--json for scripts. topic, group and dlq administer a store (--store DIR) or a running server (--server URL) alike
+(rmqcore/mqadmin.py).
 
 Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found);
 2 a usage error or a path/argument the command cannot work with (message on stderr, one line).
@@ -836,12 +838,15 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--force", action="store_true", help="overwrite OUT")
     _body_arg(ex)
     ex.set_defaults(func=export_cmd)
+    from .mqadmin import add_commands
+    add_commands(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: sys.argv[1:]); returns the exit status."""
     from .errors import RmqStoreError
+    from .mqadmin import AdminError
     import logging
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -853,7 +858,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `rmqcore dump ... | head`: the reader went away; exit quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except (CliError, RmqStoreError, OSError, ValueError) as e:
+    except (CliError, AdminError, RmqStoreError, OSError, ValueError) as e:
         print(f"rmqcore {args.cmd}: error: {e}", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"rmqcore {args.cmd}: interrupted", file=sys.stderr)
