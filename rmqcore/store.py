@@ -25,7 +25,7 @@ from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, SELECT_NO_MATCHE
 from ._dispatch import queue_runs
 from ._flush import DurablePuts
 from .checkpoint import StoreCheckpoint
-from .commit_log import CommitLog
+from .commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
 from .config import StoreConfig
 from .clean import CleanFilesService
 from .consume_queue import CQ_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue, queue_dirs
@@ -195,10 +195,14 @@ class MessageStore:
         except BaseException:
             # Whatever failed (a directory where the checkpoint belongs, a full disk, a bad file), the caller sees
             # that error, and the lock, maps, pool and threads taken so far are given back: the next open in this
-            # process does not find the store locked. The abort file stays: the next open recovers abnormally.
+            # process does not find the store locked. The abort file stays (the next open recovers abnormally),
+            # unless the store was closed cleanly before and this open dispatched nothing: then the failure (an
+            # unreadable delayOffset.json, say) changed nothing, and the store is left as it was found.
             self._closed = True
             self._stop_services()
-            self._release_everything()
+            untouched = (self.recovery.get("last_exit_ok", False) and self.reput is not None
+                         and self.reput.dispatched == 0)
+            self._release_everything(clean=untouched)
             raise
         self._running = True
 
@@ -452,12 +456,77 @@ class MessageStore:
         return sum(cq.max_offset_in_queue - cq.min_offset_in_queue for cq in self._all_consume_queues())
 
     def _reroute(self, msg) -> None:
-        # Called by the encoder only for messages that carry a delay or timer property.
+        # Called by the encoder only for messages that carry a delay or timer property. The rewrite runs on a copy
+        # first: a message the schedule or timer service could not deliver later (its real topic too long, the
+        # delivered record too large) is refused now, as RocketMQ's checkMessage refuses it on the real topic
+        # before the rewrite, instead of being acknowledged and then skipped at delivery (issue 28). The
+        # caller's message is left as it was when refused.
+        from .schedule import PROPERTY_DELAY, rewrite_delay
+        from .timer import PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELIVER_MS, rewrite_timer
+        from ._codec import Message
+        probe = Message(msg.topic, b"", msg.queue_id, properties=dict(msg.properties), sys_flag=msg.sys_flag)
+        timed = False
         if self.config.timer_wheel_enable:
-            from .timer import rewrite_timer
-            rewrite_timer(msg, current_millis(), self.config.timer_max_delay_sec)
-        from .schedule import rewrite_delay
-        rewrite_delay(msg, len(self.delay_level_ms) - 1)
+            timed = rewrite_timer(probe, current_millis(), self.config.timer_max_delay_sec)
+        delayed = rewrite_delay(probe, len(self.delay_level_ms) - 1)
+        if timed or delayed:
+            # What the delivery will put (ScheduleMessageService.messageTimeup drops DELAY and the 5.x timer
+            # fields and keeps REAL_TOPIC/REAL_QID; the wheel's convertMessage drops REAL_TOPIC/REAL_QID).
+            props = dict(probe.properties)
+            if delayed:
+                for name in (PROPERTY_DELAY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC):
+                    props.pop(name, None)
+            else:
+                props.pop("REAL_TOPIC", None)
+                props.pop("REAL_QID", None)
+            self.check_delivery(Message(msg.topic, msg.body, msg.queue_id, properties=props, flag=msg.flag,
+                                        sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+                                        born_host=msg.born_host, reconsume_times=msg.reconsume_times))
+        if probe.properties != msg.properties:
+            msg.properties.clear()
+            msg.properties.update(probe.properties)
+        msg.topic = probe.topic
+        msg.queue_id = probe.queue_id
+
+    _probe_encoder = None
+
+    def check_delivery(self, msg, what: str = "delivery") -> None:
+        """Raise MessageIllegalError (field prefixed ``delivery: ``) when the store would refuse ``msg`` as it
+        stands, without the delay/timer rewrite and without writing anything: the checks of a put (topic,
+        queue id, properties, record size against max_message_size and the commitlog file) on a scratch copy.
+        Used for the message a later delivery will put (a delayed or timed message's real topic) and by the
+        broker for a message it will put on its own later (a transaction's commit)."""
+        from ._codec import EncodeBuffer, Message, MessageEncoder
+        from .errors import MessageIllegalError
+        enc = self._probe_encoder
+        if enc is None:
+            cfg = self.config
+            max_record = min(cfg.max_message_size, cfg.mapped_file_size_commit_log - END_FILE_MIN_BLANK_LENGTH)
+            enc = MessageEncoder(cfg.store_host, max_record)
+            enc.append_prop_crc = cfg.enabled_append_prop_crc
+            self._probe_encoder = enc
+        # A copy: the encoder adds a UNIQ_KEY to the properties it is given.
+        copy = Message(msg.topic, msg.body, msg.queue_id, properties=dict(msg.properties or {}), flag=msg.flag,
+                       sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                       reconsume_times=msg.reconsume_times)
+        try:
+            enc.encode_into(copy, EncodeBuffer())
+        except MessageIllegalError as e:
+            raise MessageIllegalError(f"{what}: {e.field}" if what else e.field, str(e).split(": ", 1)[-1],
+                                      e.limit, e.status) from None
+
+    def check_put(self, msg) -> None:
+        """Raise MessageIllegalError when ``put(msg)`` would be refused now or when its delayed or timed delivery
+        would be; writes nothing and leaves ``msg`` as it was. For a caller that must answer a refusal before it
+        changes any state of its own (the broker's send-back creates a retry topic only for a message the store
+        takes)."""
+        from ._codec import Message
+        copy = Message(msg.topic, msg.body, msg.queue_id, properties=dict(msg.properties or {}), flag=msg.flag,
+                       sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                       reconsume_times=msg.reconsume_times)
+        if copy.properties:
+            self._reroute(copy)          # refuses what its delivery would not store
+        self.check_delivery(copy, "")
 
     def put(self, msg):
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once a flush covers it, or
