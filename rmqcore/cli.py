@@ -1,7 +1,7 @@
 """rmqcore: the admin command line for RocketMQ store directories (also python -m rmqcore).
 
-Commands: demo, inspect, verify, get, query, dump, repair, stats, export. Every command but demo and repair only
-reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
+Commands: demo, inspect, verify, get, query, dump, repair, stats, export, topic, group. Every command but demo,
+repair and topic/group create and delete only reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
 
 Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found);
 2 a usage error or a path/argument the command cannot work with (message on stderr, one line).
@@ -676,6 +676,120 @@ def export_cmd(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- topic / group: offline admin of the broker's topics.json and subscriptionGroup.json -----------------------------
+
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+
+
+def _admin_broker(args: argparse.Namespace, create: bool = False):
+    """A Broker over STORE for one admin change: the store's lock is taken (a running server holds it: the command
+    fails with one line), the schedule and timer services stay off (an admin command delivers nothing), and
+    --config's broker.conf gives the broker's name and switches, so the system topics written are the server's."""
+    from .admin import check_store_path
+    from .broker import Broker, BrokerConfig
+    from .config import StoreConfig
+    path = os.path.abspath(args.store) if create else check_store_path(args.store)
+    broker_config, store_config = BrokerConfig(), StoreConfig()
+    if args.config:
+        from .broker.broker_conf import load_broker_conf
+        broker_config, store_config, unknown = load_broker_conf(args.config)
+        if unknown:
+            print(f"rmqcore {args.cmd}: warning: {args.config}: keys rmqcore does not use: {', '.join(unknown)}",
+                  file=sys.stderr)
+    store_config = store_config.replace(schedule_message_service_enable=False, timer_wheel_enable=False)
+    return Broker.open(path, broker_config, store_config=store_config)
+
+
+def _topic_dict(tc, system: bool) -> dict:
+    from .broker.topic_validator import perm_to_string
+    return {"name": tc.topic_name, "read_queue_nums": tc.read_queue_nums, "write_queue_nums": tc.write_queue_nums,
+            "perm": tc.perm, "perm_string": perm_to_string(tc.perm), "message_type": tc.message_type,
+            "order": tc.order, "topic_filter_type": tc.topic_filter_type, "attributes": tc.attributes,
+            "system": system}
+
+
+def _group_dict(g, system: bool) -> dict:
+    return {"name": g.group_name, "fifo": g.consume_message_orderly, "max_delivery_attempts": g.max_delivery_attempts,
+            "retry_max_times": g.retry_max_times, "retry_queue_nums": g.retry_queue_nums,
+            "consume_enable": g.consume_enable, "retry_policy": g.group_retry_policy.to_json(), "system": system}
+
+
+def topic_cmd(args: argparse.Namespace) -> int:
+    action = args.topic_cmd
+    if action == "create":
+        from .broker.topic_validator import validate_topic
+        validate_topic(args.name)         # before the store is opened (or made): a typo creates nothing
+    with _admin_broker(args, create=action == "create") as broker:
+        if action == "create":
+            existed = args.name in broker.topics()
+            tc = broker.create_topic(args.name, args.queues, message_type=args.type)
+            if args.json:
+                _emit_json(_topic_dict(tc, False), sys.stdout)
+            else:
+                print(f"{'updated' if existed else 'created'} topic {tc.topic_name}: {tc.write_queue_nums} queues, "
+                      f"type {tc.message_type}")
+            return EXIT_OK
+        if action == "delete":
+            if args.name not in broker.topics():
+                print(f"rmqcore topic: no topic {args.name} in {broker.path}", file=sys.stderr)
+                return EXIT_PROBLEM
+            broker.delete_topic(args.name)
+            if args.json:
+                _emit_json({"deleted": args.name}, sys.stdout)
+            else:
+                print(f"deleted topic {args.name} (its messages stay in the store until cleaned)")
+            return EXIT_OK
+        system = broker.topic_config_manager.system_topics
+        rows = [_topic_dict(tc, name in system) for name, tc in sorted(broker.topics().items())
+                if args.all or name not in system]
+    if args.json:
+        _emit_json(rows, sys.stdout)
+    else:
+        table([(r["name"], r["message_type"], r["read_queue_nums"], r["write_queue_nums"], r["perm_string"],
+                "yes" if r["order"] else "-") for r in rows],
+              ("topic", "type", "read", "write", "perm", "order"), sys.stdout)
+    return EXIT_OK
+
+
+def group_cmd(args: argparse.Namespace) -> int:
+    action = args.group_cmd
+    if action == "create":
+        from .broker.topic_validator import validate_group
+        validate_group(args.name)
+    with _admin_broker(args, create=action == "create") as broker:
+        if action == "create":
+            existed = args.name in broker.groups()
+            g = broker.create_group(args.name, fifo=args.fifo, max_delivery_attempts=args.max_delivery_attempts)
+            if args.json:
+                _emit_json(_group_dict(g, False), sys.stdout)
+            else:
+                print(f"{'updated' if existed else 'created'} group {g.group_name}: "
+                      f"{'FIFO' if g.consume_message_orderly else 'concurrent'}, "
+                      f"max delivery attempts {g.max_delivery_attempts}")
+            return EXIT_OK
+        if action == "delete":
+            if args.name not in broker.groups():
+                print(f"rmqcore group: no group {args.name} in {broker.path}", file=sys.stderr)
+                return EXIT_PROBLEM
+            broker.delete_group(args.name)
+            if args.json:
+                _emit_json({"deleted": args.name}, sys.stdout)
+            else:
+                print(f"deleted group {args.name} and its offsets")
+            return EXIT_OK
+        from .broker import SubscriptionGroupManager
+        system = set(SubscriptionGroupManager(broker.path, broker.config).subscription_group_table)
+        rows = [_group_dict(g, name in system) for name, g in sorted(broker.groups().items())
+                if args.all or name not in system]
+    if args.json:
+        _emit_json(rows, sys.stdout)
+    else:
+        table([(r["name"], "FIFO" if r["fifo"] else "-", r["max_delivery_attempts"], r["retry_queue_nums"],
+                "yes" if r["consume_enable"] else "no") for r in rows],
+              ("group", "fifo", "max attempts", "retry queues", "consume"), sys.stdout)
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------------------------------------------
 
 def _store_arg(p: argparse.ArgumentParser) -> None:
@@ -808,6 +922,52 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--force", action="store_true", help="overwrite OUT")
     _body_arg(ex)
     ex.set_defaults(func=export_cmd)
+
+    def admin_args(q: argparse.ArgumentParser, what: str) -> None:
+        _store_arg(q)
+        q.add_argument("--config", metavar="FILE", help="a RocketMQ broker.conf (brokerName, autoCreateTopicEnable, "
+                                                          "...): the broker settings the server runs with")
+        _json_arg(q, what)
+
+    tp = sub.add_parser("topic", help="create, list or delete topics (config/topics.json) on a store no server holds",
+                        description="Offline admin of the broker's topics. The store's lock is taken: a store a "
+                                    "running server holds is refused.")
+    tsub = tp.add_subparsers(dest="topic_cmd", required=True, metavar="{create,list,delete}")
+    tc = tsub.add_parser("create", help="create or update a topic",
+                         description="Create (or update) NAME with --queues read and write queues. --type is 5.x's "
+                                     "TopicMessageType, kept as the topic's message.type attribute.")
+    admin_args(tc, "the topic")
+    tc.add_argument("name", help="topic name (^[%%|a-zA-Z0-9_-]+$, at most 127 characters)")
+    tc.add_argument("--queues", type=int, default=4, help="read and write queues (default 4)")
+    tc.add_argument("--type", choices=MESSAGE_TYPES, help="message type (default: none written, read as NORMAL)")
+    tl = tsub.add_parser("list", help="list topics (system topics with --all)")
+    admin_args(tl, "the topics")
+    tl.add_argument("--all", action="store_true", help="include the broker's system topics")
+    td = tsub.add_parser("delete", help="delete a topic's config and every group's offsets in it; exit 1 if none")
+    admin_args(td, "the result")
+    td.add_argument("name", help="topic name")
+    tp.set_defaults(func=topic_cmd)
+
+    gp = sub.add_parser("group", help="create, list or delete consumer groups (config/subscriptionGroup.json)",
+                        description="Offline admin of the broker's subscription groups, as a 5.x broker writes "
+                                    "them. The store's lock is taken: a store a running server holds is refused.")
+    gsub = gp.add_subparsers(dest="group_cmd", required=True, metavar="{create,list,delete}")
+    gc = gsub.add_parser("create", help="create or update a group",
+                         description="Create (or update) group NAME. --fifo sets consumeMessageOrderly (FIFO "
+                                     "consumption for 5.x clients); --max-delivery-attempts N sets retryMaxTimes to "
+                                     "N - 1, as the 5.x proxy gives clients retryMaxTimes + 1 attempts.")
+    admin_args(gc, "the group")
+    gc.add_argument("name", help="group name (^[%%|a-zA-Z0-9_-]+$, at most 255 characters)")
+    gc.add_argument("--fifo", action="store_true", help="consume in order (consumeMessageOrderly)")
+    gc.add_argument("--max-delivery-attempts", type=int, metavar="N",
+                    help="deliveries before the DLQ (default 17: retryMaxTimes 16)")
+    gl = gsub.add_parser("list", help="list groups (system groups with --all)")
+    admin_args(gl, "the groups")
+    gl.add_argument("--all", action="store_true", help="include the broker's system groups")
+    gd = gsub.add_parser("delete", help="delete a group's config and its offsets; exit 1 if none")
+    admin_args(gd, "the result")
+    gd.add_argument("name", help="group name")
+    gp.set_defaults(func=group_cmd)
     return p
 
 
