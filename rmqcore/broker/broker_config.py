@@ -76,8 +76,9 @@ _LIMITS = {
     "auto_create_subscription_group": ("bool",), "trace_topic_enable": ("bool",),
     "reject_transaction_message": ("bool",),
     "flush_consumer_offset_interval": ("int", 1, _INT_MAX),
-    "transaction_timeout": ("int", 0, _LONG_MAX),
-    "transaction_check_max": ("int", 0, _INT_MAX),
+    # TransactionalMessageService refuses 0 for all three (the check service could not run): so do the setters.
+    "transaction_timeout": ("int", 1, _LONG_MAX),
+    "transaction_check_max": ("int", 1, _INT_MAX),
     "transaction_check_interval": ("int", 1, _LONG_MAX),
 }
 

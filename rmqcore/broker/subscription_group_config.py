@@ -122,7 +122,10 @@ class GroupRetryPolicy:
         return self.customized or CustomizedRetryPolicy()
 
     def copy(self) -> "GroupRetryPolicy":
-        return GroupRetryPolicy.from_json(self.to_json(), "groupRetryPolicy")
+        # No checks here: a copy of a value being set is checked by the setter (check_readable), with the field named.
+        e, c = self.exponential, self.customized
+        return GroupRetryPolicy(self.type, ExponentialRetryPolicy(e.initial, e.max, e.multiplier) if e else None,
+                                CustomizedRetryPolicy(c.next) if c else None)
 
     def __eq__(self, other):
         return type(other) is type(self) and self.to_json() == other.to_json()
