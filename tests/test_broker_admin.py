@@ -266,3 +266,17 @@ def test_load_broker_conf_missing_or_not_a_file(tmp_path):
     os.mkdir(tmp_path / "dir.conf")
     with pytest.raises(ConfigFileError, match="is a directory"):
         load_broker_conf(str(tmp_path / "dir.conf"))
+
+
+def test_readme_admin_command_lines_parse():
+    import re
+    import shlex
+    from rmqcore.cli import build_parser
+    text = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Offline admin and `broker.conf`"):]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    commands = [shlex.split(line.split(" #")[0]) for line in block.splitlines() if line.startswith("rmqcore ")]
+    assert {c[1] for c in commands} == {"topic", "group"} and len(commands) == 5
+    parser = build_parser()
+    for words in commands:
+        parser.parse_args(["/s" if w == "STORE" else w for w in words[1:]])
