@@ -932,7 +932,8 @@ def build_parser() -> argparse.ArgumentParser:
     tp = sub.add_parser("topic", help="create, list or delete topics (config/topics.json) on a store no server holds",
                         description="Offline admin of the broker's topics. The store's lock is taken: a store a "
                                     "running server holds is refused.")
-    tsub = tp.add_subparsers(dest="topic_cmd", required=True, metavar="{create,list,delete}")
+    tsub = tp.add_subparsers(dest="topic_cmd", required=True, metavar="{create,list,delete}",
+                             help="create or update, list, delete")
     tc = tsub.add_parser("create", help="create or update a topic",
                          description="Create (or update) NAME with --queues read and write queues. --type is 5.x's "
                                      "TopicMessageType, kept as the topic's message.type attribute.")
@@ -951,7 +952,8 @@ def build_parser() -> argparse.ArgumentParser:
     gp = sub.add_parser("group", help="create, list or delete consumer groups (config/subscriptionGroup.json)",
                         description="Offline admin of the broker's subscription groups, as a 5.x broker writes "
                                     "them. The store's lock is taken: a store a running server holds is refused.")
-    gsub = gp.add_subparsers(dest="group_cmd", required=True, metavar="{create,list,delete}")
+    gsub = gp.add_subparsers(dest="group_cmd", required=True, metavar="{create,list,delete}",
+                             help="create or update, list, delete")
     gc = gsub.add_parser("create", help="create or update a group",
                          description="Create (or update) group NAME. --fifo sets consumeMessageOrderly (FIFO "
                                      "consumption for 5.x clients); --max-delivery-attempts N sets retryMaxTimes to "
