@@ -20,12 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, SELECT_NO_MATCHED_MESSAGE, current_millis,
+from ._codec import (PROPERTIES_MAX_LENGTH, SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, SELECT_NO_MATCHED_MESSAGE,
+                     Message, current_millis,
                      java_hash_code, look_record, pickup_store_timestamp, query_messages, select_queue)
 from ._dispatch import queue_runs
 from ._flush import DurablePuts
 from .checkpoint import StoreCheckpoint
 from .commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
+from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_DELAY_SEC,
+                       PROPERTY_TIMER_DELIVER_MS, rewrite_delay)
+from .timer import rewrite_timer
 from .config import StoreConfig
 from .clean import CleanFilesService
 from .consume_queue import CQ_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue, queue_dirs
@@ -40,6 +44,8 @@ from .status import GetStatus, PutStatus
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
+# A topic the encoder takes (TopicValidator's characters, at most 127 bytes): a delayed message's real topic.
+_LEGAL_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 
 _WAITABLE = (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MATCHED_LOGIC_QUEUE)
 _SELECT_STATUS = {SELECT_FOUND: GetStatus.FOUND, SELECT_NO_MATCHED_MESSAGE: GetStatus.NO_MATCHED_MESSAGE,
@@ -456,37 +462,53 @@ class MessageStore:
         return sum(cq.max_offset_in_queue - cq.min_offset_in_queue for cq in self._all_consume_queues())
 
     def _reroute(self, msg) -> None:
-        # Called by the encoder only for messages that carry a delay or timer property. The rewrite runs on a copy
-        # first: a message the schedule or timer service could not deliver later (its real topic too long, the
-        # delivered record too large) is refused now, as RocketMQ's checkMessage refuses it on the real topic
-        # before the rewrite, instead of being acknowledged and then skipped at delivery (issue 28). The
-        # caller's message is left as it was when refused.
-        from .schedule import PROPERTY_DELAY, rewrite_delay
-        from .timer import PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELIVER_MS, rewrite_timer
-        from ._codec import Message
-        probe = Message(msg.topic, b"", msg.queue_id, properties=dict(msg.properties), sys_flag=msg.sys_flag)
+        # Called by the encoder only for messages that carry a delay or timer property. A message the schedule or
+        # timer service could not deliver later (its real topic illegal, the delivered record too large: under its
+        # real topic a record is larger than under the 19-byte schedule topic) is refused now, as RocketMQ's
+        # checkMessage refuses it on the real topic before the rewrite, instead of being acknowledged and then
+        # skipped at delivery (issue 28). A refused message is left as it was.
+        topic, queue_id = msg.topic, msg.queue_id
+        if self._surely_deliverable(topic, msg):
+            if self.config.timer_wheel_enable:
+                rewrite_timer(msg, current_millis(), self.config.timer_max_delay_sec)
+            rewrite_delay(msg, len(self.delay_level_ms) - 1)
+            return
+        saved = dict(msg.properties)
         timed = False
         if self.config.timer_wheel_enable:
-            timed = rewrite_timer(probe, current_millis(), self.config.timer_max_delay_sec)
-        delayed = rewrite_delay(probe, len(self.delay_level_ms) - 1)
-        if timed or delayed:
-            # What the delivery will put (ScheduleMessageService.messageTimeup drops DELAY and the 5.x timer
-            # fields and keeps REAL_TOPIC/REAL_QID; the wheel's convertMessage drops REAL_TOPIC/REAL_QID).
-            props = dict(probe.properties)
-            if delayed:
-                for name in (PROPERTY_DELAY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC):
-                    props.pop(name, None)
-            else:
-                props.pop("REAL_TOPIC", None)
-                props.pop("REAL_QID", None)
-            self.check_delivery(Message(msg.topic, msg.body, msg.queue_id, properties=props, flag=msg.flag,
+            timed = rewrite_timer(msg, current_millis(), self.config.timer_max_delay_sec)
+        delayed = rewrite_delay(msg, len(self.delay_level_ms) - 1)
+        if not (timed or delayed):
+            return
+        # What the delivery will put (ScheduleMessageService.messageTimeup drops DELAY and the 5.x timer fields
+        # and keeps REAL_TOPIC/REAL_QID; the wheel's convertMessage drops REAL_TOPIC/REAL_QID), checked exactly.
+        props = dict(msg.properties)
+        for name in ((PROPERTY_DELAY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC) if delayed
+                     else (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)):
+            props.pop(name, None)
+        try:
+            self.check_delivery(Message(topic, msg.body, queue_id, properties=props, flag=msg.flag,
                                         sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
                                         born_host=msg.born_host, reconsume_times=msg.reconsume_times))
-        if probe.properties != msg.properties:
+        except BaseException:
+            msg.topic, msg.queue_id = topic, queue_id
             msg.properties.clear()
-            msg.properties.update(probe.properties)
-        msg.topic = probe.topic
-        msg.queue_id = probe.queue_id
+            msg.properties.update(saved)
+            raise
+
+    def _surely_deliverable(self, topic: str, msg) -> bool:
+        """A cheap bound, on the message before its rewrite, that clears almost every delayed message without
+        encoding it again: a legal topic and a record that fits even with every character of its properties at 4
+        UTF-8 bytes, plus what the rewrite adds (REAL_TOPIC, REAL_QID, TIMER_OUT_MS), a UNIQ_KEY, the CRC property
+        and a header with IPv6 hosts."""
+        if _LEGAL_TOPIC.fullmatch(topic) is None:
+            return False
+        props_bound = 4 * (sum(len(k) + len(v) + 2 for k, v in msg.properties.items()) + len(topic) + 96) + 64 + 20
+        body = msg.body
+        body_n = body.nbytes if isinstance(body, memoryview) else len(body)
+        limit = min(self.config.max_message_size,
+                    self.config.mapped_file_size_commit_log - END_FILE_MIN_BLANK_LENGTH)
+        return props_bound <= PROPERTIES_MAX_LENGTH and body_n + len(topic) + props_bound + 256 <= limit
 
     _probe_encoder = None
 
@@ -496,7 +518,7 @@ class MessageStore:
         queue id, properties, record size against max_message_size and the commitlog file) on a scratch copy.
         Used for the message a later delivery will put (a delayed or timed message's real topic) and by the
         broker for a message it will put on its own later (a transaction's commit)."""
-        from ._codec import EncodeBuffer, Message, MessageEncoder
+        from ._codec import EncodeBuffer, MessageEncoder
         from .errors import MessageIllegalError
         enc = self._probe_encoder
         if enc is None:
@@ -520,7 +542,6 @@ class MessageStore:
         would be; writes nothing and leaves ``msg`` as it was. For a caller that must answer a refusal before it
         changes any state of its own (the broker's send-back creates a retry topic only for a message the store
         takes)."""
-        from ._codec import Message
         copy = Message(msg.topic, msg.body, msg.queue_id, properties=dict(msg.properties or {}), flag=msg.flag,
                        sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
                        reconsume_times=msg.reconsume_times)
