@@ -174,7 +174,7 @@ def apply_broker_conf(props: dict[str, tuple[str, int]], path: str = "broker.con
     """Set the fields ``props`` (parse_properties' result) name on copies of the given configs (the defaults when
     None) → (BrokerConfig, StoreConfig, unknown keys sorted). ConfigFileError names the key and line of a value
     that cannot be converted or that the config refuses."""
-    values = {"broker": {}, "store": {}}
+    values: dict[str, dict] = {"broker": {}, "store": {}}
     where_of = {}
     unknown = []
     for key, (raw, line_no) in props.items():
