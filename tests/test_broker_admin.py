@@ -145,11 +145,14 @@ def test_cli_topic_create_list_delete(tmp_path, capsys):
     assert code == 0 and json.loads(out)["write_queue_nums"] == 2
     code, out, _ = cli(capsys, "topic", "list", store, "--json")
     rows = {r["name"]: r for r in json.loads(out)}
-    assert set(rows) == {"orders"} and rows["orders"]["message_type"] == "NORMAL"     # re-created untyped
+    # An update without --type keeps the type, as 5.x merges a request's attributes into the current ones.
+    assert set(rows) == {"orders"} and rows["orders"]["message_type"] == "FIFO"
+    code, out, _ = cli(capsys, "topic", "create", store, "orders", "--type", "DELAY")
+    assert code == 0 and topics_json(store)["orders"]["attributes"] == {"message.type": "DELAY"}
     code, out, _ = cli(capsys, "topic", "list", store, "--all", "--json")
     assert {"TBW102", "SCHEDULE_TOPIC_XXXX"} <= {r["name"] for r in json.loads(out) if r["system"]}
     code, out, _ = cli(capsys, "topic", "list", store)
-    assert "orders" in out and "NORMAL" in out
+    assert "orders" in out and "DELAY" in out
     code, out, err = cli(capsys, "topic", "delete", store, "orders")
     assert code == 0 and "deleted topic orders" in out
     code, out, err = cli(capsys, "topic", "delete", store, "orders")

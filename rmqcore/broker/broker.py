@@ -460,11 +460,14 @@ class Broker:
                      order: bool = False, message_type: str | None = None) -> TopicConfig:
         """Create or replace ``topic`` with ``queue_nums`` read and write queues (RocketMQ's updateAndCreateTopic);
         persisted at once. ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION; 5.x's TopicMessageType) is kept as
-        5.x keeps it, the topic's ``message.type`` attribute; None writes no attribute (a 4.9.7-shaped topic, whose
-        type reads as NORMAL). Raises IllegalNameError for a name TopicValidator refuses, InvalidConfigError
-        naming the field for a value topics.json could not read back, ValueError for an unknown type."""
+        5.x keeps it, the topic's ``message.type`` attribute; None keeps the attributes an existing topic has (as
+        5.x's updateTopicConfig merges a request's attributes into the current ones) and writes none for a new
+        topic (the 4.9.7 shape, whose type reads as NORMAL). Raises IllegalNameError for a name TopicValidator
+        refuses, InvalidConfigError naming the field for a value topics.json could not read back, ValueError for an
+        unknown type."""
+        current = self.topic_config_manager.select_topic_config(topic) if isinstance(topic, str) else None
         tc = TopicConfig(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm, order=order,
-                         message_type=message_type)
+                         attributes=current.attributes if current is not None else None, message_type=message_type)
         self.update_topic(tc)
         return tc
 
