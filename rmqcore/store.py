@@ -501,11 +501,13 @@ class MessageStore:
         encoding it again: a legal topic and a record that fits even with every character of its properties at 4
         UTF-8 bytes, plus what the rewrite adds (REAL_TOPIC, REAL_QID, TIMER_OUT_MS), a UNIQ_KEY, the CRC property
         and a header with IPv6 hosts."""
-        if _LEGAL_TOPIC.fullmatch(topic) is None:
+        if type(topic) is not str or _LEGAL_TOPIC.fullmatch(topic) is None:
             return False
-        props_bound = 4 * (sum(len(k) + len(v) + 2 for k, v in msg.properties.items()) + len(topic) + 96) + 64 + 20
-        body = msg.body
-        body_n = body.nbytes if isinstance(body, memoryview) else len(body)
+        try:
+            props_bound = 4 * (sum(len(k) + len(v) + 2 for k, v in msg.properties.items()) + len(topic) + 96) + 84
+            body_n = memoryview(msg.body).nbytes
+        except TypeError:
+            return False          # a property that is not a str, a body that is not a buffer: the encoder says which
         limit = min(self.config.max_message_size,
                     self.config.mapped_file_size_commit_log - END_FILE_MIN_BLANK_LENGTH)
         return props_bound <= PROPERTIES_MAX_LENGTH and body_n + len(topic) + props_bound + 256 <= limit
