@@ -1,7 +1,8 @@
 """rmqcore: the admin command line for RocketMQ store directories (also python -m rmqcore).
 
 Commands: demo, inspect, verify, get, query, dump, repair, stats, export, topic, group. Every command but demo,
-repair and topic/group create and delete only reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
+repair and topic/group only reads (files mapped read-only, no lock taken). Human output by default, --json for
+scripts.
 
 Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found);
 2 a usage error or a path/argument the command cannot work with (message on stderr, one line).

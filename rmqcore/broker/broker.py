@@ -25,8 +25,9 @@ from ..status import PutStatus
 from ._send import Sender, SendEntry
 from .broker_config import BrokerConfig
 from .consumer_offset_manager import ConsumerOffsetManager
-from .errors import (IllegalNameError, InvalidConfigError, MessageNotFoundError, NoPermissionError, OffsetIllegalError, PutFailedError,
-                     QueueIdIllegalError, SubscriptionGroupNotExistError, TopicNotExistError)
+from .errors import (IllegalNameError, InvalidConfigError, MessageNotFoundError, NoPermissionError,
+                     OffsetIllegalError, PutFailedError, QueueIdIllegalError, SubscriptionGroupNotExistError,
+                     TopicNotExistError)
 from .mix_all import (PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_TRANSACTION_PREPARED,
                       RETRY_GROUP_TOPIC_PREFIX, get_dlq_topic)
 from .send_back import DLQ_NUMS_PER_GROUP, build_send_back_message
