@@ -283,3 +283,23 @@ def test_readme_admin_command_lines_parse():
     parser = build_parser()
     for words in commands:
         parser.parse_args(["/s" if w == "STORE" else w for w in words[1:]])
+
+
+def test_cli_admin_in_a_subprocess_as_a_user_would(tmp_path):
+    import subprocess
+    import sys
+    import rmqcore
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__))))
+    store = str(tmp_path / "store")
+
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "rmqcore", *argv], capture_output=True, text=True, env=env,
+                              timeout=120)
+    r = run("topic", "create", store, "orders", "--type", "TRANSACTION")
+    assert r.returncode == 0 and "type TRANSACTION" in r.stdout, r.stderr
+    r = run("group", "create", store, "g", "--fifo")
+    assert r.returncode == 0, r.stderr
+    r = run("topic", "list", store, "--json")
+    assert [(t["name"], t["message_type"]) for t in json.loads(r.stdout)] == [("orders", "TRANSACTION")]
+    r = run("group", "create", store, "g", "--max-delivery-attempts", "x")
+    assert r.returncode == 2 and "invalid int value" in r.stderr

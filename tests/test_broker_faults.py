@@ -208,18 +208,34 @@ def test_every_accepted_offset_reads_back(tmp_path_factory, offsets):
         assert back.query_offset(group, topic, q) == off
 
 
-@settings(max_examples=30)
-@given(name=st.one_of(st.text(max_size=6), st.integers()), perm=java_ints, queues=java_ints, check_max=java_ints)
-def test_every_accepted_broker_config_opens(tmp_path_factory, small_config, name, perm, queues, check_max):
+def _broker_field_values():
+    """Any subset of BrokerConfig's fields, each mostly of its own type (edges of the Java ranges included), now
+    and then of another."""
+    import dataclasses
+    ints = st.one_of(st.integers(1, 15), st.integers(-2, 40),
+                     st.sampled_from([0, INT_MAX, INT_MAX + 1, LONG_MAX, LONG_MAX + 1]))
+    by_type = {"int": ints, "bool": st.booleans(), "str": st.text(min_size=1, max_size=6)}
+    junk = st.one_of(st.none(), st.floats(), st.text(max_size=2), st.booleans())
+    fields = {f.name: st.one_of(*[by_type[str(f.type)]] * 6, junk) for f in dataclasses.fields(BrokerConfig)}
+    # Up to three fields at a time, so that most examples are accepted and each field's edges are reached.
+    return st.lists(st.sampled_from(sorted(fields)), max_size=3, unique=True).flatmap(
+        lambda names: st.fixed_dictionaries({n: fields[n] for n in names}))
+
+
+@settings(max_examples=60)
+@given(values=_broker_field_values())
+def test_every_accepted_broker_config_opens(tmp_path_factory, small_config, values):
     try:
-        cfg = BrokerConfig(broker_name=name, broker_permission=perm, default_topic_queue_nums=queues,
-                           transaction_check_max=check_max)
+        cfg = BrokerConfig(**values)
     except ValueError:
         return
     path = str(tmp_path_factory.mktemp("bc"))
     Broker.open(path, cfg, store_config=small_config).close()
     with Broker.open(path, cfg, store_config=small_config) as b:       # its topics.json reads back
-        assert b.topics()["TBW102"].write_queue_nums == queues
+        topics = b.topics()
+        assert cfg.broker_name in topics and cfg.broker_cluster_name in topics
+        if cfg.auto_create_topic_enable:
+            assert topics["TBW102"].write_queue_nums == cfg.default_topic_queue_nums
 
 
 # -- 2. no path acknowledges what the store drops later ------------------------------------------------------------
