@@ -365,9 +365,17 @@ class MessageStore:
         if self._closed:
             return
         flush_failed = False
+        progress_error = None
         for delivery in (getattr(self, "schedule_service", None), getattr(self, "timer_service", None)):
             if delivery is not None:       # persists its progress: needs the store still open
-                delivery.shutdown()
+                try:
+                    delivery.shutdown()
+                except Exception as e:
+                    # Its progress file could not be written (a directory in its place, a full disk): the next
+                    # open re-delivers from the last persisted progress. The store still closes, and says so.
+                    log.error("closing %s: %s could not persist its progress: %s", self.path,
+                              type(delivery).__name__, e)
+                    progress_error = progress_error or e
         self._closed = True
         was_running, self._running = self._running, False     # puts and gets are refused from here on
         with self._arrived:
@@ -395,6 +403,8 @@ class MessageStore:
             log.error("closing with %d commitlog bytes not dispatched: the next open will re-dispatch them",
                       self.reput.behind())
         self._release_everything(clean=dispatched and not flush_failed)
+        if progress_error is not None:
+            raise progress_error
 
     def _stop_services(self) -> None:
         """Stop the threads a failed start got to start (never raises: the start's own error is the one to see)."""

@@ -458,3 +458,23 @@ def test_a_fifo_in_place_of_delay_offset_does_not_hang_the_open(tmp_path, small_
     os.mkfifo(cfg / "delayOffset.json")
     with pytest.raises(StoreLayoutError, match="is a fifo"):
         open_broker(tmp_path, small_config)
+
+
+def test_a_directory_in_place_of_delay_offset_falls_back_to_its_bak(tmp_path, small_config):
+    small_config = small_config.replace(schedule_message_service_enable=False)
+    with MessageStore.open(str(tmp_path), small_config) as store:
+        for _ in range(3):
+            store.put(Message("t", b"x", 0, properties={"DELAY": "1"}))
+        store.wait_dispatched()
+    cfg = tmp_path / "config"
+    os.makedirs(cfg, exist_ok=True)
+    (cfg / "delayOffset.json.bak").write_text('{"offsetTable":{1:2}}')
+    os.mkdir(cfg / "delayOffset.json")
+    store = MessageStore.open(str(tmp_path), small_config.replace(schedule_message_service_enable=True))
+    assert store.schedule_service.offset_table[1] == 2          # from the .bak, the directory named in the log
+    # The progress cannot be written over the directory: the close says so, and still closes the store.
+    with pytest.raises(ConfigFileError, match="delayOffset.json: is not a regular file"):
+        store.close()
+    os.rmdir(cfg / "delayOffset.json")
+    with MessageStore.open(str(tmp_path), small_config) as again:     # not locked, not crashed
+        assert again.runtime_info()["recovery"]["last_exit_ok"] is True
