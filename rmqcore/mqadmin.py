@@ -1,12 +1,11 @@
-"""RocketMQ's mqadmin for rmqcore: topics, consumer groups, offsets and dead letters, on a store directory
-(``--store DIR``: the broker is opened here, taking the store's lock) or on a running server (``--server URL``:
-through the console's JSON API, docs/console-api.md). Both run the same operations (rmqcore.console.data), so
-they answer the same JSON.
+"""RocketMQ's mqadmin for rmqcore, the parts the command line (cli.py: topic, group, dlq) shares between a store
+directory (STORE: the broker is opened there, taking the store's lock) and a running server (``--server URL``:
+through the console's JSON API, docs/console-api.md):
 
-    rmqcore topic list|show|create|delete     (mqadmin topicList, topicStatus, updateTopic, deleteTopic)
-    rmqcore group list|show|create|delete     (consumerProgress, updateSubGroup, deleteSubGroup)
-    rmqcore group reset-offset GROUP --time T (resetOffsetByTime)
-    rmqcore dlq resend COMMITLOG_OFFSET       (the dashboard's DLQ resend)
+- ``topic_view`` / ``group_view``: one topic's or group's config as both answer it (the console's JSON carries the
+  same dict as ``config``), so ``--json`` output is the same either way;
+- ``RemoteAdmin``: the JSON API's calls; ``local_admin``: the console's operations (rmqcore.console.data) over a
+  store directory, for what only the console computes (show, reset-offset, dlq resend).
 """
 from __future__ import annotations
 
@@ -123,6 +122,7 @@ def local_admin(store: str):
 
 @contextlib.contextmanager
 def open_admin(args):
+    """RemoteAdmin for ``--server``, else the console's operations over STORE (same methods, same answers)."""
     if args.server:
         yield RemoteAdmin(args.server, args.user)
     else:
@@ -130,158 +130,29 @@ def open_admin(args):
             yield admin
 
 
-# ------------------------------------------------------------------------------------------------- commands
-def _table(rows: list[list[Any]], header: list[str], out) -> None:
-    from .cli import table
-    table(rows, header, out)
+def topic_view(tc, system: bool) -> dict:
+    """A topic's config as ``rmqcore topic`` answers it (offline and through a server alike)."""
+    from .broker.topic_validator import perm_to_string
+    return {"name": tc.topic_name, "read_queue_nums": tc.read_queue_nums, "write_queue_nums": tc.write_queue_nums,
+            "perm": tc.perm, "perm_string": perm_to_string(tc.perm), "message_type": tc.message_type,
+            "order": tc.order, "topic_filter_type": tc.topic_filter_type, "attributes": tc.attributes,
+            "system": system}
 
 
-def _emit(obj, out) -> None:
-    json.dump(obj, out, indent=2, default=str)
-    out.write("\n")
+def group_view(g, system: bool) -> dict:
+    """A group's config as ``rmqcore group`` answers it (offline and through a server alike)."""
+    return {"name": g.group_name, "fifo": g.consume_message_orderly, "max_delivery_attempts": g.max_delivery_attempts,
+            "retry_max_times": g.retry_max_times, "retry_queue_nums": g.retry_queue_nums,
+            "consume_enable": g.consume_enable, "retry_policy": g.group_retry_policy.to_json(), "system": system}
 
 
-def _run(args, op):
+def run_admin(op):
+    """``op()`` with the console's and the store's refusals as AdminError (one line, exit 2)."""
     from .console.data import ConsoleError
     from .errors import RmqStoreError
     try:
-        with open_admin(args) as admin:
-            return op(admin)
+        return op()
     except ConsoleError as e:
         raise AdminError(str(e)) from None
     except RmqStoreError as e:
         raise AdminError(f"{type(e).__name__}: {e}") from None
-
-
-def topic_cmd(args, out=sys.stdout) -> int:
-    if args.action == "list":
-        r = _run(args, lambda a: a.topics(args.q or "", 0, 200, args.system))
-        if args.json:
-            _emit(r, out)
-        else:
-            _table([[t["topic"], t["message_type"], f"{t['read_queue_nums']}/{t['write_queue_nums']}", t["perm"],
-                     t["messages"]] for t in r["items"]], ["topic", "type", "queues r/w", "perm", "messages"], out)
-        return 0
-    if args.action == "show":
-        _emit(_run(args, lambda a: a.topic(args.name)), out)
-        return 0
-    if args.action == "delete":
-        _emit(_run(args, lambda a: a.delete_topic(args.name)), out)
-        return 0
-    body: dict[str, Any] = {"topic": args.name}
-    if args.queues is not None:
-        body["queue_nums"] = args.queues
-    if args.read_queues is not None:
-        body["read_queue_nums"] = args.read_queues
-    if args.write_queues is not None:
-        body["write_queue_nums"] = args.write_queues
-    if args.perm is not None:
-        if args.perm.upper() not in PERMS:
-            raise AdminError(f"--perm: expected RW, R, W or -, got {args.perm!r}")
-        body["perm"] = PERMS[args.perm.upper()]
-    if args.type is not None:
-        body["message_type"] = args.type.upper()
-    _emit(_run(args, lambda a: a.update_topic(body)), out)
-    return 0
-
-
-def group_cmd(args, out=sys.stdout) -> int:
-    if args.action == "list":
-        r = _run(args, lambda a: a.groups(args.q or "", 0, 200, args.system))
-        if args.json:
-            _emit(r, out)
-        else:
-            _table([[g["group"], ",".join(g["topics"]) or "-", g["lag"], g["inflight"], g["dlq_messages"],
-                     "yes" if g["consume_enable"] else "no"] for g in r["items"]],
-                   ["group", "topics", "lag", "in flight", "dlq", "enabled"], out)
-        return 0
-    if args.action == "show":
-        _emit(_run(args, lambda a: a.group(args.name)), out)
-        return 0
-    if args.action == "delete":
-        _emit(_run(args, lambda a: a.delete_group(args.name)), out)
-        return 0
-    if args.action == "reset-offset":
-        body = {"timestamp": args.time, "topic": args.topic}
-        _emit(_run(args, lambda a: a.reset_offset(args.name, body)), out)
-        return 0
-    body = {"group": args.name}
-    if args.retry_max_times is not None:
-        body["retry_max_times"] = args.retry_max_times
-    if args.retry_queues is not None:
-        body["retry_queue_nums"] = args.retry_queues
-    if args.disable:
-        body["consume_enable"] = False
-    if args.enable:
-        body["consume_enable"] = True
-    _emit(_run(args, lambda a: a.update_group(body)), out)
-    return 0
-
-
-def dlq_cmd(args, out=sys.stdout) -> int:
-    _emit(_run(args, lambda a: a.resend_dlq(args.offset)), out)
-    return 0
-
-
-def _target(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--store", metavar="DIR", help="a store directory (opened as a broker: not while it runs)")
-    where.add_argument("--server", metavar="URL", help="a running server's console, e.g. http://127.0.0.1:8080")
-    p.add_argument("--user", metavar="AK:SK", help="HTTP Basic account for --server (accessKey:secretKey)")
-
-
-def add_commands(sub) -> None:
-    """The topic, group and dlq commands on rmqcore's command line."""
-    t = sub.add_parser("topic", help="list, show, create/update or delete topics (--store DIR or --server URL)")
-    tsub = t.add_subparsers(dest="action", required=True, metavar="ACTION", help="list, show, create, delete")
-    tl = tsub.add_parser("list", help="topics with their queues and message counts")
-    tl.add_argument("-q", help="part of the name")
-    tl.add_argument("--system", action="store_true", help="include system, retry and DLQ topics")
-    tl.add_argument("--json", action="store_true", help="JSON instead of a table")
-    ts = tsub.add_parser("show", help="a topic's queues and the groups consuming it (JSON)")
-    ts.add_argument("name", help="the topic")
-    tc = tsub.add_parser("create", help="create or update a topic (updateTopic)")
-    tc.add_argument("name", help="the topic")
-    tc.add_argument("--queues", type=int, help="read and write queues (default 4, or the topic's)")
-    tc.add_argument("--read-queues", type=int, help="read queues (overrides --queues)")
-    tc.add_argument("--write-queues", type=int, help="write queues (overrides --queues)")
-    tc.add_argument("--perm", help="RW, R, W or -")
-    tc.add_argument("--type", help="NORMAL, FIFO, DELAY or TRANSACTION")
-    td = tsub.add_parser("delete", help="delete a topic's config and every group's offsets in it")
-    td.add_argument("name", help="the topic")
-    for p in (tl, ts, tc, td):
-        _target(p)
-        p.set_defaults(func=topic_cmd)
-
-    g = sub.add_parser("group", help="list, show, create/update, delete consumer groups; reset their offsets")
-    gsub = g.add_subparsers(dest="action", required=True, metavar="ACTION",
-                            help="list, show, create, delete, reset-offset")
-    gl = gsub.add_parser("list", help="groups with their lag, in-flight and DLQ counts")
-    gl.add_argument("-q", help="part of the name")
-    gl.add_argument("--system", action="store_true", help="include system groups")
-    gl.add_argument("--json", action="store_true", help="JSON instead of a table")
-    gs = gsub.add_parser("show", help="a group's lag per queue, clients, retry and DLQ counts (JSON)")
-    gs.add_argument("name", help="the consumer group")
-    gc = gsub.add_parser("create", help="create or update a group (updateSubGroup)")
-    gc.add_argument("name", help="the consumer group")
-    gc.add_argument("--retry-max-times", type=int, help="deliveries before the DLQ (default 16)")
-    gc.add_argument("--retry-queues", type=int, help="queues of its retry topic (default 1)")
-    onoff = gc.add_mutually_exclusive_group()
-    onoff.add_argument("--disable", action="store_true", help="stop the group consuming")
-    onoff.add_argument("--enable", action="store_true", help="let the group consume again")
-    gd = gsub.add_parser("delete", help="delete a group's config and its offsets")
-    gd.add_argument("name", help="the consumer group")
-    gr = gsub.add_parser("reset-offset", help="move every queue to the first message stored at or after a time")
-    gr.add_argument("name", help="the consumer group")
-    gr.add_argument("--time", required=True, help="milliseconds since the epoch or ISO 8601 (UTC without zone)")
-    gr.add_argument("--topic", help="only this topic (default: every topic the group has offsets in)")
-    for p in (gl, gs, gc, gd, gr):
-        _target(p)
-        p.set_defaults(func=group_cmd)
-
-    d = sub.add_parser("dlq", help="resend a dead letter to its group")
-    dsub = d.add_subparsers(dest="action", required=True, metavar="ACTION", help="resend")
-    dr = dsub.add_parser("resend", help="store a %%DLQ%% message again in its group's retry topic")
-    dr.add_argument("offset", type=int, help="the dead letter's commitlog offset")
-    _target(dr)
-    dr.set_defaults(func=dlq_cmd)

@@ -40,8 +40,8 @@ import numpy as np
 from . import fastjson
 from ._codec import EncodeBuffer, Message, select_messages
 from ._schedule import time_up_into
-from .config_manager import string2file
-from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
+from .config_manager import file2string, string2file
+from .errors import ConfigFileError, MessageIllegalError, StoreClosedError, StoreLayoutError
 from .status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -173,12 +173,13 @@ def load_config_file(path: str, decode):
     errors = []
     for candidate in (path, path + ".bak"):
         try:
-            with open(candidate, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
+            # file2string: a directory or fifo in the file's place is an error naming it, not a hang or a raw
+            # IsADirectoryError, and no descriptor is left open.
+            text = file2string(candidate)
+        except ConfigFileError as e:
+            errors.append(str(e))
             continue
-        except (OSError, UnicodeDecodeError) as e:
-            errors.append(f"{candidate}: {e}")
+        if text is None:
             continue
         if not text.strip():
             errors.append(f"{candidate}: empty")

@@ -76,19 +76,14 @@ class ServerProcess:
 def prepare(store: str, topics: dict | None = None, groups: dict | None = None) -> None:
     """Create topics ({name: (message_type, queues)}) and groups ({name: dict of SubscriptionGroupConfig values,
     ``fifo`` for consumeMessageOrderly}) on a store no server holds."""
-    from rmqcore.broker import Broker, SubscriptionGroupConfig, TopicConfig
+    from rmqcore.broker import Broker, SubscriptionGroupConfig
     with Broker.open(store) as b:
         for name, (mtype, queues) in (topics or {}).items():
-            tc = TopicConfig(name, read_queue_nums=queues, write_queue_nums=queues)
-            tc.extra["attributes"] = {"message.type": mtype}
-            b.update_topic(tc)
+            b.create_topic(name, queues, message_type=mtype)
         for name, values in (groups or {}).items():
             values = dict(values)
             fifo = values.pop("fifo", False)
-            gc = SubscriptionGroupConfig(name, **values)
-            if fifo:
-                gc.extra["consumeMessageOrderly"] = True
-            b.update_group(gc)
+            b.update_group(SubscriptionGroupConfig(name, consume_message_orderly=fifo, **values))
 
 
 def config(endpoint: str, ak: str = "", sk: str = "", namespace: str = ""):

@@ -189,12 +189,32 @@ class TransactionalMessageService:
                                       "a transactional message needs its producer group", None)
         props[PROPERTY_TRANSACTION_PREPARED] = "true"
         props.pop(PROPERTY_DELAY, None)
+        self._check_later_puts(msg)
         props[PROPERTY_REAL_TOPIC] = msg.topic
         props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
         msg.sys_flag = reset_transaction_value(msg.sys_flag, TRANSACTION_NOT_TYPE)
         msg.topic = HALF_TOPIC
         msg.queue_id = 0
         return self._put(msg)
+
+    def _check_later_puts(self, msg) -> None:
+        """Refuse now (MessageIllegalError naming the field) a transactional message whose commit, or whose half
+        put back by the check, the store would refuse later: the half would be acknowledged and then never
+        become visible (issue 28). ``msg`` is the producer's message before it becomes a half."""
+        props = msg.properties
+        committed = {k: v for k, v in props.items() if k != PROPERTY_TRANSACTION_PREPARED}
+        self.store.check_put(Message(msg.topic, msg.body, msg.queue_id, properties=committed, flag=msg.flag,
+                                     sys_flag=reset_transaction_value(msg.sys_flag, TRANSACTION_COMMIT_TYPE),
+                                     born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                                     reconsume_times=msg.reconsume_times))
+        # The half as the check service puts it back at the latest: its counters at their widest.
+        half = dict(props, **{PROPERTY_REAL_TOPIC: msg.topic, PROPERTY_REAL_QUEUE_ID: str(msg.queue_id),
+                              PROPERTY_TRANSACTION_CHECK_TIMES: str((1 << 31) - 1),
+                              PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: str((1 << 63) - 1)})
+        self.store.check_delivery(Message(HALF_TOPIC, msg.body, 0, properties=half, flag=msg.flag,
+                                          sys_flag=reset_transaction_value(msg.sys_flag, TRANSACTION_NOT_TYPE),
+                                          born_timestamp=msg.born_timestamp, born_host=msg.born_host),
+                                  "transaction check")
 
     def _put(self, msg):
         r = self.store.put(msg)

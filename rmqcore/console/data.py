@@ -28,6 +28,7 @@ from ..broker.subscription_group_config import SubscriptionGroupConfig
 from ..broker.topic_config import TopicConfig
 from ..broker.topic_validator import (PERM_READ, PERM_WRITE, is_system_topic, perm_to_string, validate_group,
                                       validate_topic)
+from ..mqadmin import group_view, topic_view
 from ..status import PutStatus
 
 # Page sizes: what a person reads on one screen; the API accepts up to MAX_LIMIT.
@@ -120,12 +121,10 @@ def bool_arg(value, field: str, default: bool) -> bool:
 
 
 def topic_message_type(tc: TopicConfig) -> str:
-    """RocketMQ 5's ``+message.type`` topic attribute (NORMAL when unset; FIFO for an order topic)."""
-    attrs = tc.extra.get("attributes")
-    if isinstance(attrs, dict):
-        t = attrs.get("+message.type") or attrs.get("message.type")
-        if isinstance(t, str) and t.upper() in MESSAGE_TYPES:
-            return t.upper()
+    """RocketMQ 5's ``message.type`` topic attribute (TopicConfig.message_type); NORMAL when unset, FIFO for an
+    order topic without one."""
+    if tc.attributes and tc.message_type in MESSAGE_TYPES:
+        return tc.message_type
     return "FIFO" if tc.order else "NORMAL"
 
 
@@ -339,7 +338,9 @@ class ConsoleData:
                 "read_queue_nums": tc.read_queue_nums, "write_queue_nums": tc.write_queue_nums,
                 "perm": perm_to_string(tc.perm), "perm_bits": tc.perm, "order": tc.order,
                 "messages": self._topic_messages(name, stored.get(name, ())),
-                "rate_in": rates.get(name, 0.0)}
+                "rate_in": rates.get(name, 0.0),
+                # what `rmqcore topic` answers offline, so --server answers the same
+                "config": topic_view(tc, name in self.broker.topic_config_manager.system_topics)}
 
     def topics(self, q: str = "", offset: int = 0, limit: int = DEFAULT_LIMIT, system: bool = False) -> dict:
         """A page of topics by name (``q``: a part of the name), with their queues' message counts and the rate
@@ -398,10 +399,8 @@ class ConsoleData:
         order = bool_arg(body.get("order"), "order", mtype == "FIFO")
         tc = existing.copy() if existing else TopicConfig(name)
         tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.order = read, write, perm, order
-        attrs = dict(tc.extra.get("attributes") or {})
-        attrs.pop("message.type", None)
-        attrs["+message.type"] = mtype
-        tc.extra["attributes"] = attrs
+        if body.get("message_type"):      # the message.type attribute, as a 5.x broker writes it; none asked: kept
+            tc.message_type = mtype
         self.broker.update_topic(tc)
         return {"created": existing is None, "topic": self.topic(name)}
 
@@ -463,7 +462,9 @@ class ConsoleData:
                 "retry_messages": self._topic_total(get_retry_topic(name)),
                 "dlq_messages": self._topic_total(get_dlq_topic(name)),
                 "sent_to_dlq": sum(n for (g, _t), n in dlq_counts.items() if g == name),
-                "clients": sum(1 for c in clients if c.group == name)}
+                "clients": sum(1 for c in clients if c.group == name),
+                # what `rmqcore group` answers offline, so --server answers the same
+                "config": group_view(gc, name.startswith("CID_RMQ_SYS_") or name in _SYSTEM_GROUPS)}
 
     def groups(self, q: str = "", offset: int = 0, limit: int = DEFAULT_LIMIT, system: bool = False) -> dict:
         configs = self.broker.groups()
@@ -510,6 +511,11 @@ class ConsoleData:
                                      gc.retry_max_times)
         gc.retry_queue_nums = int_arg(body.get("retry_queue_nums"), "retry_queue_nums", 0, MAX_QUEUE_NUMS,
                                       gc.retry_queue_nums)
+        # 5.x's consumeMessageOrderly (FIFO consumption) and max delivery attempts (retryMaxTimes + 1)
+        gc.consume_message_orderly = bool_arg(body.get("fifo"), "fifo", gc.consume_message_orderly)
+        if body.get("max_delivery_attempts") is not None:
+            gc.max_delivery_attempts = int_arg(body.get("max_delivery_attempts"), "max_delivery_attempts", 1,
+                                               MAX_RETRY_TIMES + 1, gc.max_delivery_attempts)
         self.broker.update_group(gc)
         return {"created": existing is None, "group": self.group(name)}
 

@@ -57,13 +57,10 @@ def _status(target, code: int = pb.OK, text: str = "OK") -> None:
 
 
 def topic_type(tc) -> str:
-    """The topic's 5.x message.type attribute (topics.json ``attributes``), NORMAL when it has none."""
-    attrs = tc.extra.get("attributes") if tc is not None else None
-    if isinstance(attrs, dict):
-        t = attrs.get("message.type", attrs.get("+message.type"))
-        if isinstance(t, str) and t.upper() in TOPIC_TYPES:
-            return t.upper()
-    return "NORMAL"
+    """The topic's 5.x message type (TopicConfig.message_type: the ``message.type`` attribute in topics.json), NORMAL
+    when it has none or one this server has no queue type for (UNSPECIFIED, MIXED)."""
+    t = tc.message_type if tc is not None else "NORMAL"
+    return t if t in TOPIC_TYPES else "NORMAL"
 
 
 class Telemetry:
@@ -238,7 +235,7 @@ class MessagingService:
 
     @staticmethod
     def group_is_fifo(gc) -> bool:
-        return bool(gc.extra.get("consumeMessageOrderly", False))
+        return gc.consume_message_orderly
 
     @staticmethod
     def max_attempts(gc) -> int:
