@@ -320,6 +320,19 @@ def scan_commitlog(store, start: int, mode: int, batch: int = 65536):
         del view
 
 
+def read_units(cq, start: int, count: int):
+    """Up to ``count`` units of ``cq`` from ``start`` (across its files) as one array; None when there are none."""
+    parts, n, dtype = [], 0, None
+    while n < count:
+        units = cq.get_units(start + n, count - n)
+        if units is None or len(units) == 0:
+            break
+        dtype = units.dtype
+        parts.append(units.view(np.uint8).copy())      # as bytes: concatenate would make them native-endian
+        n += len(units)
+    return np.concatenate(parts).view(dtype) if parts else None
+
+
 def fact_hashes(facts):
     """One 64-bit hash per row of what a re-put keeps from its source (born time, body CRC and length, flag): a
     delivery and the record it came from hash alike, so numpy pairs them before anything is decoded."""
@@ -420,18 +433,6 @@ class ScheduleMessageService:
         if self.recovered:
             self.persist()
 
-    def _read_units(self, cq, start: int, count: int):
-        """Up to ``count`` units of ``cq`` from ``start`` (across its files), as one array."""
-        parts, n, dtype = [], 0, None
-        while n < count:
-            units = cq.get_units(start + n, count - n)
-            if units is None or len(units) == 0:
-                break
-            dtype = units.dtype
-            parts.append(units.view(np.uint8).copy())      # as bytes: concatenate would make them native-endian
-            n += len(units)
-        return np.concatenate(parts).view(dtype) if parts else None
-
     def _written_before(self, when_ms: int) -> int:
         """A commitlog offset every record stored at or after ``when_ms`` lies past (0 when none is known): the
         latest schedule record stored before then, found by bisecting each level's queue on its tagsCode."""
@@ -506,7 +507,7 @@ class ScheduleMessageService:
         window = len(copies) + 1024
         levels, indexes, sources = [], [], []
         for level, (cq, off) in pending.items():
-            units = self._read_units(cq, off, min(window, cq.max_offset_in_queue - off))
+            units = read_units(cq, off, min(window, cq.max_offset_in_queue - off))
             if units is None:
                 continue
             facts = np.empty((len(units), FACT_COLUMNS), np.int64)

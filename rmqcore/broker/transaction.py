@@ -36,8 +36,12 @@ import re
 import threading
 import time
 
+import numpy as np
+
+from .._schedule import FACT_COLUMNS, FACT_PHYS, FACT_PREPARED, FACT_SIZE, PROVENANCE_COMMITTED, record_keys
 from ..errors import MessageIllegalError, RmqStoreError, StoreLayoutError
-from ..schedule import flush_past, load_config_file, read_fastjson, write_config_file
+from ..schedule import (fact_hashes, flush_past, load_config_file, read_fastjson, read_units, same_message,
+                        scan_commitlog, write_config_file)
 from ..message import Message
 from ..status import GetStatus, PutStatus
 
@@ -171,8 +175,9 @@ class TransactionalMessageService:
         self._wake = threading.Event()
         self._thread = None
         self._last_put_end = 0
+        self._recovered = False
         self.stats = {"checked": 0, "committed_by_check": 0, "rolled_back_by_check": 0, "unknown": 0,
-                      "discarded": 0, "passes": 0}
+                      "discarded": 0, "passes": 0, "recovered_commits": 0, "recovered_put_backs": 0}
 
     # -- prepare / end ------------------------------------------------------------------------------------------
 
@@ -338,9 +343,130 @@ class TransactionalMessageService:
                 break
         return new
 
+    # -- what was done after the last persisted check progress ---------------------------------------------------
+
+    def recover(self) -> int:
+        """Close the halves that were ended or put back after the check progress was last persisted, by writing
+        the op record the kill cut off; the first check pass runs it (once per service). Returns how many op
+        records it wrote.
+
+        RocketMQ persists the check progress (CID_RMQ_SYS_TRANS's offsets) every few seconds and writes the op
+        record after the committed message, so a kill between them, or after a pass put halves back, makes the
+        next pass ask about those halves again, and a producer answering "commit" commits them twice. What the
+        commitlog holds says otherwise, in RocketMQ's own formats:
+        - a committed message carries its half's commitlog offset as its preparedTransactionOffset: a half with
+          no op record whose commit is stored (same body, born time and host, flag, UNIQ_KEY, in the half's
+          REAL_TOPIC / REAL_QID) was ended;
+        - a half put back (putBackHalfMsgQueue) has its copy later in the half queue (the same message with
+          TRANSACTION_CHECK_TIMES one higher): the copy carries the check on, the original is done.
+        Halves carrying TRAN_PREPARED_QUEUE_OFFSET (check-immunity copies, which an op record for the original
+        ends) are left to the pass as they are."""
+        written = 0
+        for queue_id in self.store.topics().get(HALF_TOPIC, []):
+            written += self._recover_queue(queue_id)
+        if written:
+            self.store.wait_dispatched()       # the pass reads the op queue: the new op records must be in it
+        self._recovered = True
+        return written
+
+    def _recover_queue(self, queue_id) -> int:
+        store = self.store
+        cq = store.find_consume_queue(HALF_TOPIC, queue_id, create=False)
+        if cq is None:
+            return 0
+        half_offset = max(self._fetch_offset(HALF_TOPIC, queue_id), cq.min_offset_in_queue)
+        end = cq.max_offset_in_queue
+        if half_offset >= end:
+            return 0
+        # The halves the op queue marks done (what fillOpRemoveMap would read, all of it).
+        closed = set()
+        off = self._fetch_offset(OP_TOPIC, queue_id)
+        while True:
+            g = store.get_messages(SYSTEM_GROUP, OP_TOPIC, queue_id, off, 1024)
+            if g.status is not GetStatus.FOUND:
+                break
+            for op in g.messages:
+                if op.tags == REMOVE_TAG:
+                    closed.update(_java_long(p) for p in bytes(op.body).decode("utf-8", "replace")
+                                  .split(OFFSET_SEPARATOR) if p)
+            off = g.next_begin_offset
+        units = read_units(cq, half_offset, end - half_offset)
+        if units is None:
+            return 0
+        files = store.commit_log.mapped_file_queue.mapped_files
+        facts = np.empty((len(units), FACT_COLUMNS), np.int64)
+        record_keys(units.view(np.uint8), files, store.config.mapped_file_size_commit_log, facts)
+        offsets = np.arange(half_offset, half_offset + len(units))
+        readable = facts[:, FACT_SIZE] >= 0
+        is_open = readable & ~np.isin(offsets, np.fromiter(closed, np.int64, len(closed)))
+        if not is_open.any():
+            return 0
+        look = store.commit_log.look_message
+        written = 0
+        # Put back: a later half with the same hash of what a copy keeps, then compared in full.
+        hashes = fact_hashes(facts)
+        order = np.lexsort((offsets, hashes))
+        later = np.zeros(len(units), bool)
+        same_next = (hashes[order][1:] == hashes[order][:-1]) & readable[order][1:]
+        later[order[:-1][same_next]] = True
+        nxt = np.full(len(units), -1, np.int64)
+        nxt[order[:-1]] = order[1:]
+        still_open = []
+        for i in np.flatnonzero(is_open).tolist():
+            if later[i]:
+                half, copy = look(int(facts[i, FACT_PHYS])), look(int(facts[nxt[i], FACT_PHYS]))
+                if self._is_put_back(half, copy):
+                    log.warning("half %d (queue %d offset %d) was put back as offset %d after the check progress "
+                                "was persisted: marked done", half.commitlog_offset, queue_id, half.queue_offset,
+                                copy.queue_offset)
+                    if self._put_op(half).status is PutStatus.PUT_OK:
+                        written += 1
+                        self.stats["recovered_put_backs"] += 1
+                    continue
+            still_open.append(i)
+        if not still_open:
+            return written
+        # Ended: a committed message naming the half, stored after it.
+        by_phys = {int(facts[i, FACT_PHYS]): i for i in still_open}
+        for rows in scan_commitlog(store, min(by_phys), PROVENANCE_COMMITTED):
+            for phys, prepared in rows[:, [FACT_PHYS, FACT_PREPARED]].tolist():
+                if prepared not in by_phys or prepared >= phys:
+                    continue
+                half, committed = look(prepared), look(phys)
+                props = half.properties if half is not None else {}
+                if (half is None or not same_message(committed, half, props.get(PROPERTY_REAL_TOPIC),
+                                                     _java_int(props.get(PROPERTY_REAL_QUEUE_ID)))):
+                    continue
+                del by_phys[prepared]
+                log.warning("half %d (queue %d offset %d) was committed at %d but its op record is missing: "
+                            "written now", prepared, queue_id, half.queue_offset, phys)
+                if self._put_op(half).status is PutStatus.PUT_OK:
+                    written += 1
+                    self.stats["recovered_commits"] += 1
+            if not by_phys:
+                break
+        return written
+
+    @staticmethod
+    def _is_put_back(half, copy) -> bool:
+        """``copy`` is ``half`` as renewHalfMessageInner re-puts it: the same message and destination, one more
+        check, no check-immunity link."""
+        if half is None or copy is None or copy.queue_offset <= half.queue_offset:
+            return False
+        hp, cp = half.properties, copy.properties
+        if PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in hp or PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in cp:
+            return False
+        times = _java_int(hp.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0"))
+        return (same_message(copy, half, half.topic, half.queue_id)
+                and _java_int(cp.get(PROPERTY_TRANSACTION_CHECK_TIMES)) == times + 1
+                and all(cp.get(k) == hp.get(k) for k in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
+                                                           PROPERTY_PRODUCER_GROUP)))
+
     def check_once(self) -> dict:
         """One pass of TransactionalMessageServiceImpl.check over every half queue. Returns this pass's counts."""
         with self._check_lock:
+            if not self._recovered:
+                self.recover()
             counts = {"checked": 0, "committed": 0, "rolled_back": 0, "unknown": 0, "discarded": 0, "skipped": 0}
             queues = self.store.topics().get(HALF_TOPIC, [])
             for queue_id in queues:
