@@ -21,6 +21,8 @@ Differences from the Java service, on purpose:
   others.
 - Before progress is persisted, the commitlog is flushed past the last re-put, so a persisted offset never covers a
   delivery that a power loss could take back (Java persists without that flush).
+- At open, the deliveries made after delayOffset.json was last written are found in the commitlog and each level
+  moves past them (``recover_progress``): Java delivers them again after a kill (everything of the last 10 s).
 - A record whose REAL_TOPIC / REAL_QID is missing or unparsable is logged and skipped; Java's messageTimeup throws
   there and the level stays stuck on that record for good.
 - The delivered record's properties no longer hold DELAY (nor 5.x's TIMER_DELIVER_MS / TIMER_DELAY_SEC), as

@@ -12,8 +12,9 @@ memory at start, and ``config/timerProgress.json`` (rmqcore's own, written atomi
 - ``loadedBelowOffset`` L and ``deliveredTimeMs`` T: every entry in [S, L) due before T was delivered.
 
 At start, entries from S on are read back; one in [S, L) due before T is skipped, every other one goes into the
-wheel (and is delivered at once when already due). So a crash re-delivers only what was delivered after the last
-persist (``timer_flush_interval_ms``, 1 s): at least once, never lost. 5.x rounds delivery times down to
+wheel (and is delivered at once when already due). What was delivered after the last persist
+(``timer_flush_interval_ms``, 1 s) is then found in the commitlog and taken out of the wheel
+(``recover_progress``): a kill delivers nothing twice, and what the commitlog lost is delivered again, never lost. 5.x rounds delivery times down to
 ``timerPrecisionMs`` (1 s by default, so it delivers up to a second early); rmqcore keeps the exact ms and never
 delivers early: the wheel has 10 ms slots and a slot is delivered once its last ms has passed.
 

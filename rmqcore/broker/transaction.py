@@ -24,6 +24,9 @@ Differences from Java, on purpose:
 - A check pass never reads past the half queue's end as it was when the pass began (Java stops at the first half
   stored after the pass began: the same point with a real clock, and still right with an injected one).
 - Before check progress is persisted, the commitlog is flushed past the re-puts it relies on.
+- Before the first check pass, halves past the persisted progress that were committed (the op record cut off by a
+  kill) or put back are closed with the op record they lacked (``recover``): Java asks about them again, and a
+  producer answering "commit" commits them twice.
 - The committed record's properties no longer hold REAL_TOPIC, REAL_QID and TRAN_MSG, as EndTransactionProcessor
   clears them from the message it builds (Java freezes the properties string first, so a Java broker's committed
   record still carries them in its bytes).
