@@ -65,6 +65,9 @@ DELAY_FOR_A_WHILE_MS = 100       # ScheduleMessageService.DELAY_FOR_A_WHILE: idl
 # How far the wall clock may have stepped back between a unit falling due and its delivery being stored, for
 # recover_progress's bound on where deliveries start (a bound too late costs duplicates, never a loss).
 RECOVERY_CLOCK_SLACK_MS = 10_000
+# How long before its file's mtime a persisted progress table may have been taken (a persist first waits for the
+# commitlog to flush past the re-puts it counts).
+PERSIST_SLACK_MS = 60_000
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
 
@@ -322,6 +325,18 @@ def scan_commitlog(store, start: int, mode: int, batch: int = 65536):
         del view
 
 
+def persisted_at(path: str) -> int | None:
+    """When a progress file (or its .bak, whichever is older) was last written, in ms; None when neither exists.
+    What it holds was taken at most a persist's duration before that."""
+    times = []
+    for candidate in (path, path + ".bak"):
+        try:
+            times.append(os.stat(candidate).st_mtime_ns // 1_000_000)
+        except OSError:
+            pass
+    return min(times) if times else None
+
+
 def read_units(cq, start: int, count: int):
     """Up to ``count`` units of ``cq`` from ``start`` (across its files) as one array; None when there are none."""
     parts, n, dtype = [], 0, None
@@ -443,7 +458,7 @@ class ScheduleMessageService:
             cq = self.store.find_consume_queue(SCHEDULE_TOPIC, delay_level_to_queue_id(level), create=False)
             if cq is None:
                 continue
-            cut = when_ms - self.delay_level_ms[level]
+            cut = when_ms + self.delay_level_ms[level]          # tagsCode = store time + the level's delay
             lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue - 1
             found = None
             while lo <= hi:                     # the last unit whose record was stored before ``cut``
@@ -499,7 +514,12 @@ class ScheduleMessageService:
                 due.append(int(units["tags_code"][0]))
         if not firsts:
             return 0
-        start = max(min(firsts), self._written_before(min(due) - RECOVERY_CLOCK_SLACK_MS))
+        since = min(due)
+        written = persisted_at(self.config_path)
+        if written is not None:
+            # Nor before the table was taken: every delivery it does not count came after that.
+            since = max(since, written - PERSIST_SLACK_MS)
+        start = max(min(firsts), self._written_before(since - RECOVERY_CLOCK_SLACK_MS))
         found = [rows for rows in scan_commitlog(store, start, PROVENANCE_DELAYED)]
         if not found:
             return 0

@@ -38,7 +38,8 @@ from ._codec import EncodeBuffer, Message, select_messages
 from ._schedule import (FACT_COLUMNS, FACT_PHYS, FACT_SIZE, FACT_STORE_TS, NO_RECORD, PROVENANCE_TIMED, record_keys,
                         timer_out_times)
 from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
-from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, RECOVERY_CLOCK_SLACK_MS,
+from .schedule import (PERSIST_SLACK_MS, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+                       RECOVERY_CLOCK_SLACK_MS, persisted_at,
                        TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, fact_hashes, flush_past,
                        load_config_file, parse_java_int, put_in_order, read_fastjson, redeliver, same_message,
                        scan_commitlog, write_config_file)
@@ -266,7 +267,11 @@ class TimerMessageService:
         due = rows[rows[:, 0] <= now + RECOVERY_CLOCK_SLACK_MS]
         if not len(due):
             return 0
-        start = max(int(due[:, 2].min()), self._written_from(int(due[:, 0].min()) - RECOVERY_CLOCK_SLACK_MS))
+        since = int(due[:, 0].min())
+        written = persisted_at(self.progress_path)
+        if written is not None:        # every delivery the progress does not count came after it was taken
+            since = max(since, written - PERSIST_SLACK_MS)
+        start = max(int(due[:, 2].min()), self._written_from(since - RECOVERY_CLOCK_SLACK_MS))
         found = list(scan_commitlog(store, start, PROVENANCE_TIMED))
         if not found:
             return 0
