@@ -393,31 +393,42 @@ class TransactionalMessageService:
                     closed.update(_java_long(p) for p in bytes(op.body).decode("utf-8", "replace")
                                   .split(OFFSET_SEPARATOR) if p)
             off = g.next_begin_offset
-        units = read_units(cq, half_offset, end - half_offset)
-        if units is None:
-            return 0
+        # Per half from the progress on: its record's offset and the hash of what a copy keeps (16 bytes a half,
+        # read in steps: a long unchecked backlog is not held as whole facts).
         files = store.commit_log.mapped_file_queue.mapped_files
-        facts = np.empty((len(units), FACT_COLUMNS), np.int64)
-        record_keys(units.view(np.uint8), files, store.config.mapped_file_size_commit_log, facts)
-        offsets = np.arange(half_offset, half_offset + len(units))
-        readable = facts[:, FACT_SIZE] >= 0
+        phys_parts, hash_parts = [], []
+        step = 1 << 16
+        for first in range(half_offset, end, step):
+            units = read_units(cq, first, min(step, end - first))
+            if units is None:
+                break
+            facts = np.empty((len(units), FACT_COLUMNS), np.int64)
+            record_keys(units.view(np.uint8), files, store.config.mapped_file_size_commit_log, facts)
+            phys_parts.append(np.where(facts[:, FACT_SIZE] >= 0, facts[:, FACT_PHYS], -1))
+            hash_parts.append(fact_hashes(facts))
+        if not phys_parts:
+            return 0
+        phys_of = np.concatenate(phys_parts)
+        hashes = np.concatenate(hash_parts)
+        n = len(phys_of)
+        offsets = np.arange(half_offset, half_offset + n)
+        readable = phys_of >= 0
         is_open = readable & ~np.isin(offsets, np.fromiter(closed, np.int64, len(closed)))
         if not is_open.any():
             return 0
         look = store.commit_log.look_message
         written = 0
         # Put back: a later half with the same hash of what a copy keeps, then compared in full.
-        hashes = fact_hashes(facts)
         order = np.lexsort((offsets, hashes))
-        later = np.zeros(len(units), bool)
+        later = np.zeros(n, bool)
         same_next = (hashes[order][1:] == hashes[order][:-1]) & readable[order][1:]
         later[order[:-1][same_next]] = True
-        nxt = np.full(len(units), -1, np.int64)
+        nxt = np.full(n, -1, np.int64)
         nxt[order[:-1]] = order[1:]
         still_open = []
         for i in np.flatnonzero(is_open).tolist():
             if later[i]:
-                half, copy = look(int(facts[i, FACT_PHYS])), look(int(facts[nxt[i], FACT_PHYS]))
+                half, copy = look(int(phys_of[i])), look(int(phys_of[nxt[i]]))
                 if self._is_put_back(half, copy):
                     log.warning("half %d (queue %d offset %d) was put back as offset %d after the check progress "
                                 "was persisted: marked done", half.commitlog_offset, queue_id, half.queue_offset,
@@ -430,15 +441,16 @@ class TransactionalMessageService:
         if not still_open:
             return written
         # Ended: a committed message naming the half, stored after it.
-        by_phys = {int(facts[i, FACT_PHYS]): i for i in still_open}
+        by_phys = {int(phys_of[i]): i for i in still_open}
         for rows in scan_commitlog(store, min(by_phys), PROVENANCE_COMMITTED):
             for phys, prepared in rows[:, [FACT_PHYS, FACT_PREPARED]].tolist():
                 if prepared not in by_phys or prepared >= phys:
                     continue
                 half, committed = look(prepared), look(phys)
                 props = half.properties if half is not None else {}
-                if (half is None or not same_message(committed, half, props.get(PROPERTY_REAL_TOPIC),
-                                                     _java_int(props.get(PROPERTY_REAL_QUEUE_ID)))):
+                topic = props.get(PROPERTY_REAL_TOPIC)
+                if (half is None or half.topic != HALF_TOPIC or topic is None
+                        or not same_message(committed, half, topic, _java_int(props.get(PROPERTY_REAL_QUEUE_ID)))):
                     continue
                 del by_phys[prepared]
                 log.warning("half %d (queue %d offset %d) was committed at %d but its op record is missing: "
