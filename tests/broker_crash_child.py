@@ -69,7 +69,8 @@ def loop_checker(m):
 
 
 def loop_main(root: str, seed: int, round_: int) -> None:
-    """Sends, until killed, in turn: two delayed messages (topic "Late", DELAY level 1 or 2), a transactional
+    """Sends, until killed, in turn: two delayed messages (topic "Late", DELAY level 1 or 2; every other second
+    one a 5.x timer message to "Timed", TIMER_DELAY_MS 100-1500, printed ``T id``), a transactional
     half ("Pay"; ended at once by commit or rollback, or every third one left to the check service, which runs
     every 100 ms and answers as the producer decides) and a plain message ("Plain") followed by an offset commit
     of group "g". Each acknowledged step is printed: ``D id`` (delayed put), ``H id`` (half put), ``E id``
@@ -78,7 +79,7 @@ def loop_main(root: str, seed: int, round_: int) -> None:
     rng = random.Random(seed)
     broker = Broker.open(root, BrokerConfig(**LOOP_BROKER), store_config=StoreConfig(**LOOP_STORE),
                          transaction_checker=loop_checker)
-    for topic in ("Late", "Pay", "Plain"):
+    for topic in ("Late", "Timed", "Pay", "Plain"):
         if broker.topic_config_manager.select_topic_config(topic) is None:
             broker.create_topic(topic, queue_nums=LOOP_QUEUES)
     print("READY", flush=True)
@@ -87,7 +88,12 @@ def loop_main(root: str, seed: int, round_: int) -> None:
         ident = f"{round_}:{i}"
         kind = i % 4
         q = rng.randrange(LOOP_QUEUES)
-        if kind < 2:
+        if kind == 1 and (i // 4) % 2:
+            r = broker.send(Message("Timed", b"w" * rng.randint(1, 300), queue_id=q,
+                                    properties={"TIMER_DELAY_MS": str(rng.randint(100, 1500)), "ID": ident}))
+            if r.status is PutStatus.PUT_OK:
+                print("T", ident, flush=True)
+        elif kind < 2:
             r = broker.send(Message("Late", b"d" * rng.randint(1, 300), queue_id=q,
                                     properties={"DELAY": str(1 + rng.randrange(2)), "ID": ident}))
             if r.status is PutStatus.PUT_OK:

@@ -134,52 +134,59 @@ def read_ids(store, topic):
 
 def test_broker_loop_under_sigkill_loses_nothing_and_duplicates_nothing(tmp_path):
     """Rounds of a real child broker (tests/broker_crash_child.py ``loop_main``) killed with SIGKILL a random 0.7-2.5 s
-    in, each round reopening what the last one left; then a last open lets every delayed message fall due and the
-    check service end every open half. Counted over every acknowledged step: delayed messages lost or delivered
-    twice, commits lost, rollbacks delivered, halves committed twice, offsets that were never committed.
+    in, each round reopening what the last one left; then a last open lets every delayed and timer message fall due
+    and the check service end every open half. Counted over every acknowledged step: delayed and timer messages
+    lost or delivered twice, commits lost, rollbacks delivered, halves committed twice, offsets that were never
+    committed.
     RMQCORE_SOAK=1 runs 30 rounds instead of 4."""
     from broker_crash_child import LOOP_BROKER, LOOP_STORE, loop_checker, tx_commits
     root = str(tmp_path / "store")
     rng = random.Random(2026)
-    delayed, halves, ended = set(), set(), set()
+    delayed, timed, halves, ended = set(), set(), set(), set()
     committed = {q: {-1} for q in range(4)}
     for round_ in range(LOOP_ROUNDS):
         for parts in run_loop_child(root, rng.randrange(1 << 30), round_, rng.uniform(0.7, 2.5)):
             if parts[0] == "D":
                 delayed.add(parts[1])
+            elif parts[0] == "T":
+                timed.add(parts[1])
             elif parts[0] == "H":
                 halves.add(parts[1])
             elif parts[0] == "E":
                 ended.add(parts[1])
             elif parts[0] == "O":
                 committed[int(parts[1])].add(int(parts[2]))
-    assert delayed and halves and ended, "the children acknowledged nothing before their kills"
+    assert delayed and timed and halves and ended, "the children acknowledged nothing before their kills"
     with Broker.open(root, BrokerConfig(**LOOP_BROKER), store_config=StoreConfig(**LOOP_STORE),
                      transaction_checker=loop_checker) as b:
         for q in range(4):             # nothing invented: every offset is one a child committed
             assert b.query_offset("g", "Plain", q) in committed[q]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            late, paid = read_ids(b.store, "Late"), read_ids(b.store, "Pay")
+            late, paid, on_time = read_ids(b.store, "Late"), read_ids(b.store, "Pay"), read_ids(b.store, "Timed")
             half_q = b.store.max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0)
             done = b.transactions.offsets.query_offset("CID_RMQ_SYS_TRANS", "RMQ_SYS_TRANS_HALF_TOPIC", 0)
-            if delayed <= set(late) and done == half_q:
+            if delayed <= set(late) and timed <= set(on_time) and done == half_q:
                 break
             time.sleep(0.2)
         print(f"drained in {30 - (deadline - time.monotonic()):.1f} s: done {done} of {half_q}, "
               f"{len(delayed - set(late))} delayed to come")
         b.store.wait_dispatched()
-        late, paid = read_ids(b.store, "Late"), read_ids(b.store, "Pay")
+        late, paid, on_time = read_ids(b.store, "Late"), read_ids(b.store, "Pay"), read_ids(b.store, "Timed")
     lost_delayed = delayed - set(late)
     dup_delayed = sum(c - 1 for c in late.values())
+    lost_timed = timed - set(on_time)
+    dup_timed = sum(c - 1 for c in on_time.values())
     to_commit = {h for h in halves if tx_commits(int(h.split(":")[1]))}
     lost_commits = to_commit - set(paid)
     rolled_back_delivered = {h for h in paid if not tx_commits(int(h.split(":")[1]))}
     dup_commits = sum(c - 1 for c in paid.values())
     print(f"{LOOP_ROUNDS} kills: {len(delayed)} delayed acknowledged, {len(lost_delayed)} lost, {dup_delayed} "
-          f"delivered twice; {len(halves)} halves ({len(ended)} ended by the producer), {len(lost_commits)} commits "
+          f"delivered twice; {len(timed)} timer messages, {len(lost_timed)} lost, {dup_timed} delivered twice; "
+          f"{len(halves)} halves ({len(ended)} ended by the producer), {len(lost_commits)} commits "
           f"lost, {dup_commits} halves committed twice")
     assert not lost_delayed
     assert dup_delayed <= len(delayed) // 1000            # the aim: <= 0.1 %
+    assert not lost_timed and dup_timed <= len(timed) // 1000
     assert not lost_commits and not rolled_back_delivered
     assert dup_commits == 0
