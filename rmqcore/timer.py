@@ -263,7 +263,7 @@ class TimerMessageService:
         rows = self._rows()
         if not len(rows):
             return 0
-        now = _now_ms()
+        now = max(_now_ms(), self.clock())       # an injected clock may run ahead: what it made due counts too
         due = rows[rows[:, 0] <= now + RECOVERY_CLOCK_SLACK_MS]
         if not len(due):
             return 0
