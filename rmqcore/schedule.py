@@ -44,7 +44,7 @@ from ._codec import EncodeBuffer, Message, select_messages
 from ._schedule import (FACT_BODY_CRC, FACT_BODY_LEN, FACT_BORN_TS, FACT_COLUMNS, FACT_FLAG, FACT_PHYS, FACT_SIZE,
                         PROVENANCE_DELAYED, record_keys, scan_provenance, time_up_into)
 from .config_manager import string2file
-from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
+from .errors import MessageIllegalError, RmqStoreError, StoreClosedError, StoreLayoutError
 from .status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -446,7 +446,12 @@ class ScheduleMessageService:
         self._loaded = True
         # Every open, not only after a crash: an open with the service off (a tool, an inspection) may have ended
         # cleanly in between, and after a clean shutdown the walk is short (see recover_progress).
-        self.recovered = self.recover_progress()
+        try:
+            self.recovered = self.recover_progress()
+        except (RmqStoreError, OSError) as e:
+            # Finding them only spares duplicates: without it the persisted progress holds (RocketMQ's behaviour).
+            log.error("delay levels: deliveries after delayOffset.json not looked for (%s); they may come again", e)
+            self.recovered = 0
         if self.recovered:
             self.persist()
 

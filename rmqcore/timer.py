@@ -37,7 +37,7 @@ import numpy as np
 from ._codec import EncodeBuffer, Message, select_messages
 from ._schedule import (FACT_COLUMNS, FACT_PHYS, FACT_SIZE, FACT_STORE_TS, NO_RECORD, PROVENANCE_TIMED, record_keys,
                         timer_out_times)
-from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
+from .errors import MessageIllegalError, RmqStoreError, StoreClosedError, StoreLayoutError
 from .schedule import (PERSIST_SLACK_MS, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
                        RECOVERY_CLOCK_SLACK_MS, persisted_at,
                        TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, fact_hashes, flush_past,
@@ -232,7 +232,11 @@ class TimerMessageService:
             self.delivered_time = progress["deliveredTimeMs"]
         else:
             self._read()               # no progress yet (killed before the first persist): read it all
-        self.recovered = self.recover_progress()
+        try:
+            self.recovered = self.recover_progress()
+        except (RmqStoreError, OSError) as e:
+            # Finding them only spares duplicates: without it the persisted progress holds.
+            log.error("timer: deliveries after timerProgress.json not looked for (%s); they may come again", e)
         self._loaded = True
 
     def _rows(self):

@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 from .._schedule import FACT_COLUMNS, FACT_PHYS, FACT_PREPARED, FACT_SIZE, PROVENANCE_COMMITTED, record_keys
-from ..errors import MessageIllegalError, RmqStoreError, StoreLayoutError
+from ..errors import MessageIllegalError, RmqStoreError, StoreClosedError, StoreLayoutError
 from ..schedule import (fact_hashes, flush_past, load_config_file, read_fastjson, read_units, same_message,
                         scan_commitlog, write_config_file)
 from ..message import Message
@@ -366,7 +366,13 @@ class TransactionalMessageService:
         ends) are left to the pass as they are."""
         written = 0
         for queue_id in self.store.topics().get(HALF_TOPIC, []):
-            written += self._recover_queue(queue_id)
+            try:
+                written += self._recover_queue(queue_id)
+            except StoreClosedError:
+                raise
+            except (RmqStoreError, OSError) as e:
+                # Finding them only spares second commits: without it the pass asks as RocketMQ's does.
+                log.error("half queue %d: halves ended after the check progress not looked for (%s)", queue_id, e)
         if written:
             self.store.wait_dispatched()       # the pass reads the op queue: the new op records must be in it
         self._recovered = True
