@@ -408,6 +408,7 @@ class ScheduleMessageService:
         self.skipped = 0              # records that could not be re-put (no real topic, half topic): logged
         self.persists = 0
         self.recovered = 0            # deliveries found after the persisted progress at open (recover_progress)
+        self._persist_soon = False    # the table moved at load: the delivery thread writes it at once
         self.last_error: str | None = None
         self._lock = threading.Lock()        # one delivery pass at a time (the thread, or a test's deliver_due)
         self._stop = threading.Event()
@@ -452,8 +453,9 @@ class ScheduleMessageService:
             # Finding them only spares duplicates: without it the persisted progress holds (RocketMQ's behaviour).
             log.error("delay levels: deliveries after delayOffset.json not looked for (%s); they may come again", e)
             self.recovered = 0
-        if self.recovered:
-            self.persist()
+        # Written by the first turn of the delivery thread, not here: an open that fails later leaves the file as
+        # it found it.
+        self._persist_soon = self.recovered > 0
 
     def _written_before(self, when_ms: int) -> int:
         """A commitlog offset every record stored at or after ``when_ms`` lies past (0 when none is known): the
@@ -627,8 +629,10 @@ class ScheduleMessageService:
                 pending = [t - now for t in self._next_due.values() if t is not None]
                 if pending:
                     wait_ms = max(1, min(wait_ms, min(pending)))
-                if (time.monotonic() - self._last_persist) * 1000 >= self.flush_delay_offset_interval:
+                if self._persist_soon or \
+                        (time.monotonic() - self._last_persist) * 1000 >= self.flush_delay_offset_interval:
                     self.persist()
+                    self._persist_soon = False
             except StoreClosedError:
                 if self._stop.is_set() or self.store._closed:
                     return
