@@ -339,6 +339,44 @@ def test_a_commit_whose_op_record_was_cut_off_is_not_committed_again(tmp_path):
         assert asked == []
 
 
+def test_a_commit_cut_off_before_its_op_record_ends_the_check_immunity_copy_too(tmp_path):
+    """A half with CHECK_IMMUNITY_TIME_IN_SECONDS is passed by the check and put back as a copy naming it
+    (TRAN_PREPARED_QUEUE_OFFSET), which the original's op record ends while the immunity lasts. The producer's
+    commit of the original, cut off before its op record, still counts after the restart: the op record is
+    written and the copy is not asked about."""
+    path = str(tmp_path / "s")
+
+    class Killed(BaseException):
+        pass
+
+    asked = []
+    clock = Clock(ahead_ms=8_000)                  # older than transaction_timeout, within its 60 s immunity
+    with MessageStore.open(path, cfg()) as store:
+        tx = TransactionalMessageService(store, checker=lambda m: asked.append(m.properties["ID"]) or True,
+                                         clock=clock)
+        r = tx.prepare(tx_message(1, CHECK_IMMUNITY_TIME_IN_SECONDS="60"))
+        store.wait_dispatched()
+        check_pass(tx)
+        copies = queue(store, HALF_TOPIC)
+        assert asked == [] and [m.properties.get("TRAN_PREPARED_QUEUE_OFFSET") for m in copies] == [None, "0"]
+        assert tx.offsets.query_offset(SYSTEM_GROUP, HALF_TOPIC, 0) == 1      # the original is passed
+
+        def die(half):
+            raise Killed
+
+        tx._put_op = die
+        with pytest.raises(Killed):
+            tx.end_transaction(r.commitlog_offset, "pg", True)
+    with MessageStore.open(path, cfg()) as store:
+        tx = TransactionalMessageService(store, checker=lambda m: asked.append(m.properties["ID"]) or True,
+                                         clock=clock)
+        check_pass(tx)
+        assert tx.stats["recovered_commits"] == 1 and asked == []
+        store.wait_dispatched()
+        assert [m.properties["ID"] for m in queue(store, "Pay", 1)] == ["1"]
+        assert [int(bytes(m.body)) for m in queue(store, OP_TOPIC)] == [0]
+
+
 # -- SIGKILL ---------------------------------------------------------------------------------------------------
 
 CHILD = r'''

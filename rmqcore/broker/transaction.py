@@ -362,8 +362,9 @@ class TransactionalMessageService:
           REAL_TOPIC / REAL_QID) was ended;
         - a half put back (putBackHalfMsgQueue) has its copy later in the half queue (the same message with
           TRANSACTION_CHECK_TIMES one higher): the copy carries the check on, the original is done.
-        Halves carrying TRAN_PREPARED_QUEUE_OFFSET (check-immunity copies, which an op record for the original
-        ends) are left to the pass as they are."""
+        A check-immunity copy (TRAN_PREPARED_QUEUE_OFFSET names its original, and an op record for the original
+        ends it while its immunity lasts) is never taken for a put-back; the original it names gets its op record
+        when its commit is stored, even if the progress passed it."""
         written = 0
         for queue_id in self.store.topics().get(HALF_TOPIC, []):
             try:
@@ -446,8 +447,19 @@ class TransactionalMessageService:
             still_open.append(i)
         if not still_open:
             return written
-        # Ended: a committed message naming the half, stored after it.
+        # Ended: a committed message naming the half, stored after it. A check-immunity copy (its
+        # TRAN_PREPARED_QUEUE_OFFSET names the original, which the progress may have passed) is ended by the op
+        # record of that original: a commit of the original counts for it.
         by_phys = {int(phys_of[i]): i for i in still_open}
+        for i in still_open:
+            h = look(int(phys_of[i]))
+            text = h.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET) if h is not None else None
+            original = _java_long(text) if text is not None else -1
+            if original < 0 or original in closed or original >= half_offset:
+                continue           # none, ended already, or among the halves looked at above
+            units = cq.get_units(original, 1)
+            if units is not None and len(units):
+                by_phys.setdefault(int(units["offset"][0]), -1)
         for rows in scan_commitlog(store, min(by_phys), PROVENANCE_COMMITTED):
             for phys, prepared in rows[:, [FACT_PHYS, FACT_PREPARED]].tolist():
                 if prepared not in by_phys or prepared >= phys:
@@ -455,7 +467,7 @@ class TransactionalMessageService:
                 half, committed = look(prepared), look(phys)
                 props = half.properties if half is not None else {}
                 topic = props.get(PROPERTY_REAL_TOPIC)
-                if (half is None or half.topic != HALF_TOPIC or topic is None
+                if (half is None or half.topic != HALF_TOPIC or half.queue_id != queue_id or topic is None
                         or not same_message(committed, half, topic, _java_int(props.get(PROPERTY_REAL_QUEUE_ID)))):
                     continue
                 del by_phys[prepared]
