@@ -532,13 +532,18 @@ class ScheduleMessageService:
             return 0
         copies = np.concatenate(found)
         # A level delivers at most one message per unit: the pending units worth looking at are as many as the
-        # candidate deliveries (plus room for units skipped without a delivery).
+        # candidate deliveries (plus room for units skipped without a delivery). The walk also meets deliveries of
+        # units the table counts already: as many units before the persisted offset are paired too, so that such
+        # a delivery pairs with its own unit, never with a later unit that is the same message sent twice (a
+        # producer's retry), which would then be taken for delivered.
         window = len(copies) + 1024
-        levels, indexes, sources = [], [], []
+        levels, indexes, sources, firsts = [], [], [], {}
         for level, (cq, off) in pending.items():
-            units = read_units(cq, off, min(window, cq.max_offset_in_queue - off))
+            first = max(cq.min_offset_in_queue, off - len(copies))
+            units = read_units(cq, first, min(off - first + window, cq.max_offset_in_queue - first))
             if units is None:
                 continue
+            firsts[level] = first
             facts = np.empty((len(units), FACT_COLUMNS), np.int64)
             record_keys(units.view(np.uint8), files, file_size, facts)
             ok = facts[:, FACT_SIZE] >= 0
@@ -558,7 +563,7 @@ class ScheduleMessageService:
         maybe = np.flatnonzero(np.isin(copy_hash, sorted_hash))
         lo = np.searchsorted(sorted_hash, copy_hash[maybe], "left")
         hi = np.searchsorted(sorted_hash, copy_hash[maybe], "right")
-        done = {level: 0 for level in pending}        # units done per level, from its persisted offset
+        done = {level: 0 for level in firsts}         # units paired per level, from its first unit looked at
         found_n = 0
         for k, a, b in zip(maybe.tolist(), lo.tolist(), hi.tolist()):
             phys = int(copies[k, FACT_PHYS])
@@ -583,15 +588,16 @@ class ScheduleMessageService:
                         and copy.properties.get(PROPERTY_REAL_TOPIC) == topic
                         and copy.properties.get(PROPERTY_REAL_QUEUE_ID) == props.get(PROPERTY_REAL_QUEUE_ID)):
                     done[level] = i + 1
-                    found_n += 1
+                    found_n += firsts[level] + i >= pending[level][1]
                     break
         for level, n in done.items():
-            if n:
-                before = pending[level][1]
-                self.offset_table[level] = before + n
+            before = pending[level][1]
+            after = firsts[level] + n
+            if after > before:
+                self.offset_table[level] = after
                 log.warning("delay level %d: %d units at and after offset %d were delivered after delayOffset.json "
-                            "was written (found in the commitlog); progress %d -> %d", level, n, before, before,
-                            before + n)
+                            "was written (found in the commitlog); progress %d -> %d", level, after - before,
+                            before, before, after)
         return found_n
 
     def start(self) -> None:

@@ -447,6 +447,33 @@ def test_deliveries_the_commitlog_lost_are_delivered_again_never_skipped(tmp_pat
         assert sorted(int(m["body"]) for m in read_queue(store, "A", 0)) == list(range(200))
 
 
+def test_a_message_sent_twice_is_delivered_twice_across_the_recovery(tmp_path):
+    """The same message put twice (a producer's retry: same UNIQ_KEY, body and born time), only the first copy
+    delivered and counted by delayOffset.json: that delivery is the first copy's, so the second copy is still
+    delivered after the reopen (not taken for delivered and skipped)."""
+    path = str(tmp_path / "s")
+    clock = FakeClock()
+    props = {"DELAY": "1", "UNIQ_KEY": "7F00000100002A9F0000000000000001"}
+    with MessageStore.open(path, cfg()) as store:
+        svc = ScheduleMessageService(store, clock=clock)
+        svc.load()
+        first = put_delayed(store, Message("A", b"same", 0, properties=dict(props), born_timestamp=1700000000000))
+        time.sleep(0.01)
+        put_delayed(store, Message("A", b"same", 0, properties=dict(props), born_timestamp=1700000000000))
+        store.wait_dispatched()
+        clock.now = first.store_timestamp + 1000            # the first copy is due, the second not yet
+        assert svc.deliver_due() == 1
+        svc.persist()
+    with MessageStore.open(path, cfg()) as store:
+        svc = ScheduleMessageService(store, clock=clock)
+        svc.load()
+        assert svc.recovered == 0 and svc.offset_table == {1: 1}
+        clock.now += 1000
+        assert svc.deliver_due() == 1
+        store.wait_dispatched()
+        assert [m["body"] for m in read_queue(store, "A", 0)] == [b"same", b"same"]
+
+
 def test_a_look_alike_record_is_not_taken_for_a_delivery(tmp_path):
     path = str(tmp_path / "s")
     with MessageStore.open(path, cfg()) as store:
