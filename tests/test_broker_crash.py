@@ -1,7 +1,8 @@
 """Consumer offsets survive SIGKILL (a real child process, tests/broker_crash_child.py), as RocketMQ promises: every
 offset committed and persisted before the kill is there after reopen, a commit older than the persist interval (plus
 slack for a loaded machine) was persisted by the timer, and nothing is invented — a kill in the middle of a persist
-leaves the previous file or its .bak, never a torn table."""
+leaves the previous file or its .bak, never a torn table. The broker loop (at the end) kills a child broker sending
+delayed, timer, transactional and plain messages round after round and counts what was lost or done twice."""
 import os
 import random
 import signal
