@@ -415,6 +415,8 @@ def inspect_cmd(args: argparse.Namespace) -> int:
 # -- verify ----------------------------------------------------------------------------------------------------------
 
 def verify_cmd(args: argparse.Namespace) -> int:
+    if args.limit < 0:
+        raise CliError(f"--limit must be >= 0, got {args.limit}")
     out = sys.stdout
     with _reader(args) as r:
         total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
@@ -424,9 +426,13 @@ def verify_cmd(args: argparse.Namespace) -> int:
         finally:
             bar.close()
         bad = [b.as_dict() for s in segments for b in s.bad]
-        report: dict[str, Any] = {"store": r.path, "commitlog_files": len(segments),
+        report: dict[str, Any] = {"store": r.path, "live": r.locked, "judged_to": None, "commitlog_files": len(segments),
                                   "records": sum(s.records for s in segments),
                                   "bytes": sum(s.bytes for s in segments), "commitlog_errors": bad}
+        if r.locked:
+            # Another process writes: records appended after the reader looked are not judged (the newest may be
+            # half written); with the queues and index checked, neither are those dispatch had not reached.
+            report["judged_to"] = r.max_offset
         if not args.commitlog_only:
             if not (args.json or args.quiet) and sys.stderr.isatty():
                 sys.stderr.write("verify consume queues and index ...\r")
@@ -435,14 +441,27 @@ def verify_cmd(args: argparse.Namespace) -> int:
             if not (args.json or args.quiet) and sys.stderr.isatty():
                 sys.stderr.write(" " * 40 + "\r")
             report.update(cq_units=parts["cq_units"], cq_errors=parts["cq_errors"], keys=parts["keys"],
-                          index_missing=[list(x) for x in parts["index_missing"]])
+                          index_missing=[m._asdict() for m in parts["index_missing"]],
+                          index_errors=parts["index_errors"], index_problems=parts["index_problems"],
+                          damaged_queues=[list(q) for q in parts["damaged_queues"]])
+            if parts["judged_to"] is not None:
+                report["judged_to"] = parts["judged_to"]
+                report["not_judged"] = parts["not_judged"]
             # verify_parts walks the commitlog too; its findings there are the segment walk's (which also knows
             # that preallocated empty files after the data need no end-of-file blank), so they are not repeated.
-        report["ok"] = not (report["commitlog_errors"] or report.get("cq_errors") or report.get("index_missing"))
+        if report["judged_to"] is not None:
+            report["commitlog_errors"] = [b for b in bad if b["offset"] < report["judged_to"]]
+        report["ok"] = not (report["commitlog_errors"] or report.get("cq_errors") or report.get("index_missing")
+                            or report.get("index_errors"))
     if args.json:
         _emit_json(report, out)
     else:
         print(f"{'OK' if report['ok'] else 'FAILED'}: {report['store']}", file=out)
+        if report["live"]:
+            print(f"  live store (open in another process): judged up to commitlog offset {report['judged_to']:,}, "
+                  "what was written and dispatched when verify looked"
+                  + (f"; {report['not_judged']:,} newer record(s) not judged" if report.get("not_judged") else ""),
+                  file=out)
         print(f"  commitlog  {report['records']:,} records, {_fmt_bytes(report['bytes'])} in "
               f"{report['commitlog_files']} file(s), {len(report['commitlog_errors'])} bad", file=out)
         for b in report["commitlog_errors"][:args.limit]:
@@ -451,9 +470,12 @@ def verify_cmd(args: argparse.Namespace) -> int:
             print(f"  consume queues {report['cq_units']:,} units, {len(report['cq_errors'])} wrong", file=out)
             for e in report["cq_errors"][:args.limit]:
                 print(f"    {e}", file=out)
-            print(f"  index      {report['keys']:,} keys, {len(report['index_missing'])} not findable", file=out)
-            for t, k, off in report["index_missing"][:args.limit]:
-                print(f"    {t}#{k} (record at {off})", file=out)
+            print(f"  index      {report['keys']:,} keys, {len(report['index_missing'])} not findable, "
+                  f"{len(report['index_errors'])} header error(s)", file=out)
+            for e in report["index_errors"][:args.limit]:
+                print(f"    {e}", file=out)
+            for m in report["index_missing"][:args.limit]:
+                print(f"    {m['topic']}#{m['key']} (record at {m['record_offset']})", file=out)
     return EXIT_OK if report["ok"] else EXIT_PROBLEM
 
 
@@ -541,28 +563,48 @@ def dump_cmd(args: argparse.Namespace) -> int:
 
 # -- repair ----------------------------------------------------------------------------------------------------------
 
+def _damage_summary(v: dict) -> str:
+    parts = []
+    if v["commitlog_errors"]:
+        parts.append(f"{len(v['commitlog_errors'])} bad record(s)")
+    if v["cq_errors"]:
+        parts.append(f"{v.get('cq_error_count', len(v['cq_errors'])):,} consume-queue error(s) in "
+                     f"{len(v['damaged_queues'])} queue(s)")
+    if v["index_errors"]:
+        parts.append(f"{v['index_error_count']} index header error(s)")
+    if v["index_missing"]:
+        parts.append(f"{v.get('index_missing_count', len(v['index_missing'])):,} key(s) not findable")
+    return ", ".join(parts) or "nothing wrong"
+
+
 def repair_cmd(args: argparse.Namespace) -> int:
-    from .admin import check_store_path
-    from .store import MessageStore
-    path = check_store_path(args.store)
-    crashed = os.path.exists(os.path.join(path, "abort"))
-    with MessageStore.open(path, create=False) as store:
-        info = store.runtime_info()
-    rec = info["recovery"]
-    report = {"store": path, "crashed": crashed, "records_scanned": rec.get("records", 0),
+    from .admin import repair
+    r = repair(args.store)
+    rec = r["recovery"]
+    report = {"store": r["store"], "crashed": r["crashed"], "records_scanned": rec.get("records", 0),
               "scan_from": rec.get("scan_from", 0), "truncated_bytes": rec.get("truncated_bytes", 0),
-              "stop": rec.get("stop", "end of data"), "rebuilt_units": rec.get("rebuilt_units", 0),
-              "rebuilt_keys": rec.get("rebuilt_keys", 0), "commitlog_max_offset": info["commitlog_max_offset"],
-              "geometry_adopted": info.get("geometry_adopted", {}), "seconds": rec.get("seconds")}
+              "stop": rec.get("stop", "end of data"), "rebuilt_units": r["rebuilt_units"],
+              "rebuilt_keys": r["rebuilt_keys"], "commitlog_max_offset": r["commitlog_max_offset"],
+              "found": _damage_summary(r["found"]), "rebuilt_queues": [f"{t}/{q}" for t, q in r["rebuilt_queues"]],
+              "rebuilt_index": r["rebuilt_index"], "ok": r["ok"], "remaining": _damage_summary(r["verify"]),
+              "seconds": rec.get("seconds")}
     if args.json:
         _emit_json(report, sys.stdout)
     else:
-        print(f"{'recovered after a crash' if crashed else 'was closed cleanly; checked'}: {path}")
+        print(f"{'recovered after a crash' if report['crashed'] else 'was closed cleanly; checked'}: {report['store']}")
         print(f"  scanned {report['records_scanned']:,} records from offset {report['scan_from']:,}; data ends at "
               f"{report['commitlog_max_offset']:,}")
         print(f"  cut {report['truncated_bytes']:,} bytes after the last good record ({report['stop']})")
+        print(f"  verify found: {report['found']}")
+        if report["rebuilt_queues"] or report["rebuilt_index"]:
+            what = report["rebuilt_queues"][:10] + (["..."] if len(report["rebuilt_queues"]) > 10 else [])
+            print("  rebuilt from the commitlog: " + ", ".join(
+                (["queue(s) " + " ".join(what)] if what else []) + (["every index file"] if report["rebuilt_index"]
+                                                                    else [])))
         print(f"  rebuilt {report['rebuilt_units']:,} consume-queue units and {report['rebuilt_keys']:,} index keys")
-    return EXIT_OK
+        print(f"  {'OK' if report['ok'] else 'FAILED'} after repair" + ("" if report["ok"] else
+                                                                         f": {report['remaining']} remain"))
+    return EXIT_OK if report["ok"] else EXIT_PROBLEM
 
 
 # -- stats / export --------------------------------------------------------------------------------------------------
