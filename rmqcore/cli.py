@@ -771,14 +771,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="check every record, consume-queue unit and index key; exit 1 if any is bad",
                        description="Walk every commitlog record (structure and CRC) with a progress bar, then check "
-                                   "every consume-queue unit against its record and every key against the index. "
-                                   "Exit status 0 when all is sound, 1 when anything is wrong.")
+                                   "every consume-queue unit against its record (offset, size, tagsCode), every "
+                                   "consumable record for its unit, every index file's header against its items and "
+                                   "every key against the index at its record's time. A store open in another "
+                                   "process is judged up to what its dispatcher had done when verify looked (the "
+                                   "output says where). Exit status 0 when all is sound, 1 when anything is wrong.")
     _store_arg(v)
     _json_arg(v, "the whole report")
     v.add_argument("--no-crc", action="store_true", help="check structure only, not body CRCs")
     v.add_argument("--commitlog-only", action="store_true", help="skip the consume-queue and index checks")
     v.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    v.add_argument("--limit", type=int, default=20, help="errors listed per part (default 20)")
+    v.add_argument("--limit", type=int, default=20, help="errors listed per part (default 20; 0 lists none)")
     v.set_defaults(func=verify_cmd)
 
     g = sub.add_parser("get", help="messages by topic/queue/offset, by commitlog offset or by message id",
@@ -822,10 +825,13 @@ def build_parser() -> argparse.ArgumentParser:
     _body_arg(du)
     du.set_defaults(func=dump_cmd)
 
-    rp = sub.add_parser("repair", help="recover a crashed store offline and report what was cut and rebuilt",
-                        description="Open the store (taking its lock: it must not be open elsewhere), run "
-                                    "RocketMQ's recovery (cut everything after the last good record, rebuild "
-                                    "consume-queue units and index keys), close it cleanly, report.")
+    rp = sub.add_parser("repair", help="recover a store offline, rebuild what verify finds damaged, report",
+                        description="Open the store with its own file sizes (taking its lock: it must not be open "
+                                    "elsewhere), run RocketMQ's recovery (cut everything after the last good record, "
+                                    "rebuild consume-queue units and index keys), verify it, rebuild from the "
+                                    "commitlog each consume queue and (when any is damaged) every index file verify "
+                                    "reports, verify again, close it cleanly, report. Exit status 1 when damage "
+                                    "remains (a bad record is never rewritten).")
     _store_arg(rp)
     _json_arg(rp, "the report")
     rp.set_defaults(func=repair_cmd)

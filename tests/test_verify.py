@@ -317,16 +317,20 @@ def test_verify_in_process_while_another_thread_puts(tmp_path):
     with MessageStore.open(path, cfg()) as s:
         def put():
             i = 0
-            while not stop.is_set():
+            while not stop.is_set() and i < 30_000:
                 s.put(Message(TOPIC, b"y" * 100, i % 4, tags="T", keys=[f"p{i}"]))
                 i += 1
+                if i % 20 == 0:
+                    time.sleep(0.001)
         t = threading.Thread(target=put)
         t.start()
         try:
-            time.sleep(0.2)
-            for _ in range(3):
+            time.sleep(0.1)
+            for _ in range(20):
                 report = s.verify()
-                assert report["ok"], (report["cq_errors"][:3], report["index_missing"][:3], report["index_errors"])
+                assert report["ok"], (report["cq_errors"][:3], report["index_missing"][:3], report["index_errors"],
+                                      report["commitlog_errors"][:3])
+                assert report["records"] > 0
         finally:
             stop.set()
             t.join()
