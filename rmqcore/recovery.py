@@ -202,8 +202,15 @@ def _find_keys(key_hash, key_phys, index_files, headers, rec, report, progress, 
         # A record stored before the file began (the clock went back) reads at beginTimestamp: only when that is
         # the file's first record's time (a damaged beginTimestamp moves every item out of every query's window).
         count = h[5] if h[5] > 0 else 1
-        first_ts = _record_ts(rec, f.item(1)[1]) if 1 < count <= f.index_num else None
+        first_phy = f.item(1)[1] if 1 < count <= f.index_num else -1
+        first_ts = _record_ts(rec, first_phy) if first_phy >= 0 else None
         begin_sane = first_ts is not None and first_ts == h[0]
+        # Item 1's timeDiff was taken against the begin time the file had before it: the end of the file before
+        # (unknown when that one was deleted as expired), or 0 (then timeDiff 0) for a store's first file.
+        prev_end = headers[done - 1][1] if done else None
+        first_diff = -1
+        if begin_sane and prev_end is not None:
+            first_diff = 0 if prev_end <= 0 else min(max(h[0] - prev_end, 0) // 1000, _INT32_MAX)
         with np.errstate(over="ignore"):
             t = begin + d * 1000                       # Java long arithmetic: wraps
         at = np.minimum(np.searchsorted(rphys, p), max(len(rphys) - 1, 0))
@@ -211,7 +218,8 @@ def _find_keys(key_hash, key_phys, index_files, headers, rec, report, progress, 
             known = rphys[at] == p
             ts = rts[at]
             good_time = known & (((ts >= begin) & (t > ts - 1000) & (t <= ts))     # timeDiff truncates
-                                 | ((ts == begin) & (t >= begin))     # item 1 of a file continuing another
+                                 | ((p == first_phy) & (ts == begin) & (t >= begin)   # item 1 of a file
+                                    & ((d == first_diff) | (first_diff < 0)))          # continuing another
                                  | (begin_sane & (ts < begin) & (t == begin))
                                  | ((d == _INT32_MAX) & (t <= ts)))   # clamped: 68 years after the file began
             bad_times += int(np.count_nonzero(known & ~good_time))
@@ -225,9 +233,13 @@ def _find_keys(key_hash, key_phys, index_files, headers, rec, report, progress, 
         if len(have) and (not ordered or np.any(have[1:] < have[:-1])):
             have = np.sort(have)
         if len(have):
-            at = np.minimum(np.searchsorted(have, want), len(have) - 1)
-            found |= have[at] == want
-        del have, hh, p, d, t, hashes, phys, diffs
+            # Only the wanted pairs within this file's span can be in it (all of them, when unordered).
+            # (key_phys is in commitlog order, so is want in ordered mode: a slice of it by offsets.)
+            lo, hi = ((int(np.searchsorted(key_phys, p.min())), int(np.searchsorted(key_phys, p.max(), side="right")))
+                      if ordered else (0, len(want)))
+            at = np.minimum(np.searchsorted(have, want[lo:hi]), len(have) - 1)
+            found[lo:hi] |= have[at] == want[lo:hi]
+        del have, hh, d, t, hashes, phys, diffs
         if progress is not None:
             progress("index", done + 1, len(index_files))
     report["index_bad_times"] = bad_times
