@@ -310,6 +310,22 @@ def test_verify_of_a_store_a_child_process_writes_judges_up_to_dispatch(tmp_path
     assert code == 0 and "OK after repair" in out, out + err
 
 
+def test_records_dispatch_had_not_reached_are_not_judged_on_a_live_store_only(tmp_path):
+    # The queue's last 30 units are zeroed, as a reader of a live store sees them when dispatch is behind: live, the
+    # store is judged up to the first record without its unit; closed, it FAILS.
+    from rmqcore.admin import StoreReader
+    path = str(tmp_path / "s")
+    fill(path)
+    patch(os.path.join(path, "consumequeue", TOPIC, "0", "%020d" % (150 * 20)), 20 * 20, bytes(30 * 20))
+    with StoreReader(path, cfg()) as r:
+        first_missing = r.get(TOPIC, 0, 150 + 19)[0].commitlog_offset + r.get(TOPIC, 0, 169)[0].store_size
+        r.locked = True
+        live = r.verify_parts()
+    assert live["ok"] and live["judged_to"] == first_missing and live["not_judged"] == 30, live
+    closed = verify_store(path, cfg())
+    assert not closed["ok"] and sum("has no consume-queue unit" in e for e in closed["cq_errors"]) == 30
+
+
 def test_verify_in_process_while_another_thread_puts(tmp_path):
     import threading
     path = str(tmp_path / "s")
