@@ -15,7 +15,7 @@ import logging
 import os
 import struct
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -294,17 +294,17 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
     ``progress(phase, done, total)`` is called as the work goes: phase "commitlog" (bytes), "consumequeue"
     (queues), "index" (files).
     """
-    report = {"ok": True, "records": 0, "bytes": 0, "commitlog_errors": [], "cq_units": 0, "cq_errors": [],
-              "keys": 0, "index_missing": [], "index_problems": 0, "index_errors": [], "index_error_count": 0,
-              "live": bool(live), "judged_to": judged_to, "not_judged": 0,
-              "undispatchable": 0, "damaged_queues": []}
+    report: dict[str, Any] = {
+        "ok": True, "records": 0, "bytes": 0, "commitlog_errors": [], "cq_units": 0, "cq_errors": [], "keys": 0,
+        "index_missing": [], "index_problems": 0, "index_errors": [], "index_error_count": 0, "live": bool(live),
+        "judged_to": judged_to, "not_judged": 0, "undispatchable": 0, "damaged_queues": []}
     files = commit_log.mapped_file_queue.mapped_files
     total_bytes = sum(mf.read_position for mf in files)
     done_bytes = 0
     topic_ids: dict = {}
     topics: list = []
-    cols = {k: [] for k in ("phys", "size", "queue_offset", "queue_id", "sys_flag", "topic_idx", "key_hash",
-                            "key_phys", "store_ts", "tags_code")}
+    cols: dict[str, list] = {k: [] for k in ("phys", "size", "queue_offset", "queue_id", "sys_flag", "topic_idx",
+                                             "key_hash", "key_phys", "store_ts", "tags_code")}
     for n, mf in enumerate(files):
         if judged_to is not None and mf.file_from_offset >= judged_to:
             break

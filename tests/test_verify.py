@@ -7,11 +7,9 @@ another process writes is judged up to what its dispatcher had done, never FAILE
 import json
 import os
 import random
-import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
