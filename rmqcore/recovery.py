@@ -435,6 +435,19 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
                 usual = max(0, int(vals[np.argmax(counts)]))
             want_tags = rec["store_ts"][at_c] + usual
         tag_ok = want_tags == tags
+        if (live or judged_to is not None) and nrec:
+            # A live writer may have been writing a unit while it was read: read the ones found wrong once more.
+            for i in np.flatnonzero(real & ~(ok & tag_ok))[:_MAX_LISTED]:
+                again = cq.get_unit(int(index[i]))
+                if again is not None and (again[0], again[1]) != (int(off[i]), int(size[i])):
+                    j = min(int(np.searchsorted(rec["phys"], again[0])), nrec - 1)
+                    if (rec["phys"][j] == again[0] and rec["size"][j] == again[1] and rec["topic_idx"][j] == tid
+                            and rec["queue_id"][j] == qid and rec["queue_offset"][j] == index[i]):
+                        at_c[i], off[i], size[i], ok[i] = j, again[0], again[1], True
+                if again is not None and ok[i] and again[2] != tags[i]:
+                    tags[i] = again[2]
+                    if tid not in is_schedule or delay_level_ms is not None:
+                        tag_ok[i] = rec["tags_code"][at_c[i]] == again[2]
         bad_tags = ok & real & ~tag_ok
         seen[at_c[ok & real & tag_ok]] = True
         for i in np.flatnonzero(real & ~ok)[:_MAX_LISTED]:
