@@ -378,6 +378,8 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
                     frontier.append(int(rec["phys"][unindexed[0]]))
         judged_to = min(frontier)
         report["judged_to"] = judged_to
+        # Past it the writer may still be writing (a record half written is no damage).
+        report["commitlog_errors"] = [e for e in report["commitlog_errors"] if e["offset"] < judged_to]
     if judged_to is not None:
         judged = rec["phys"] < judged_to
         report["not_judged"] = int(nrec - np.count_nonzero(judged))
