@@ -597,8 +597,9 @@ class MessageStore:
 
     def verify(self, progress=None) -> dict:
         """Check the open store end to end in one linear pass (see recovery.verify_parts); waits for dispatch to
-        catch up first. ``progress(phase, done, total)`` is called as it goes (phases "commitlog" in bytes,
-        "consumequeue" in queues, "index" in files)."""
+        catch up first. Records put meanwhile by other threads, past what dispatch had done, are not judged
+        (``report["judged_to"]``, ``report["not_judged"]``). ``progress(phase, done, total)`` is called as it goes
+        (phases "commitlog" in bytes, "consumequeue" in queues, "index" in files)."""
         self._check_running()
         self.wait_dispatched()
         # Puts from other threads may go on: judge what dispatch had done when verify looked (every record below
