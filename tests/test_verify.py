@@ -329,6 +329,31 @@ def test_records_dispatch_had_not_reached_are_not_judged_on_a_live_store_only(tm
     assert not closed["ok"] and sum("has no consume-queue unit" in e for e in closed["cq_errors"]) == 30
 
 
+def test_keys_past_the_index_header_are_not_judged_on_a_live_store_only(tmp_path):
+    # The newest index file's header is set back 40 items, as a reader sees it between a writer's item and header
+    # writes (the slots already point at the newer items): live, judged up to the record at the header's
+    # endPhyOffset; closed, the header is wrong for its slots and keys are missing.
+    from rmqcore.admin import StoreReader
+    path = str(tmp_path / "s")
+    fill(path, cfg(max_hash_slot_num=100000, max_index_num=400000))     # one index file
+    f = index_files(path)[0]
+    with IndexFile(f, 100000, 400000, read_only=True) as idx:
+        count = idx.index_count
+        _h, end_phy, _d, _p = idx.item(count - 41)
+    with StoreReader(path, cfg(max_hash_slot_num=100000, max_index_num=400000)) as r:
+        end_ts = r.look_message(end_phy).store_timestamp
+    with open(f, "rb") as fh:
+        (begin_phy,) = struct.unpack_from(">q", fh.read(40), 16)
+    patch(f, 8, struct.pack(">qqq", end_ts, begin_phy, end_phy))      # endTimestamp, beginPhyOffset, endPhyOffset
+    patch(f, 36, struct.pack(">i", count - 40))
+    with StoreReader(path, cfg(max_hash_slot_num=100000, max_index_num=400000)) as r:
+        r.locked = True
+        live = r.verify_parts()
+    assert live["ok"] and live["judged_to"] == end_phy and live["not_judged"] == 21, live   # 2 keys a record
+    closed = verify_store(path, cfg(max_hash_slot_num=100000, max_index_num=400000))
+    assert not closed["ok"] and closed["index_problems"] > 0 and closed["index_missing_count"] > 0
+
+
 def test_verify_in_process_while_another_thread_puts(tmp_path):
     import threading
     path = str(tmp_path / "s")
