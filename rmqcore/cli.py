@@ -417,6 +417,8 @@ def inspect_cmd(args: argparse.Namespace) -> int:
 # -- verify ----------------------------------------------------------------------------------------------------------
 
 def verify_cmd(args: argparse.Namespace) -> int:
+    if args.limit < 0:
+        raise CliError(f"--limit must be >= 0, got {args.limit}")
     out = sys.stdout
     with _reader(args) as r:
         total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
@@ -426,9 +428,13 @@ def verify_cmd(args: argparse.Namespace) -> int:
         finally:
             bar.close()
         bad = [b.as_dict() for s in segments for b in s.bad]
-        report: dict[str, Any] = {"store": r.path, "commitlog_files": len(segments),
+        report: dict[str, Any] = {"store": r.path, "live": r.locked, "judged_to": None, "commitlog_files": len(segments),
                                   "records": sum(s.records for s in segments),
                                   "bytes": sum(s.bytes for s in segments), "commitlog_errors": bad}
+        if r.locked:
+            # Another process writes: records appended after the reader looked are not judged (the newest may be
+            # half written); with the queues and index checked, neither are those dispatch had not reached.
+            report["judged_to"] = r.max_offset
         if not args.commitlog_only:
             if not (args.json or args.quiet) and sys.stderr.isatty():
                 sys.stderr.write("verify consume queues and index ...\r")
@@ -437,14 +443,27 @@ def verify_cmd(args: argparse.Namespace) -> int:
             if not (args.json or args.quiet) and sys.stderr.isatty():
                 sys.stderr.write(" " * 40 + "\r")
             report.update(cq_units=parts["cq_units"], cq_errors=parts["cq_errors"], keys=parts["keys"],
-                          index_missing=[list(x) for x in parts["index_missing"]])
+                          index_missing=[m._asdict() for m in parts["index_missing"]],
+                          index_errors=parts["index_errors"], index_problems=parts["index_problems"],
+                          damaged_queues=[list(q) for q in parts["damaged_queues"]])
+            if parts["judged_to"] is not None:
+                report["judged_to"] = parts["judged_to"]
+                report["not_judged"] = parts["not_judged"]
             # verify_parts walks the commitlog too; its findings there are the segment walk's (which also knows
             # that preallocated empty files after the data need no end-of-file blank), so they are not repeated.
-        report["ok"] = not (report["commitlog_errors"] or report.get("cq_errors") or report.get("index_missing"))
+        if report["judged_to"] is not None:
+            report["commitlog_errors"] = [b for b in bad if b["offset"] < report["judged_to"]]
+        report["ok"] = not (report["commitlog_errors"] or report.get("cq_errors") or report.get("index_missing")
+                            or report.get("index_errors"))
     if args.json:
         _emit_json(report, out)
     else:
         print(f"{'OK' if report['ok'] else 'FAILED'}: {report['store']}", file=out)
+        if report["live"]:
+            print(f"  live store (open in another process): judged up to commitlog offset {report['judged_to']:,}, "
+                  "what was written and dispatched when verify looked"
+                  + (f"; {report['not_judged']:,} newer record(s) not judged" if report.get("not_judged") else ""),
+                  file=out)
         print(f"  commitlog  {report['records']:,} records, {_fmt_bytes(report['bytes'])} in "
               f"{report['commitlog_files']} file(s), {len(report['commitlog_errors'])} bad", file=out)
         for b in report["commitlog_errors"][:args.limit]:
@@ -453,9 +472,12 @@ def verify_cmd(args: argparse.Namespace) -> int:
             print(f"  consume queues {report['cq_units']:,} units, {len(report['cq_errors'])} wrong", file=out)
             for e in report["cq_errors"][:args.limit]:
                 print(f"    {e}", file=out)
-            print(f"  index      {report['keys']:,} keys, {len(report['index_missing'])} not findable", file=out)
-            for t, k, off in report["index_missing"][:args.limit]:
-                print(f"    {t}#{k} (record at {off})", file=out)
+            print(f"  index      {report['keys']:,} keys, {len(report['index_missing'])} not findable, "
+                  f"{len(report['index_errors'])} header error(s)", file=out)
+            for e in report["index_errors"][:args.limit]:
+                print(f"    {e}", file=out)
+            for m in report["index_missing"][:args.limit]:
+                print(f"    {m['topic']}#{m['key']} (record at {m['record_offset']})", file=out)
     return EXIT_OK if report["ok"] else EXIT_PROBLEM
 
 
@@ -543,9 +565,22 @@ def dump_cmd(args: argparse.Namespace) -> int:
 
 # -- repair ----------------------------------------------------------------------------------------------------------
 
+def _damage_summary(v: dict) -> str:
+    parts = []
+    if v["commitlog_errors"]:
+        parts.append(f"{len(v['commitlog_errors'])} bad record(s)")
+    if v["cq_errors"]:
+        parts.append(f"{v.get('cq_error_count', len(v['cq_errors'])):,} consume-queue error(s) in "
+                     f"{len(v['damaged_queues'])} queue(s)")
+    if v["index_errors"]:
+        parts.append(f"{v['index_error_count']} index header error(s)")
+    if v["index_missing"]:
+        parts.append(f"{v.get('index_missing_count', len(v['index_missing'])):,} key(s) not findable")
+    return ", ".join(parts) or "nothing wrong"
+
+
 def repair_cmd(args: argparse.Namespace) -> int:
     from .admin import check_store_path
-    from .store import MessageStore
     path = check_store_path(args.store)
     crashed = os.path.exists(os.path.join(path, "abort"))
     if args.dry_run:
@@ -564,19 +599,21 @@ def repair_cmd(args: argparse.Namespace) -> int:
             else:
                 print("  an open would cut nothing")
         return EXIT_OK
-    with MessageStore.open(path, create=False) as store:
-        info = store.runtime_info()
-    rec = info["recovery"]
-    report = {"store": path, "crashed": crashed, "records_scanned": rec.get("records", 0),
+    from .admin import repair
+    r = repair(args.store)
+    rec = r["recovery"]
+    report = {"store": r["store"], "crashed": r["crashed"], "records_scanned": rec.get("records", 0),
               "scan_from": rec.get("scan_from", 0), "truncated_bytes": rec.get("truncated_bytes", 0),
-              "stop": rec.get("stop", "end of data"), "rebuilt_units": rec.get("rebuilt_units", 0),
-              "rebuilt_keys": rec.get("rebuilt_keys", 0), "commitlog_max_offset": info["commitlog_max_offset"],
+              "stop": rec.get("stop", "end of data"), "rebuilt_units": r["rebuilt_units"],
+              "rebuilt_keys": r["rebuilt_keys"], "commitlog_max_offset": r["commitlog_max_offset"],
+              "found": _damage_summary(r["found"]), "rebuilt_queues": [f"{t}/{q}" for t, q in r["rebuilt_queues"]],
+              "rebuilt_index": r["rebuilt_index"], "ok": r["ok"], "remaining": _damage_summary(r["verify"]),
               "cut_kept_in": rec.get("cut_kept_in"), "undispatchable": rec.get("undispatchable", 0),
-              "geometry_adopted": info.get("geometry_adopted", {}), "seconds": rec.get("seconds")}
+              "seconds": rec.get("seconds")}
     if args.json:
         _emit_json(report, sys.stdout)
     else:
-        print(f"{'recovered after a crash' if crashed else 'was closed cleanly; checked'}: {path}")
+        print(f"{'recovered after a crash' if report['crashed'] else 'was closed cleanly; checked'}: {report['store']}")
         print(f"  scanned {report['records_scanned']:,} records from offset {report['scan_from']:,}; data ends at "
               f"{report['commitlog_max_offset']:,}")
         print(f"  cut {report['truncated_bytes']:,} bytes after the last good record ({report['stop']})")
@@ -585,8 +622,16 @@ def repair_cmd(args: argparse.Namespace) -> int:
         if report["undispatchable"]:
             print(f"  {report['undispatchable']:,} records kept but not dispatched (their topic or queue id names no "
                   "directory)")
+        print(f"  verify found: {report['found']}")
+        if report["rebuilt_queues"] or report["rebuilt_index"]:
+            what = report["rebuilt_queues"][:10] + (["..."] if len(report["rebuilt_queues"]) > 10 else [])
+            print("  rebuilt from the commitlog: " + ", ".join(
+                (["queue(s) " + " ".join(what)] if what else []) + (["every index file"] if report["rebuilt_index"]
+                                                                    else [])))
         print(f"  rebuilt {report['rebuilt_units']:,} consume-queue units and {report['rebuilt_keys']:,} index keys")
-    return EXIT_OK
+        print(f"  {'OK' if report['ok'] else 'FAILED'} after repair" + ("" if report["ok"] else
+                                                                         f": {report['remaining']} remain"))
+    return EXIT_OK if report["ok"] else EXIT_PROBLEM
 
 
 # -- stats / export --------------------------------------------------------------------------------------------------
@@ -948,14 +993,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="check every record, consume-queue unit and index key; exit 1 if any is bad",
                        description="Walk every commitlog record (structure and CRC) with a progress bar, then check "
-                                   "every consume-queue unit against its record and every key against the index. "
-                                   "Exit status 0 when all is sound, 1 when anything is wrong.")
+                                   "every consume-queue unit against its record (offset, size, tagsCode), every "
+                                   "consumable record for its unit, every index file's header against its items and "
+                                   "every key against the index at its record's time. A store open in another "
+                                   "process is judged up to what its dispatcher had done when verify looked (the "
+                                   "output says where). Exit status 0 when all is sound, 1 when anything is wrong.")
     _store_arg(v)
     _json_arg(v, "the whole report")
     v.add_argument("--no-crc", action="store_true", help="check structure only, not body CRCs")
     v.add_argument("--commitlog-only", action="store_true", help="skip the consume-queue and index checks")
     v.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    v.add_argument("--limit", type=int, default=20, help="errors listed per part (default 20)")
+    v.add_argument("--limit", type=int, default=20, help="errors listed per part (default 20; 0 lists none)")
     v.set_defaults(func=verify_cmd)
 
     g = sub.add_parser("get", help="messages by topic/queue/offset, by commitlog offset or by message id",
@@ -999,10 +1047,13 @@ def build_parser() -> argparse.ArgumentParser:
     _body_arg(du)
     du.set_defaults(func=dump_cmd)
 
-    rp = sub.add_parser("repair", help="recover a crashed store offline and report what was cut and rebuilt",
-                        description="Open the store (taking its lock: it must not be open elsewhere), run "
-                                    "RocketMQ's recovery (cut everything after the last good record, rebuild "
-                                    "consume-queue units and index keys), close it cleanly, report.")
+    rp = sub.add_parser("repair", help="recover a store offline, rebuild what verify finds damaged, report",
+                        description="Open the store with its own file sizes (taking its lock: it must not be open "
+                                    "elsewhere), run RocketMQ's recovery (cut everything after the last good record, "
+                                    "rebuild consume-queue units and index keys), verify it, rebuild from the "
+                                    "commitlog each consume queue and (when any is damaged) every index file verify "
+                                    "reports, verify again, close it cleanly, report. Exit status 1 when damage "
+                                    "remains (a bad record is never rewritten).")
     _store_arg(rp)
     rp.add_argument("--dry-run", action="store_true",
                     help="say what an open would cut (and whether it would copy it aside first) without changing "

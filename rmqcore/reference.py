@@ -539,6 +539,56 @@ class IndexFileRef:
             next_index = prev_index
         return out
 
+    def item(self, index: int) -> tuple[int, int, int, int]:
+        """Item ``index`` as stored: (keyHash, phyOffset, timeDiff, prevIndex)."""
+        if not 1 <= index < self.index_num:
+            raise IndexError(f"item {index} is outside [1, {self.index_num})")
+        return _INDEX_ITEM_STRUCT.unpack_from(self.buf, self._item_pos(index))
+
+    def reachable_items(self, bound: int = 0) -> tuple[list[int], list[int], int, list[int]]:
+        """The twin of IndexFile.reachable_items(bound=..., with_times=True), as lists: the (keyHash, phyOffset,
+        timeDiff) of every item a select for its own key can reach, in item order, and the defects met (a slot or
+        link past the items written, an item reached twice, an item under another slot, a negative timeDiff)."""
+        count = self.index_count if bound <= 0 else bound
+        count = max(1, min(count, self.index_num))
+        seen = [0] * count
+        problems = 0
+        for slot in range(self.hash_slot_num):
+            (head,) = struct.unpack_from(">i", self.buf, INDEX_HEADER_SIZE + slot * INDEX_HASH_SLOT_SIZE)
+            if head == 0:
+                continue
+            if head < 0 or head >= count:
+                problems += 1
+                continue
+            idx = head
+            while True:
+                if seen[idx]:
+                    problems += 1
+                    break
+                seen[idx] = 1
+                h, _phy, diff, prev = _INDEX_ITEM_STRUCT.unpack_from(self.buf, self._item_pos(idx))
+                if diff < 0:
+                    problems += 1
+                    break
+                if h < 0 or h % self.hash_slot_num != slot:
+                    problems += 1
+                else:
+                    seen[idx] = 2
+                if prev == 0:
+                    break
+                if prev < 0 or prev >= count:
+                    problems += 1
+                    break
+                idx = prev
+        hashes, phys, diffs = [], [], []
+        for idx in range(1, count):
+            if seen[idx] == 2:
+                h, phy, diff, _prev = _INDEX_ITEM_STRUCT.unpack_from(self.buf, self._item_pos(idx))
+                hashes.append(h)
+                phys.append(phy)
+                diffs.append(diff)
+        return hashes, phys, problems, diffs
+
 
 # -- IndexService.queryOffset, DefaultMessageStore.queryMessage ----------------------------------------------------
 

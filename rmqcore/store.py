@@ -101,6 +101,8 @@ def parse_tag_filter(tags):
 class MessageStore:
     """A RocketMQ store directory, open for reading and writing. Use ``MessageStore.open(path, config)``."""
 
+    _rebuild_from: int | None = None      # set by admin.repair before start(): dispatch again from this offset
+
     def __init__(self, path: str, config: StoreConfig | None = None, create: bool = True):
         self.path = os.path.abspath(path)
         self.config = config or StoreConfig()
@@ -246,6 +248,10 @@ class MessageStore:
         self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
         self.recovery = recovery.recover(self, last_exit_ok)
         self._reput_from = self.recovery["reput_from"]
+        if self._rebuild_from is not None:
+            # admin.repair deleted consume queues or index files verify found damaged: dispatch again from here
+            # (units and keys still on disk are skipped by their repeat checks).
+            self._reput_from = min(self._reput_from, max(self._rebuild_from, self.commit_log.min_offset))
 
     def _load_consume_queues(self) -> None:
         root = self._path("consumequeue")
@@ -701,12 +707,16 @@ class MessageStore:
 
     def verify(self, progress=None) -> dict:
         """Check the open store end to end in one linear pass (see recovery.verify_parts); waits for dispatch to
-        catch up first. ``progress(phase, done, total)`` is called as it goes (phases "commitlog" in bytes,
-        "consumequeue" in queues, "index" in files)."""
+        catch up first. Records put meanwhile by other threads, past what dispatch had done, are not judged
+        (``report["judged_to"]``, ``report["not_judged"]``). ``progress(phase, done, total)`` is called as it goes
+        (phases "commitlog" in bytes, "consumequeue" in queues, "index" in files)."""
         self._check_running()
         self.wait_dispatched()
+        # Puts from other threads may go on: judge what dispatch had done when verify looked (every record below
+        # the reput offset has its units and keys; the reput thread moves the offset after applying a batch).
         return recovery.verify_parts(self.commit_log, self._all_consume_queues(), self.index_service, progress,
-                                     self.config.message_index_enable)
+                                     self.config.message_index_enable, delay_level_ms=self.delay_level_ms,
+                                     judged_to=self.reput.reput_from_offset)
 
     # -- dispatch (called by the ReputMessageService) -----------------------------------------------------------
 
