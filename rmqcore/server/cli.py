@@ -48,51 +48,38 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
 
 
-def read_properties(path: str) -> dict[str, str]:
-    """Java properties as broker.conf uses them: key=value or key: value lines, # and ! comments."""
-    out = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line[0] in "#!":
-                continue
-            m = re.match(r"([^=:\s]+)\s*[=:]?\s*(.*)", line)
-            if not m:
-                raise ValueError(f"{path}:{n}: not a key=value line: {line[:80]!r}")
-            out[m.group(1)] = m.group(2)
-    return out
-
-
-def apply_config(path: str, targets: list) -> list[str]:
-    """Set each broker.conf key on the first dataclass in ``targets`` with the field (camelCase → snake_case),
-    converted to the field's type; returns the keys none of them has."""
-    props = read_properties(path)
-    unknown = []
-    for key, raw in props.items():
+def load_config(path: str):
+    """broker.conf → (BrokerConfig, StoreConfig, ServerConfig, keys none of them uses): the broker's and store's keys
+    as rmqcore.broker.broker_conf reads them (Java properties syntax, errors naming key and line), then the
+    proxy's settings ServerConfig has (camelCase of its snake_case fields) from the keys left over."""
+    from ..broker.broker_conf import load_broker_conf, parse_properties
+    from ..config_manager import file2string
+    from ..errors import ConfigFileError
+    from .server import ServerConfig
+    bc, sc, unknown = load_broker_conf(path)
+    props = parse_properties(file2string(path) or "", path)
+    srv = ServerConfig()
+    fields = {f.name: f for f in dataclasses.fields(srv)}
+    rest = []
+    for key in unknown:
         name = _snake(key)
-        for t in targets:
-            fields = {f.name: f for f in dataclasses.fields(t)}
-            if name not in fields:
-                continue
-            cur = getattr(t, name)
-            try:
-                if isinstance(cur, bool):
-                    if raw.lower() not in ("true", "false"):
-                        raise ValueError
-                    value = raw.lower() == "true"
-                elif isinstance(cur, int):
-                    value = int(raw)
-                elif isinstance(cur, float):
-                    value = float(raw)
-                else:
-                    value = raw
-            except ValueError:
-                raise ValueError(f"{path}: {key}={raw!r} is not a {type(cur).__name__}") from None
-            setattr(t, name, value)
-            break
-        else:
-            unknown.append(key)
-    return unknown
+        if name not in fields:
+            rest.append(key)
+            continue
+        raw, line = props[key]
+        cur = getattr(srv, name)
+        try:
+            if isinstance(cur, bool):
+                if raw.strip().lower() not in ("true", "false"):
+                    raise ValueError
+                value = raw.strip().lower() == "true"
+            else:
+                value = type(cur)(raw.strip())
+        except ValueError:
+            raise ConfigFileError(path, key, f"line {line}: {raw!r} is not a {type(cur).__name__}") from None
+        setattr(srv, name, value)
+    srv.__post_init__()
+    return bc, sc, srv, rest
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,12 +94,9 @@ def run(args: argparse.Namespace) -> int:
     host, port = _host_port(args.listen, "--listen")
     bc, sc, srv = BrokerConfig(), StoreConfig(), ServerConfig()
     if args.config:
-        unknown = apply_config(args.config, [bc, sc, srv])
+        bc, sc, srv, unknown = load_config(args.config)
         if unknown:
             log.warning("%s: keys not used by rmqcore: %s", args.config, ", ".join(sorted(unknown)))
-        bc.validate()
-        sc = sc.replace()
-        srv.__post_init__()
     acl = None
     if args.acl:
         from .auth import Acl
