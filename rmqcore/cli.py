@@ -199,6 +199,25 @@ def _demo_delayed_delivered(broker, sent) -> None:
           f"{m.store_timestamp - sent.store_timestamp} ms after its send (ScheduleMessageService)")
 
 
+def _demo_dir(path: str, force: bool) -> str:
+    """``--path`` for a demo: a missing or empty directory. A demo puts thousands of messages and then counts what
+    it reads back, so a directory holding a store (someone's data, or an earlier demo's) is refused unless
+    ``--force`` says to add to it; any other non-empty directory is refused outright (it is no store to add to)."""
+    from .geometry import is_store_dir
+    path = os.path.abspath(path)
+    if not os.path.exists(path):
+        return path
+    if not os.path.isdir(path):
+        raise CliError(f"--path {path} is a file, not a directory")
+    if is_store_dir(path):
+        if not force:
+            raise CliError(f"--path {path} holds a message store: the demo would add its messages to it (give "
+                           "--force to do so, or a missing or empty directory)")
+    elif os.listdir(path):
+        raise CliError(f"--path {path} is not empty and holds no message store: give a missing or empty directory")
+    return path
+
+
 def demo(args: argparse.Namespace) -> int:
     from . import Message, MessageStore, StoreConfig
     from .status import GetStatus
@@ -209,7 +228,7 @@ def demo(args: argparse.Namespace) -> int:
         if getattr(args, name) < (0 if name == "body_size" else 1):
             raise CliError(f"--{name.replace('_', '-')} must be >= {0 if name == 'body_size' else 1}, "
                            f"got {getattr(args, name)}")
-    root = args.path or tempfile.mkdtemp(prefix="rmqcore-demo-")
+    root = _demo_dir(args.path, args.force) if args.path else tempfile.mkdtemp(prefix="rmqcore-demo-")
     cfg = StoreConfig(mapped_file_size_commit_log=args.file_size, mapped_file_size_consume_queue=300000 * 20,
                       max_hash_slot_num=500_000, max_index_num=2_000_000)
     topics = [f"DemoTopic{i}" for i in range(args.topics)]
@@ -224,6 +243,8 @@ def demo(args: argparse.Namespace) -> int:
         # Started first, so that the delayed message's second passes while the store part runs.
         timed = _demo_timed_sends(timed_root)
         with MessageStore.open(root, cfg) as store:
+            # Where the demo's own messages begin in each queue (a --force store holds others).
+            start = {(t, q): store.max_offset(t, q) for t in topics for q in range(args.queues)}
             msgs = [Message(topics[i % len(topics)], body, (i // len(topics)) % args.queues, tags=f"Tag{i % 5}",
                             keys=[f"order-{i}"]) for i in range(n)]
             t0 = time.perf_counter()
@@ -265,7 +286,7 @@ def demo(args: argparse.Namespace) -> int:
             got_total = 0
             for t in topics:
                 for q in range(args.queues):
-                    off = 0
+                    off = start[(t, q)]
                     while True:
                         g = store.get_messages("demo-group", t, q, off, 32)
                         if g.status is not GetStatus.FOUND:
@@ -283,8 +304,10 @@ def demo(args: argparse.Namespace) -> int:
             probe_ids = range(0, n, stride)
             found = 0
             for i in probe_ids:
+                # The demo's own message, by its offset: the newest come first, so an older store's messages with
+                # the same key (a --force run) do not stand in for it.
                 hits = store.query_message(topics[i % len(topics)], f"order-{i}", 4)
-                found += any(h.keys == [f"order-{i}"] for h in hits)
+                found += any(h.commitlog_offset == results[i].commitlog_offset for h in hits)
             t_q = time.perf_counter() - t0
             probes = len(probe_ids)
             per_key = f"{t_q / probes * 1e6:10.1f} us/key" if probes else "       n/a"
@@ -315,7 +338,7 @@ def demo_broker(args: argparse.Namespace) -> int:
         from rmqcore.broker.demo import run
     except ImportError as e:
         raise CliError(f"the broker demo is not available in this build (rmqcore.broker.demo: {e})") from None
-    path = args.path or tempfile.mkdtemp(prefix="rmqcore-broker-demo-")
+    path = _demo_dir(args.path, args.force) if args.path else tempfile.mkdtemp(prefix="rmqcore-broker-demo-")
     try:
         return run(path, args.messages)
     finally:
@@ -710,6 +733,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="commitlog file size in bytes (default 64 MiB)")
     d.add_argument("--path", help="store directory (default: a temporary one, deleted afterwards)")
     d.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed first)")
+    d.add_argument("--force", action="store_true",
+                   help="write into the store at --path although it exists (refused otherwise)")
     d.set_defaults(func=demo)
     dsub = d.add_subparsers(dest="demo_cmd", metavar="{broker}")
     db = dsub.add_parser("broker", help="run the broker demo (rmqcore.broker) on a store",
@@ -718,6 +743,8 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--path", help="store directory (default: a temporary one, deleted afterwards)")
     db.add_argument("--messages", type=int, default=10_000, help="messages to send (default 10,000)")
     db.add_argument("--keep", action="store_true", help="keep the temporary store")
+    db.add_argument("--force", action="store_true",
+                    help="write into the store at --path although it exists (refused otherwise)")
     db.set_defaults(func=demo_broker)
 
     i = sub.add_parser("inspect", help="the store at a glance: files, geometry, queues, time range, state",

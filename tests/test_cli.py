@@ -323,6 +323,28 @@ def test_demo_counts_what_it_pulls(tmp_path, capsys):
     assert waited and 1000 <= int(waited.group(1)) < 3000, out
 
 
+def test_demo_refuses_a_directory_holding_a_store_unless_forced(store, tmp_path, capsys):
+    """A demo never writes into someone's store by accident: an existing store (or any non-empty directory) at
+    --path is refused with one line and left as it was; --force adds the demo's messages to a store, and the demo
+    then counts only its own."""
+    path, results = store
+    before = sorted((d, sorted(f)) for d, _, f in os.walk(path))
+    for argv in (("demo", "--messages", 10, "--path", path), ("demo", "broker", "--messages", 10, "--path", path)):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and "holds a message store" in err and "--force" in err and err.count("\n") == 1, err
+    assert sorted((d, sorted(f)) for d, _, f in os.walk(path)) == before
+    code, _, err = run(capsys, "get", path, "--topic", "orders", "--queue", 0, "--offset", 0, "--count", 1000)
+    assert code == 0
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "notes.txt").write_text("mine")
+    code, _, err = run(capsys, "demo", "--messages", 10, "--path", data, "--force")
+    assert code == 2 and "not empty and holds no message store" in err and os.listdir(data) == ["notes.txt"]
+    code, out, err = run(capsys, "demo", "--messages", 20, "--topics", 2, "--queues", 3, "--path", path, "--force")
+    assert code == 0, err
+    assert "(40 messages pulled by queue: 20 + 20)" in out and "(20/20 keys found)" in out
+
+
 def test_demo_broker_without_the_broker_module(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "rmqcore.broker.demo", None)      # as in a build without rmqcore.broker
     code, out, err = run(capsys, "demo", "broker")
