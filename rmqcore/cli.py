@@ -485,6 +485,11 @@ def verify_cmd(args: argparse.Namespace) -> int:
 def get_cmd(args: argparse.Namespace) -> int:
     if args.count <= 0:
         raise CliError(f"--count must be > 0, got {args.count}")
+    ways = [name for name, given in (("--msg-id", args.msg_id is not None),
+                                     ("--commitlog-offset", args.commitlog_offset is not None),
+                                     ("--topic/--offset", args.topic is not None or args.offset is not None)) if given]
+    if len(ways) > 1:
+        raise CliError(f"{' and '.join(ways)} select messages in different ways: give one of them")
     with _reader(args) as r:
         if args.msg_id is not None:
             msgs = r.by_msg_id(args.msg_id)
@@ -695,8 +700,9 @@ def export_cmd(args: argparse.Namespace) -> int:
                         w.write_table(pa.Table.from_pylist(rows, schema))
         finally:
             bar.close()
-    print(f"exported {count:,} messages to {'stdout' if args.out == '-' else args.out} ({fmt})", file=sys.stderr)
-    return EXIT_OK
+    print(f"exported {count:,} messages to {'stdout' if args.out == '-' else args.out} ({fmt})"
+          + ("" if count else ": no message matched the selection"), file=sys.stderr)
+    return EXIT_OK if count else EXIT_PROBLEM
 
 
 # -- parser ----------------------------------------------------------------------------------------------------------
@@ -709,9 +715,9 @@ def _json_arg(p: argparse.ArgumentParser, what: str = "the result") -> None:
     p.add_argument("--json", action="store_true", help=f"print {what} as JSON (for scripts)")
 
 
-def _body_arg(p: argparse.ArgumentParser) -> None:
+def _body_arg(p: argparse.ArgumentParser, where: str = "--json") -> None:
     p.add_argument("--body", choices=("base64", "text"), default="base64",
-                   help="how --json shows message bodies: base64 (exact) or UTF-8 text (default: base64)")
+                   help=f"how {where} shows message bodies: base64 (exact) or UTF-8 text (default: base64)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -833,7 +839,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--begin", help="stored at or after (ms or ISO 8601)")
     ex.add_argument("--end", help="stored at or before (ms or ISO 8601)")
     ex.add_argument("--force", action="store_true", help="overwrite OUT")
-    _body_arg(ex)
+    _body_arg(ex, "JSON lines output")
     ex.set_defaults(func=export_cmd)
     return p
 

@@ -279,6 +279,29 @@ def test_export_json_lines_round_trip(store, tmp_path, capsys):
     assert code == 2 and "exists" in err
 
 
+def test_export_of_nothing_exits_1_and_its_help_names_only_its_options(store, tmp_path, capsys, monkeypatch):
+    path, _ = store
+    monkeypatch.setenv("COLUMNS", "1000")          # no option name broken across lines
+    code, _, err = run(capsys, "export", path, tmp_path / "none.jsonl", "--topic", "NoSuch")
+    assert code == 1 and "exported 0 messages" in err and "no message matched" in err
+    assert (tmp_path / "none.jsonl").read_text() == ""
+    from rmqcore.cli import build_parser
+    subs = [a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction"][0]
+    for name, p in subs.choices.items():
+        own = {o for a in p._actions for o in a.option_strings}
+        mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", p.format_help()))
+        assert mentioned <= own, f"rmqcore {name} --help mentions {sorted(mentioned - own)}"
+
+
+def test_get_refuses_two_ways_of_selecting(store, capsys):
+    path, results = store
+    for extra in (["--topic", "orders", "--offset", 0], ["--msg-id", results[0].msg_id]):
+        code, out, err = run(capsys, "get", path, "--commitlog-offset", results[1].commitlog_offset, *extra)
+        assert code == 2 and out == "" and "select messages in different ways" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "get", path, "--offset", 0, "--msg-id", results[0].msg_id)
+    assert code == 2 and out == ""
+
+
 def test_export_parquet(store, tmp_path, capsys):
     pq = pytest.importorskip("pyarrow.parquet")
     path, results = store
