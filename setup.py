@@ -89,6 +89,14 @@ class BuildExt(build_ext):
 
     def run(self):
         self._made = {}
+        # Cythonized here, only for a build (not for egg_info or sdist) and only the modules to compile, on every
+        # core; Cython's own build_extension then finds C sources and leaves them.
+        todo = [e for e in self.extensions if e.name.removeprefix("rmqcore.") not in REUSABLE]
+        if todo:
+            made = {e.name: e for e in cythonize(todo, compiler_directives=DIRECTIVES, include_path=["rmqcore"],
+                                                 nthreads=os.cpu_count() or 1, force=self.force)}
+            for e in todo:
+                e.sources = made[e.name].sources
         super().run()
         # Recorded only for builds whose modules land in the source tree (build_ext --inplace, editable installs):
         # a wheel or sdist build elsewhere leaves the tree's modules and their record alone.
@@ -113,12 +121,8 @@ class BuildExt(build_ext):
         self._made[name] = {"inputs": DIGESTS[name], "so": _sha256(target)}
 
 
-to_compile = [extension(n, f"rmqcore/{n.replace('.', '/')}.pyx") for n in MODULES if n not in REUSABLE]
-# A reused module is never Cythonized: its source is only named (the .pyx), build_extension copies the .so.
-reused = [extension(n, f"rmqcore/{n.replace('.', '/')}.pyx") for n in MODULES if n in REUSABLE]
-
+# A reused module is never Cythonized: build_extension copies its .so.
 setup(
     cmdclass={"build_ext": BuildExt},
-    ext_modules=(cythonize(to_compile, compiler_directives=DIRECTIVES, include_path=["rmqcore"],
-                           nthreads=os.cpu_count() or 1) if to_compile else []) + reused,
+    ext_modules=[extension(n, f"rmqcore/{n.replace('.', '/')}.pyx") for n in MODULES],
 )
