@@ -61,16 +61,25 @@ def table(rows: Sequence[Sequence[Any]], header: Sequence[str], out: TextIO) -> 
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr, drawn only on a terminal (never into pipes, logs or --json output)."""
+    """A one-line progress bar on stderr, drawn only on a terminal (never into pipes, logs or --json output).
 
-    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO | None = None):
+    ``total`` is the work in ``unit`` ("B": bytes actually to be processed, e.g. a store's data rather than its
+    files' apparent sizes; else a count such as "queues"); redrawn at most every ``INTERVAL`` seconds."""
+
+    INTERVAL = 0.1
+
+    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO | None = None, unit: str = "B",
+                 interval: float | None = None):
         self.stream = stream or sys.stderr
         self.total = max(total, 1)
         self.label = label
+        self.unit = unit
+        self.interval = self.INTERVAL if interval is None else interval
         self.done = 0
         self.enabled = enabled and self.stream.isatty()
         self.t0 = time.monotonic()
         self._last = 0.0
+        self._width = 0
         self.update(0)
 
     def update(self, n: int) -> None:
@@ -78,19 +87,31 @@ class ProgressBar:
         if not self.enabled:
             return
         now = time.monotonic()
-        if n and now - self._last < 0.1 and self.done < self.total:
+        if n and now - self._last < self.interval and self.done < self.total:
             return
         self._last = now
         frac = min(1.0, self.done / self.total)
         width = 30
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        rate = self.done / (now - self.t0) / 1e6 if now > self.t0 else 0.0
-        self.stream.write(f"\r{self.label} [{bar}] {frac:6.1%} {_fmt_bytes(self.done)} {rate:,.0f} MB/s ")
+        secs = now - self.t0
+        if self.unit == "B":
+            figures = (f"{_fmt_bytes(self.done)} of {_fmt_bytes(self.total)}"
+                       f"{f', {self.done / secs / 1e6:,.0f} MB/s' if secs > 0 and self.done else ''}")
+        else:
+            figures = f"{self.done:,} of {self.total:,} {self.unit}"
+        line = f"\r{self.label} [{bar}] {frac:6.1%} {figures} "
+        self._width = max(self._width, len(line))
+        self.stream.write(line.ljust(self._width))
         self.stream.flush()
+
+    def set(self, done: int, total: int) -> None:
+        """For a callback that tells where it is (done of total) rather than how much it just did."""
+        self.total = max(total, 1)
+        self.update(done - self.done)
 
     def close(self) -> None:
         if self.enabled:
-            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.write("\r" + " " * max(self._width, 100) + "\r")
             self.stream.flush()
 
 
@@ -440,8 +461,7 @@ def inspect_cmd(args: argparse.Namespace) -> int:
 def verify_cmd(args: argparse.Namespace) -> int:
     out = sys.stdout
     with _reader(args) as r:
-        total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
-        bar = ProgressBar(total, "verify commitlog", not (args.json or args.quiet))
+        bar = ProgressBar(r.data_bytes(), "verify commitlog", not (args.json or args.quiet))
         try:
             segments = r.verify_segments(check_crc=not args.no_crc, progress=bar.update)
         finally:
@@ -451,12 +471,11 @@ def verify_cmd(args: argparse.Namespace) -> int:
                                   "records": sum(s.records for s in segments),
                                   "bytes": sum(s.bytes for s in segments), "commitlog_errors": bad}
         if not args.commitlog_only:
-            if not (args.json or args.quiet) and sys.stderr.isatty():
-                sys.stderr.write("verify consume queues and index ...\r")
-                sys.stderr.flush()
-            parts = r.verify_parts()
-            if not (args.json or args.quiet) and sys.stderr.isatty():
-                sys.stderr.write(" " * 40 + "\r")
+            bars = _PhaseBars(not (args.json or args.quiet))
+            try:
+                parts = r.verify_parts(progress=bars)
+            finally:
+                bars.close()
             report.update(cq_units=parts["cq_units"], cq_errors=parts["cq_errors"], keys=parts["keys"],
                           index_missing=[list(x) for x in parts["index_missing"]])
             # verify_parts walks the commitlog too; its findings there are the segment walk's (which also knows
@@ -478,6 +497,32 @@ def verify_cmd(args: argparse.Namespace) -> int:
             for t, k, off in report["index_missing"][:args.limit]:
                 print(f"    {t}#{k} (record at {off})", file=out)
     return EXIT_OK if report["ok"] else EXIT_PROBLEM
+
+
+class _PhaseBars:
+    """recovery.verify_parts' ``progress(phase, done, total)`` as one bar per phase: the records the units and keys
+    are checked against (bytes), the consume queues, the index files."""
+
+    LABELS = {"commitlog": ("verify units and keys: records", "B"), "consumequeue": ("verify consume queues", "queues"),
+              "index": ("verify index", "files")}
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.phase: str | None = None
+        self.bar: ProgressBar | None = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if phase != self.phase:
+            if self.bar is not None:
+                self.bar.close()
+            label, unit = self.LABELS.get(phase, (f"verify {phase}", ""))
+            self.phase, self.bar = phase, ProgressBar(total, label, self.enabled, unit=unit)
+        assert self.bar is not None
+        self.bar.set(done, total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 # -- get / query -----------------------------------------------------------------------------------------------------
@@ -598,8 +643,7 @@ def repair_cmd(args: argparse.Namespace) -> int:
 def stats_cmd(args: argparse.Namespace) -> int:
     per: dict[tuple[str, int], dict] = {}
     with _reader(args) as r:
-        total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
-        bar = ProgressBar(total, "stats", not args.json)
+        bar = ProgressBar(r.data_bytes(), "stats", not args.json)
         try:
             for m in r.iterate(progress=bar.update):
                 s = per.get((m.topic, m.queue_id))
@@ -661,8 +705,7 @@ def export_cmd(args: argparse.Namespace) -> int:
         raise CliError(f"{args.out} exists (use --force to overwrite)")
     count = 0
     with _reader(args) as r:
-        total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
-        bar = ProgressBar(total, "export", args.out != "-")
+        bar = ProgressBar(r.data_bytes(), "export", args.out != "-")
         try:
             if fmt == "jsonl":
                 f = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")

@@ -414,3 +414,60 @@ def test_a_store_read_in_a_subprocess_as_a_user_would(store):
     assert "k-0" in r.stdout
     r = _python_m("inspect", "/nonexistent-root/x", check=False)
     assert r.returncode == 2 and r.stderr.strip() == "rmqcore inspect: error: /nonexistent-root/x: no such directory"
+
+
+# -- progress bars ---------------------------------------------------------------------------------------------------
+
+class _Terminal:
+    """A stderr that says it is a terminal and keeps what is drawn."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self):
+        return True
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+
+def test_a_walk_tells_progress_in_small_steps_adding_up_to_the_data(tmp_path):
+    from rmqcore.admin import StoreReader
+    make_store(tmp_path / "s", n=600)                     # several 64 KiB commitlog files, the last one partly used
+    with StoreReader(str(tmp_path / "s")) as r:
+        files = r.commit_log.mapped_file_queue.mapped_files
+        assert len(files) >= 3
+        steps = []
+        count = sum(1 for _ in r.walk(r.min_offset, False, steps.append, step=8192))
+        assert count == 600
+        assert sum(steps) == r.data_bytes() == r.max_offset - r.min_offset
+        assert r.data_bytes() < sum(mf.file_size for mf in files)      # not the files' apparent sizes
+        assert len(steps) > 2 * len(files) and max(steps) < 8192 + 16 * 1024
+        seg = []
+        r.verify_segments(False, seg.append)
+        assert sum(seg) == r.data_bytes()
+
+
+def test_progress_bars_count_the_data_in_every_phase(store, capsys, monkeypatch, tmp_path):
+    from rmqcore import admin, cli
+    path, _ = store
+    monkeypatch.setattr(cli.ProgressBar, "INTERVAL", 0.0)
+    monkeypatch.setattr(admin, "PROGRESS_STEP", 4096)
+    with admin.StoreReader(path) as r:
+        data = r.data_bytes()
+        queues = len(r.consume_queues)
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert main(["export", path, str(tmp_path / "all.jsonl")]) == 0
+    drawn = [ln for ln in re.split(r"\r", term.text) if ln.startswith("export [")]
+    shares = [float(re.search(r"\]\s+([\d.]+)%", ln).group(1)) for ln in drawn]
+    assert len(set(shares)) >= 4 and shares == sorted(shares) and shares[-1] == 100.0, drawn
+    assert f"of {cli._fmt_bytes(data)}" in drawn[-1]
+    term.text = ""
+    assert main(["verify", path]) == 0
+    shown = term.text
+    assert f"verify commitlog [" in shown and f"of {cli._fmt_bytes(data)}" in shown
+    assert f"{queues:,} of {queues:,} queues" in shown and "verify index [" in shown
