@@ -26,8 +26,13 @@ def _one_line(e: BaseException) -> str | None:
         return None
     if not isinstance(e, PySparkException):
         return None
-    found = re.findall(r"^(?:[\w.]+\.)?(\w+): (.+?)(?: SQLSTATE: \w+)?$", str(e), re.M)
-    inner = [msg for name, msg in found if name in _USER_ERRORS]
+    inner = []
+    for line in str(e).splitlines():
+        # "rmqcore.spark.layout.StoreInUseError: ...", alone on a line (a traceback's last) or after Spark's prefix
+        for m in re.finditer(r"(?:\w+\.)*(\w+): ", line):
+            if m.group(1) in _USER_ERRORS:
+                inner.append(line[m.end():].split(" SQLSTATE: ")[0].strip())
+                break
     return inner[-1] if inner else None
 
 
