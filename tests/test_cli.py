@@ -287,8 +287,15 @@ def test_export_of_nothing_exits_1_and_its_help_names_only_its_options(store, tm
     assert (tmp_path / "none.jsonl").read_text() == ""
     from rmqcore.cli import build_parser
     subs = [a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction"][0]
-    for name, p in subs.choices.items():
+    def options(p):      # a command's own options and, for topic/group/dlq, those of its subcommands
         own = {o for a in p._actions for o in a.option_strings}
+        for a in p._actions:
+            if a.__class__.__name__ == "_SubParsersAction":
+                for sub in a.choices.values():
+                    own |= options(sub)
+        return own
+    for name, p in subs.choices.items():
+        own = options(p)
         mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", p.format_help()))
         assert mentioned <= own, f"rmqcore {name} --help mentions {sorted(mentioned - own)}"
 
