@@ -12,7 +12,7 @@ from .errors import (CorruptRecordError, MessageIllegalError, RmqStoreError, Sto
 from .message import GetResult
 from .status import GetStatus, PutStatus
 
-__version__ = "0.1.0"
+__version__ = "0.3.0.dev0"
 
 __all__ = [
     "MessageStore", "CommitLog", "Message", "MessageExt", "PutResult", "GetResult", "PutStatus", "GetStatus",
