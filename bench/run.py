@@ -711,6 +711,13 @@ def case_peers(ctx: Ctx) -> None:
     ctx.r["peers_n"] = ctx.p.peer_msgs
 
 
+def case_serve(ctx: Ctx) -> None:
+    """`rmqcore serve` through the official client and a raw stub, against a no-op server (bench/serve_bench.py);
+    needs rmqcore[server] and rocketmq-python-client."""
+    from bench import serve_bench
+    ctx.r["serve_rows"] = serve_bench.run(ctx.p is QUICK)
+
+
 CASES = [
     ("memcpy", case_memcpy),
     ("crc", case_crc),
@@ -725,6 +732,7 @@ CASES = [
     ("crash_reopen", case_crash_reopen),
     ("footprint", case_footprint),
     ("peers", case_peers),
+    ("serve", case_serve),
 ]
 
 
@@ -844,6 +852,7 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
                      f"{r['foot_du_open_mb']:.0f} / {r['foot_du_closed_mb']:.0f}", "MiB",
                      f"apparent size 1 GiB commitlog + 420 MB index (sparse); resident "
                      f"+{r['foot_rss_mb']:.0f} MiB"))
+    rows.extend(r.get("serve_rows", []))
     for row in r.get("peers_rows", []):
         vals = row["values"]
         me = vals.get("rmqcore")

@@ -39,9 +39,8 @@ cdef enum:
     ERR_LENGTH_MISMATCH = -7  # totalSize differs from the sum of the parts
     ERR_BODY_CRC = -8
     ERR_RECORD_CRC = -9       # 5.x __CRC32# property
-    ERR_TOPIC = -10           # empty, too long, or a byte outside RocketMQ's ^[%|a-zA-Z0-9_-]+$
+    ERR_TOPIC = -10           # topic length past what Java reads (v1 > 127, v2 > 32767)
     ERR_PHYSICAL_OFFSET = -11 # scan_records with a base offset: physicalOffset is not the record's position
-    ERR_QUEUE_ID = -12        # negative: no queue has that id (it would become a directory name)
 
 
 # A record's fields, parsed in place; *_pos are offsets from the record start.
@@ -83,6 +82,8 @@ cdef struct DispatchProps:
 
 
 cdef int parse_record(const unsigned char *p, int64_t avail, RecordView *rv, bint check_crc) noexcept nogil
+cdef int topic_dispatchable(const unsigned char *t, int32_t n) noexcept nogil
+cdef int record_dispatchable(const unsigned char *rec, const RecordView *rv) noexcept nogil
 cdef void dispatch_properties(const unsigned char *props, int32_t props_len, DispatchProps *out) noexcept nogil
 cdef int64_t tags_code_of(const unsigned char *props, int32_t props_len) noexcept nogil
 cdef bint find_property(const unsigned char *props, int32_t props_len, const char *name, int32_t name_len,

@@ -250,8 +250,9 @@ class AppendMessageCallback:
 def check_units(units: Buffer, first_index: int, files: list[MappedFile], file_size: int, topic: bytes, queue_id: int,
                 min_phy_offset: int) -> int:
     """How many consume-queue units are whole before the first that does not point at its own record."""
-def topic_is_legal(name: str | bytes) -> bool:
-    """Whether ``name`` is a topic parse_record accepts (1..32767 UTF-8 bytes in ^[%|a-zA-Z0-9_-]+$)."""
+def topic_is_dispatchable(name: str | bytes) -> bool:
+    """Whether a topic read from a store may become consumequeue/{topic}: 1..255 bytes of well-formed UTF-8, not
+    "." or "..", no control character, '/' or '\\'."""
 def scan_records(data: Buffer, start: int = 0, end: int = -1, check_crc: bool = False,
                  base_offset: int = -1) -> tuple[int, int, int]:
     """Walk records without building objects: (end of the last good record, good records, stop code)."""

@@ -344,18 +344,13 @@ cdef int parse_record(const unsigned char *p, int64_t avail, RecordView *rv, bin
         return ERR_PROPERTIES_LENGTH
     if cal_msg_length_c(version, rv.sys_flag, rv.body_len, rv.topic_len, rv.props_len) != total:
         return ERR_LENGTH_MISMATCH
-    # The topic becomes a directory name (consumequeue/{topic}) and an index key, and the v1 body CRC does not
-    # cover it: a record is only a record when its topic is one RocketMQ could have written. Java reads the v1
-    # length as a signed byte and the v2 length as a signed short, so 1..127 (v1) and 1..32767 (v2, 5.x's long
-    # retry/LMQ topics); every byte in TopicValidator's ^[%|a-zA-Z0-9_-]+$ (so never '.', '/' or NUL).
-    if rv.topic_len == 0 or rv.topic_len > (127 if version == 1 else 32767):
+    # What RocketMQ's checkMessageAndReturnSize can read: Java reads the v1 topic length as a signed byte and the
+    # v2 one as a signed short, so a length of 128..255 (v1) or 32768.. (v2) fails there as it fails here. The
+    # topic's bytes and the queue id are NOT damage evidence: Java's store writes any topic of 1..127 bytes (only
+    # the broker's send path applies ^[%|a-zA-Z0-9_-]+$) and any queue id. Whether a record can be dispatched
+    # (its topic and queue id become directory names) is topic_dispatchable's question, asked by dispatch only.
+    if rv.topic_len > (127 if version == 1 else 32767):
         return ERR_TOPIC
-    for i in range(rv.topic_len):
-        if p[rv.topic_pos + i] >= 128 or not _valid_topic_char[p[rv.topic_pos + i]]:
-            return ERR_TOPIC
-    # The queue id names a directory too (consumequeue/{topic}/{queueId}); no broker writes a negative one.
-    if rv.queue_id < 0:
-        return ERR_QUEUE_ID
     if check_crc:
         if rv.body_len > 0 and <int32_t>(rmq_crc32(0, p + rv.body_pos, <size_t>rv.body_len) & 0x7FFFFFFF) != rv.body_crc:
             return ERR_BODY_CRC
@@ -384,29 +379,85 @@ cdef dict _ERROR_FIELDS = {
     ERR_LENGTH_MISMATCH: ("totalSize", "differs from the sum of the record's parts"),
     ERR_BODY_CRC: ("bodyCRC", "does not match the CRC32 of the body"),
     ERR_RECORD_CRC: ("__CRC32#", "the 5.x record CRC property does not match the record"),
-    ERR_TOPIC: ("topic", "empty, longer than 127 bytes (v1) or 32767 (v2), or a byte outside ^[%|a-zA-Z0-9_-]+$"),
+    ERR_TOPIC: ("topicLength", "longer than 127 bytes (v1) or 32767 (v2): a negative length to RocketMQ's reader"),
     ERR_PHYSICAL_OFFSET: ("physicalOffset", "differs from the record's own position in the commitlog"),
-    ERR_QUEUE_ID: ("queueId", "negative: no queue has that id"),
 }
 
 
-def topic_is_legal(name):
-    """Whether ``name`` (str or bytes) is a topic parse_record accepts: 1..32767 UTF-8 bytes, each in
-    ^[%|a-zA-Z0-9_-]+$. The check every name read from a file passes before it becomes a path."""
+cdef bint _dir_safe_ascii[128]
+for _c in range(128):
+    # A byte that may stand in a directory name of its own: no control character, no path separator.
+    _dir_safe_ascii[_c] = 32 <= _c < 127 and chr(_c) not in "/\\"
+
+
+cdef int topic_dispatchable(const unsigned char *t, int32_t n) noexcept nogil:
+    """Whether a topic read from a record may become consumequeue/{topic}: 1..255 bytes (NAME_MAX), not "." or
+    "..", well-formed UTF-8 (no overlong form, surrogate or code point past U+10FFFF), and no control character
+    (C0, DEL, C1), '/' or '\\'. Records whose topic is not are kept and readable, but not dispatched."""
+    cdef int32_t i = 0
+    cdef uint32_t c, b1, b2, b3
+    if n <= 0 or n > 255:
+        return 0
+    if t[0] == 46 and (n == 1 or (n == 2 and t[1] == 46)):
+        return 0
+    while i < n:
+        c = t[i]
+        if c < 128:
+            if not _dir_safe_ascii[c]:
+                return 0
+            i += 1
+        elif 0xC2 <= c <= 0xDF:
+            if i + 1 >= n or (t[i + 1] & 0xC0) != 0x80:
+                return 0
+            if c == 0xC2 and t[i + 1] < 0xA0:          # U+0080..U+009F: the C1 controls
+                return 0
+            i += 2
+        elif 0xE0 <= c <= 0xEF:
+            if i + 2 >= n:
+                return 0
+            b1 = t[i + 1]
+            b2 = t[i + 2]
+            if (b1 & 0xC0) != 0x80 or (b2 & 0xC0) != 0x80:
+                return 0
+            if (c == 0xE0 and b1 < 0xA0) or (c == 0xED and b1 >= 0xA0):   # overlong; surrogates
+                return 0
+            i += 3
+        elif 0xF0 <= c <= 0xF4:
+            if i + 3 >= n:
+                return 0
+            b1 = t[i + 1]
+            b2 = t[i + 2]
+            b3 = t[i + 3]
+            if (b1 & 0xC0) != 0x80 or (b2 & 0xC0) != 0x80 or (b3 & 0xC0) != 0x80:
+                return 0
+            if (c == 0xF0 and b1 < 0x90) or (c == 0xF4 and b1 >= 0x90):   # overlong; past U+10FFFF
+                return 0
+            i += 4
+        else:
+            return 0
+    return 1
+
+
+cdef int record_dispatchable(const unsigned char *rec, const RecordView *rv) noexcept nogil:
+    """Whether dispatch may turn this record into a consume-queue unit and index keys: its topic is
+    topic_dispatchable and its queue id names a directory (not negative)."""
+    return rv.queue_id >= 0 and topic_dispatchable(rec + rv.topic_pos, rv.topic_len)
+
+
+def topic_is_dispatchable(name):
+    """Whether ``name`` (str or bytes) is a topic dispatch turns into consumequeue/{topic} (see
+    topic_dispatchable): the check every name read from a file or a directory listing passes before it becomes a
+    path. Wider than what ``put`` accepts (RocketMQ's broker rule ^[%|a-zA-Z0-9_-]+$, up to 127 bytes)."""
     cdef const unsigned char[::1] v
-    cdef Py_ssize_t i
     if isinstance(name, str):
         try:
             name = (<str>name).encode("utf-8")
         except UnicodeEncodeError:
             return False
     v = name
-    if v.shape[0] == 0 or v.shape[0] > 32767:
+    if v.shape[0] == 0:
         return False
-    for i in range(v.shape[0]):
-        if v[i] >= 128 or not _valid_topic_char[v[i]]:
-            return False
-    return True
+    return bool(topic_dispatchable(&v[0], <int32_t>min(v.shape[0], 256)))
 
 
 def record_error(int code, int64_t offset, path=None):
@@ -1083,6 +1134,26 @@ cdef class MessageEncoder:
         self.uniq_keys = UniqKeyGenerator(self.store_host_bytes[:len(self.store_host_bytes) - 4])
         self.check_topic_chars = check_topic_chars
 
+    cdef int _check_topic(self, topic) except -1:
+        # put's topic rule: 1..127 UTF-8 bytes, each in the broker's ^[%|a-zA-Z0-9_-]+$ (check_topic_chars).
+        cdef Py_ssize_t topic_n, i
+        cdef const char *topic_u
+        if topic is None or not isinstance(topic, str):
+            raise MessageIllegalError("topic", "must be a str", None)
+        topic_u = PyUnicode_AsUTF8AndSize(topic, &topic_n)
+        if topic_n == 0:
+            raise MessageIllegalError("topic", "must not be empty", 1)
+        if topic_n > TOPIC_MAX_LENGTH:
+            raise MessageIllegalError("topic", f"{topic_n} UTF-8 bytes, longer than {TOPIC_MAX_LENGTH}",
+                                      TOPIC_MAX_LENGTH)
+        if self.check_topic_chars:
+            for i in range(topic_n):
+                if (<unsigned char>topic_u[i]) >= 128 or not _valid_topic_char[<unsigned char>topic_u[i]]:
+                    raise MessageIllegalError(
+                        "topic", f"{topic!r} has an illegal character at byte {i}; allowed: ^[%|a-zA-Z0-9_-]+$",
+                        "^[%|a-zA-Z0-9_-]+$")
+        return 0
+
     cpdef int encode_into(self, Message msg, EncodeBuffer out, BatchProperties batch=None) except -1:
         """Validate ``msg`` and append its record to ``out``; ``batch``: properties common to a put_batch's
         messages, applied as BatchProperties says (encoded once, copied into each record)."""
@@ -1115,22 +1186,13 @@ cdef class MessageEncoder:
                 for k, v in batch.properties.items():
                     msg.properties[k] = v
                 batch = None
+            # The topic the message is for is checked before it moves to the schedule or timer topic: a topic the
+            # broker would refuse must not be acknowledged now and refused at delivery.
+            self._check_topic(msg.topic)
             self.reroute(msg)
         topic = msg.topic
-        if topic is None or not isinstance(topic, str):
-            raise MessageIllegalError("topic", "must be a str", None)
-        topic_u = PyUnicode_AsUTF8AndSize(topic, &topic_n)
-        if topic_n == 0:
-            raise MessageIllegalError("topic", "must not be empty", 1)
-        if topic_n > TOPIC_MAX_LENGTH:
-            raise MessageIllegalError("topic", f"{topic_n} UTF-8 bytes, longer than {TOPIC_MAX_LENGTH}",
-                                      TOPIC_MAX_LENGTH)
-        if self.check_topic_chars:
-            for i in range(topic_n):
-                if (<unsigned char>topic_u[i]) >= 128 or not _valid_topic_char[<unsigned char>topic_u[i]]:
-                    raise MessageIllegalError(
-                        "topic", f"{topic!r} has an illegal character at byte {i}; allowed: ^[%|a-zA-Z0-9_-]+$",
-                        "^[%|a-zA-Z0-9_-]+$")
+        self._check_topic(topic)
+        topic_u = PyUnicode_AsUTF8AndSize(topic, &topic_n)     # the str's cached UTF-8: no copy
         if msg._queue_id < 0:
             raise MessageIllegalError("queue_id", f"{msg._queue_id} is negative", 0)
 

@@ -1,6 +1,7 @@
 """IndexFile: RocketMQ's index file (header, hash slots, item chains); put and select without the GIL."""
 import os
 from types import TracebackType
+from typing import Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -21,8 +22,16 @@ def index_key_hash(key: str) -> int:
 
 class IndexFile:
     """One index file, mapped; ``select_phy_offsets`` walks a slot's chain."""
-    def reachable_items(self) -> tuple[bytearray, bytearray, int]:
+    @overload
+    def reachable_items(self, *, bound: int = 0,
+                        with_times: Literal[False] = False) -> tuple[bytearray, bytearray, int]:
         """Every item a selectPhyOffset walk can reach, in one pass over the slots: (key hashes, offsets, defects)."""
+    @overload
+    def reachable_items(self, *, bound: int = 0,
+                        with_times: Literal[True]) -> tuple[bytearray, bytearray, int, bytearray]:
+        """The same, then each item's timeDiff (native int32)."""
+    def item(self, index: int) -> tuple[int, int, int, int]:
+        """Item ``index`` as stored: (keyHash, phyOffset, timeDiff, prevIndex)."""
     @property
     def file_name(self) -> str: ...
     @property
@@ -35,7 +44,7 @@ class IndexFile:
     def index_num(self) -> int: ...
     def __init__(self, path: str | os.PathLike[str], hash_slot_num: int = ..., index_num: int = ...,
                  end_phy_offset: int = 0, end_timestamp: int = 0, *, read_only: bool = False,
-                 runway: int = 0) -> None: ...
+                 runway: int = 0, tmp_path: str | None = None) -> None: ...
     @property
     def alloc_error(self) -> int:
         """errno of the last failed runway extension (puts stop: ENOSPC), 0 otherwise."""

@@ -14,12 +14,14 @@ so neither a torn read nor a hostile file can make a walk leave the mapping.
 """
 import os
 
+from rmqcore._mapped_file import fsync_dir
+
 from cpython.object cimport PyObject
 from libc.errno cimport EEXIST, errno
 from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
-from posix.fcntl cimport O_CREAT, O_EXCL, O_RDONLY, O_RDWR, open as c_open
+from posix.fcntl cimport O_CREAT, O_EXCL, O_RDONLY, O_RDWR, O_TRUNC, open as c_open
 from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap, msync, MS_SYNC
 from posix.stat cimport fstat, struct_stat
 from posix.types cimport off_t
@@ -358,7 +360,7 @@ cdef class IndexFile:
         self._holds = 0
 
     def __init__(self, path, int64_t hash_slot_num=DEFAULT_HASH_SLOT_NUM, int64_t index_num=DEFAULT_INDEX_NUM,
-                 int64_t end_phy_offset=0, int64_t end_timestamp=0, *, bint read_only=False, int64_t runway=0):
+                 int64_t end_phy_offset=0, int64_t end_timestamp=0, *, bint read_only=False, int64_t runway=0, str tmp_path=None):
         cdef struct_stat st
         cdef int fd = -1
         cdef int err
@@ -386,9 +388,16 @@ cdef class IndexFile:
         self.index_num = <int32_t>index_num
         self.read_only = read_only
         path_b = os.fsencode(name)
+        # A new file is made and sized under ``tmp_path`` (outside the index directory) and renamed into place once
+        # allocated: a kill mid-creation never leaves a file of the wrong length in the store.
+        made = name
 
         if read_only:
             fd = c_open(path_b, O_RDONLY | O_CLOEXEC)
+        elif tmp_path is not None and not os.path.exists(name):
+            made = tmp_path
+            fd = c_open(os.fsencode(made), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            created = fd >= 0
         else:
             fd = c_open(path_b, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
             if fd >= 0:
@@ -431,11 +440,18 @@ cdef class IndexFile:
                     munmap(p, <size_t>size)
                     raise OSError(err, f"allocate: {os.strerror(err)}", name)
                 self._allocated = min(size, self._allocated + runway)
+            if made is not name:
+                try:
+                    os.rename(made, name)
+                    fsync_dir(os.path.dirname(name) or ".")
+                except BaseException:
+                    munmap(p, <size_t>size)
+                    raise
         except BaseException:
             c_close(fd)
             if created:
                 try:
-                    os.unlink(name)
+                    os.unlink(made)
                 except OSError:
                     pass
             raise
@@ -730,14 +746,20 @@ cdef class IndexFile:
         finally:
             self.release()
 
-    def reachable_items(self):
+    def reachable_items(self, *, int64_t bound=0, bint with_times=False):
         """Every item a selectPhyOffset walk can reach, in one pass over the slots (verify's linear check).
 
         Returns ``(key_hashes, phy_offsets, problems)``: two bytearrays of native int32 / int64 (the keyHash and
         phyOffset of each reachable item whose hash belongs to the slot it hangs from, in item order: commitlog
-        order for a file putKey wrote) and how many defects the walk met: a slot or link past indexCount, an
-        item reached twice (chains that merge or loop), an item hashed to another slot, a negative timeDiff. Each
-        item is visited at most once, so a damaged file costs no more than a sound one.
+        order for a file putKey wrote) and how many defects the walk met: a slot or link past the items written,
+        an item reached twice (chains that merge or loop), an item hashed to another slot, a negative timeDiff.
+        Each item is visited at most once, so a damaged file costs no more than a sound one.
+
+        ``bound`` > 0: the items below it (at most index_num) count as written instead of the header's indexCount.
+        A file another process is writing has slots that already point at items put after its header was read
+        (putKey writes the item, then the slot, then the header), so a reader of a live file passes index_num.
+        ``with_times``: a third bytearray (native int32) of each returned item's timeDiff follows the offsets, for
+        checking the time a select computes (beginTimestamp + timeDiff * 1000) against the record's store time.
         """
         cdef int64_t count, slot, nslots, n = 0, problems = 0
         cdef int32_t head, idx, prev, h
@@ -746,17 +768,20 @@ cdef class IndexFile:
         cdef unsigned char *seen
         cdef int32_t *hp
         cdef int64_t *pp
+        cdef int32_t *tp
         self._hold_or_raise()
         try:
-            count = self._index_count
+            count = self._index_count if bound <= 0 else bound
             if count > self.index_num:
                 count = self.index_num
             if count < 1:
                 count = 1
             hashes = bytearray(count * 4)
             phys = bytearray(count * 8)
+            diffs = bytearray(count * 4 if with_times else 4)
             hp = <int32_t *><char *>hashes
             pp = <int64_t *><char *>phys
+            tp = <int32_t *><char *>diffs
             seen = <unsigned char *>malloc(<size_t>count)
             if seen == NULL:
                 raise MemoryError()
@@ -801,12 +826,31 @@ cdef class IndexFile:
                             item = items + <int64_t>idx * _ITEM
                             hp[n] = <int32_t>rmq_load_be32(item)
                             pp[n] = <int64_t>rmq_load_be64(item + 4)
+                            if with_times:
+                                tp[n] = <int32_t>rmq_load_be32(item + 12)
                             n += 1
             finally:
                 free(seen)
             del hashes[n * 4:]
             del phys[n * 8:]
+            if with_times:
+                del diffs[n * 4:]
+                return hashes, phys, problems, diffs
             return hashes, phys, problems
+        finally:
+            self.release()
+
+    def item(self, int64_t index):
+        """Item ``index`` as stored: (keyHash, phyOffset, timeDiff, prevIndex). IndexError outside [1, index_num)
+        (item 0 is never written)."""
+        cdef const unsigned char *it
+        if index < 1 or index >= self.index_num:
+            raise IndexError(f"item {index} is outside [1, {self.index_num})")
+        self._hold_or_raise()
+        try:
+            it = self.base + _HEADER + <int64_t>self.hash_slot_num * _SLOT + index * _ITEM
+            return (<int32_t>rmq_load_be32(it), <int64_t>rmq_load_be64(it + 4), <int32_t>rmq_load_be32(it + 12),
+                    <int32_t>rmq_load_be32(it + 16))
         finally:
             self.release()
 

@@ -11,7 +11,7 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
 from libc.errno cimport EBADF, ENOSPC, EROFS, errno
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset
-from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR, open as c_open
+from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR, O_TRUNC, open as c_open
 from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close, ftruncate
@@ -58,6 +58,15 @@ def offset_to_file_name(int64_t offset):
     if offset < 0:
         raise ValueError(f"file offset must be >= 0, got {offset}")
     return "%020d" % offset
+
+
+def fsync_dir(str path):
+    """Make a directory's entries (a file renamed into it) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _raise_os(int err, str what, str path):
@@ -111,7 +120,7 @@ cdef class MappedFile:
 
     def __cinit__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
                   bint populate=True, bint sync_writes=False, int64_t pwrite_min=0,
-                  bint copies_expected=True, bint zeros_expected=False, WriteRing ring=None):
+                  bint copies_expected=True, bint zeros_expected=False, WriteRing ring=None, str tmp_path=None):
         self.fd = -1
         self.base = NULL
         self.write_buffer = NULL
@@ -122,7 +131,7 @@ cdef class MappedFile:
 
     def __init__(self, str file_name, int64_t file_size, *, bint read_only=False, pool=None, int64_t runway=0,
                  bint populate=True, bint sync_writes=False, int64_t pwrite_min=0,
-                 bint copies_expected=True, bint zeros_expected=False, WriteRing ring=None):
+                 bint copies_expected=True, bint zeros_expected=False, WriteRing ring=None, str tmp_path=None):
         cdef struct_stat st
         cdef int flags
         cdef int err
@@ -136,11 +145,19 @@ cdef class MappedFile:
         self.file_from_offset = int(base_name)
         self.file_size = file_size
         self.read_only = read_only
-        path_b = os.fsencode(file_name)
-        flags = (O_RDONLY if read_only else (O_RDWR | O_CREAT)) | O_CLOEXEC
+        # A new file is made and sized under ``tmp_path`` (outside every directory RocketMQ lists) and renamed into
+        # place once allocated and mapped: a kill mid-creation never leaves a file of the wrong length, which
+        # RocketMQ's MappedFileQueue.load refuses with the whole store ("length not matched").
+        made = file_name
+        if tmp_path is not None and not read_only and not os.path.exists(file_name):
+            made = tmp_path
+            flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC
+        else:
+            flags = (O_RDONLY if read_only else (O_RDWR | O_CREAT)) | O_CLOEXEC
+        path_b = os.fsencode(made)
         self.fd = c_open(path_b, flags, 0o644)
         if self.fd < 0:
-            _raise_os(errno, "open", file_name)
+            _raise_os(errno, "open", made)
         if fstat(self.fd, &st) != 0:
             err = errno
             self._close_fd()
@@ -167,7 +184,7 @@ cdef class MappedFile:
                 err = errno
             if err != 0:
                 self._close_fd()
-                os.unlink(file_name)
+                os.unlink(made)
                 _raise_os(err, "allocate", file_name)
             self._allocated = 0 if self._runway else file_size
         elif st.st_size != file_size:
@@ -187,8 +204,16 @@ cdef class MappedFile:
                 err = self.extend_c(0, 0)
             if err != 0:
                 self._unmap()
-                os.unlink(file_name)
+                os.unlink(made)
                 _raise_os(err, "allocate", file_name)
+        if made is not file_name:
+            try:
+                os.rename(made, file_name)
+                fsync_dir(os.path.dirname(file_name) or ".")
+            except OSError:
+                self._unmap()
+                os.unlink(made)
+                raise
         if pool is not None:
             buf = pool.borrow_buffer()
             if buf is not None:

@@ -21,3 +21,23 @@ NO_RECORD: int
 def timer_out_times(units: Buffer, files: list[MappedFile], file_size: int, out: npt.NDArray[np.int64]) -> None:
     """The TIMER_OUT_MS of the records of the timer-topic ``units`` into ``out`` (0: none readable, NO_RECORD: no
     record)."""
+
+PROVENANCE_DELAYED: int
+PROVENANCE_TIMED: int
+PROVENANCE_COMMITTED: int
+FACT_PHYS: int
+FACT_SIZE: int
+FACT_BORN_TS: int
+FACT_BODY_CRC: int
+FACT_BODY_LEN: int
+FACT_FLAG: int
+FACT_STORE_TS: int
+FACT_PREPARED: int
+FACT_COLUMNS: int
+
+def scan_provenance(data: Buffer, base_offset: int, start: int, mode: int, out: npt.NDArray[np.int64],
+                    end: int = ...) -> tuple[int, int, int]:
+    """Rows of facts for the records ``mode`` asks for, from ``start``: ``(rows, next position, code)``."""
+
+def record_keys(units: Buffer, files: list[MappedFile], file_size: int, out: npt.NDArray[np.int64]) -> None:
+    """The facts of the records of ``units`` into ``out`` (FACT_SIZE -1: no record)."""

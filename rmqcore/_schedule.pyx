@@ -26,7 +26,7 @@ from rmqcore._c cimport rmq_crc32, rmq_find_byte, rmq_load_be32, rmq_load_be64, 
 from rmqcore._codec cimport (CRC32_RESERVED_LEN, FLAG_BORNHOST_V6, FLAG_STOREHOSTADDRESS_V6, MESSAGE_MAGIC_CODE,
                              cal_msg_length_c, next_pair, now_ms, put_crc_placeholder, put_pair,
                              TRANSACTION_ROLLBACK_TYPE, EncodeBuffer, EncodedRecord, _RecordFinder, RecordView,
-                             find_property)
+                             find_property, parse_record)
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize_ "PyUnicode_AsUTF8AndSize" (object s, Py_ssize_t *size) except NULL
@@ -450,3 +450,114 @@ def time_up_into(EncodeBuffer out not None, const unsigned char[::1] units, Py_s
         finder.release()
     return i, slow_run
 
+
+
+# -- where a record came from: what a restart reads to find the deliveries and commits made after the last persist --
+
+# scan_provenance's modes: which records it reports.
+PROVENANCE_DELAYED = 1      # a delay level's delivery: REAL_TOPIC and REAL_QID kept, not in a system topic that holds
+                            # messages still to be delivered (messageTimeup clears neither)
+PROVENANCE_TIMED = 2        # the timer wheel's delivery: TIMER_OUT_MS kept, not in the timer topic (convertMessage)
+PROVENANCE_COMMITTED = 3    # a transaction commit: the COMMIT type (its preparedTransactionOffset names the half)
+
+# The columns of a provenance row (scan_provenance, record_keys).
+FACT_PHYS = 0
+FACT_SIZE = 1
+FACT_BORN_TS = 2
+FACT_BODY_CRC = 3
+FACT_BODY_LEN = 4
+FACT_FLAG = 5
+FACT_STORE_TS = 6
+FACT_PREPARED = 7
+FACT_COLUMNS = 8
+
+
+cdef inline void _facts(int64_t *row, int64_t phys, const RecordView *rv) noexcept nogil:
+    row[0] = phys
+    row[1] = rv.total_size
+    row[2] = rv.born_timestamp
+    row[3] = <uint32_t>rv.body_crc
+    row[4] = rv.body_len
+    row[5] = <uint32_t>rv.flag
+    row[6] = rv.store_timestamp
+    row[7] = rv.prepared_transaction_offset
+
+
+cdef bint _provenance(const unsigned char *rec, const RecordView *rv, int mode) noexcept nogil:
+    cdef int32_t vp, vl
+    cdef const unsigned char *topic = rec + rv.topic_pos
+    cdef const unsigned char *props = rec + rv.props_pos
+    if mode == 3:
+        return (rv.sys_flag & TRANSACTION_ROLLBACK_TYPE) == 0x8
+    if mode == 2:
+        return (not _is(topic, rv.topic_len, "rmq_sys_wheel_timer", 19)
+                and find_property(props, rv.props_len, "TIMER_OUT_MS", 12, &vp, &vl))
+    if (_is(topic, rv.topic_len, "SCHEDULE_TOPIC_XXXX", 19) or _is(topic, rv.topic_len, "rmq_sys_wheel_timer", 19)
+            or _is(topic, rv.topic_len, "RMQ_SYS_TRANS_HALF_TOPIC", 24)):
+        return False
+    return (find_property(props, rv.props_len, "REAL_TOPIC", 10, &vp, &vl)
+            and find_property(props, rv.props_len, "REAL_QID", 8, &vp, &vl))
+
+
+def scan_provenance(data, int64_t base_offset, Py_ssize_t start, int mode, int64_t[:, ::1] out not None,
+                    Py_ssize_t end=-1):
+    """Walk the records of ``data`` (a commitlog file's readable bytes; byte 0 is global ``base_offset``) from
+    ``start`` and write a row of facts (``FACT_*`` columns) into ``out`` for each record ``mode`` asks for
+    (``PROVENANCE_*``), without a Python object per record. Returns ``(rows, next position, code)``: the walk
+    stops when ``out`` is full, at ``end``, at a blank record (the end of the file's data) or at a record that
+    does not parse (``code``: rmqcore._codec's parse_record result there, 1 when it stopped at a full ``out``)."""
+    cdef const unsigned char[::1] buf = data
+    cdef Py_ssize_t length = buf.shape[0], pos = start
+    cdef Py_ssize_t rows = 0, cap = out.shape[0]
+    cdef const unsigned char *base
+    cdef const unsigned char *rec
+    cdef RecordView rv
+    cdef int code = 1
+    if out.shape[1] < FACT_COLUMNS:
+        raise ValueError(f"out needs {FACT_COLUMNS} columns, has {out.shape[1]}")
+    if end < 0 or end > length:
+        end = length
+    if start < 0 or start > end:
+        raise ValueError(f"start {start} outside [0, {end}]")
+    if length == 0 or cap == 0:
+        return 0, start, code
+    base = &buf[0]
+    with nogil:
+        while rows < cap:
+            rec = base + pos
+            code = parse_record(rec, end - pos, &rv, False)
+            if code != 1:
+                break
+            if _provenance(rec, &rv, mode):
+                _facts(&out[rows, 0], base_offset + pos, &rv)
+                rows += 1
+            pos += rv.total_size
+    return rows, pos, code
+
+
+def record_keys(const unsigned char[::1] units, list files not None, int64_t file_size,
+                int64_t[:, ::1] out not None):
+    """The facts (``FACT_*`` columns) of the records of ``units`` (raw 20-byte consume-queue units) into ``out``,
+    read straight from the commitlog files; a unit without a whole valid record of its size gets FACT_SIZE -1 (as
+    select_messages skips it)."""
+    cdef Py_ssize_t nunits = units.shape[0] // 20, i
+    cdef const unsigned char *u
+    cdef const unsigned char *p
+    cdef RecordView rv
+    cdef _RecordFinder finder
+    if out.shape[0] < nunits or out.shape[1] < FACT_COLUMNS:
+        raise ValueError(f"out must hold {nunits} rows of {FACT_COLUMNS} columns")
+    if nunits == 0:
+        return
+    finder = _RecordFinder(files, file_size)
+    try:
+        for i in range(nunits):
+            u = &units[0] + i * 20
+            p = finder.find(<int64_t>rmq_load_be64(u), <int32_t>rmq_load_be32(u + 8), &rv)
+            if p == NULL:
+                out[i, 0] = <int64_t>rmq_load_be64(u)
+                out[i, 1] = -1
+                continue
+            _facts(&out[i, 0], <int64_t>rmq_load_be64(u), &rv)
+    finally:
+        finder.release()

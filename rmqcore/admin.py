@@ -103,14 +103,19 @@ class StoreReader:
         self.index_service: IndexService | None = None
         self.checkpoint: StoreCheckpoint | None = None
         try:
-            if os.path.isdir(self._p("commitlog")):
-                self.commit_log.load()      # every file mapped whole: a walk can pass a damaged record
-            self._data_end = self._find_data_end()
+            # Queues and index before the commitlog: a store another process writes is appended to first and
+            # dispatched after, so the commitlog read last holds every record the queues and index point at (its
+            # end of data is never behind what they show dispatched).
             self._load_consume_queues()
             if os.path.isdir(self._p("index")):
                 self.index_service = IndexService(self._p("index"), self.config.max_hash_slot_num,
                                                   self.config.max_index_num, read_only=True)
                 self.index_service.load(True)
+            if os.path.isdir(self._p("commitlog")):
+                self.commit_log.load()      # every file mapped whole: a walk can pass a damaged record
+            self._data_end = self._find_data_end()
+            for cq in self.consume_queues.values():
+                cq.correct_min_offset(self.commit_log.min_offset)
             if os.path.exists(self._p("checkpoint")):
                 self.checkpoint = StoreCheckpoint(self._p("checkpoint"), read_only=True)
         except BaseException:
@@ -132,10 +137,9 @@ class StoreReader:
                 if not qid.isdigit():
                     raise StoreLayoutError(f"{os.path.join(tdir, qid)}: queue directories are named by queue id")
                 cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue, read_only=True)
+                self.consume_queues[(topic, int(qid))] = cq      # registered first: close() releases a failed load
                 cq.load()
                 cq.recover()
-                cq.correct_min_offset(self.commit_log.min_offset)
-                self.consume_queues[(topic, int(qid))] = cq
 
     def close(self) -> None:
         for cq in self.consume_queues.values():
@@ -455,9 +459,64 @@ class StoreReader:
         return out
 
     def verify_parts(self) -> dict:
-        """recovery.verify_parts over this reader's files: units against records, keys against the index."""
+        """recovery.verify_parts over this reader's files: units against records, keys against the index. A store
+        open in another process (``locked``) is judged up to what its dispatcher had done when the queues and index
+        were read (``report["judged_to"]``), not past it."""
         from .recovery import verify_parts
-        return verify_parts(self.commit_log, list(self.consume_queues.values()), self.index_service)
+        return verify_parts(self.commit_log, list(self.consume_queues.values()), self.index_service,
+                            index_enabled=self.config.message_index_enable, live=self.locked)
+
+
+def repair(path: str, config: StoreConfig | None = None) -> dict:
+    """Repair a store offline (``rmqcore repair``): recover it as an open does, verify it, rebuild what verify
+    found damaged, verify again.
+
+    The open takes the store's lock (StoreLockedError when another process has it) and runs RocketMQ's recovery:
+    records after the last good one are cut, units and keys missing after it are dispatched again. What recovery
+    does not look at (an index file's header or slots, a unit's tagsCode, a queue's first files, anything before
+    the files it scans) is found by ``MessageStore.verify``: each damaged queue is deleted whole and every index
+    file when any is damaged, and a second open dispatches them again from the commitlog's first record. Records
+    themselves are never rewritten: a bad record recovery did not cut stays reported.
+
+    The store is opened with the file sizes its files have, whatever ``config`` says. Returns what recovery found
+    (``recovery``), what the first verify found (``found``), what was deleted for rebuilding (``rebuilt_queues``,
+    ``rebuilt_index``), the units and keys dispatched again (``rebuilt_units``, ``rebuilt_keys``, both opens) and the
+    final verify's report (``verify``; ``ok``)."""
+    import shutil
+
+    from .store import MessageStore
+    path = check_store_path(path)
+    configured = config or StoreConfig()
+    cfg = read_geometry(path, configured).apply(configured)
+    crashed = os.path.exists(os.path.join(path, "abort"))
+    with MessageStore.open(path, cfg, create=False) as store:
+        info = store.runtime_info()
+        found = store.verify()
+    index_damaged = bool(found["index_missing"] or found["index_errors"] or found["index_problems"])
+    queues = [tuple(q) for q in found["damaged_queues"]]
+    rec = dict(info["recovery"])
+    rebuilt_units, rebuilt_keys = rec.get("rebuilt_units", 0), rec.get("rebuilt_keys", 0)
+    final = found
+    if index_damaged or queues:
+        for topic, qid in queues:
+            qdir = os.path.join(path, "consumequeue", topic, str(qid))
+            if os.path.isdir(qdir):
+                shutil.rmtree(qdir)
+        if index_damaged:
+            idir = os.path.join(path, "index")
+            for name in os.listdir(idir) if os.path.isdir(idir) else []:
+                os.unlink(os.path.join(idir, name))
+        store = MessageStore(path, cfg, create=False)
+        store._rebuild_from = 0
+        store.start()
+        with store:
+            again = store.runtime_info()["recovery"]
+            final = store.verify()
+        rebuilt_units += again.get("rebuilt_units", 0)
+        rebuilt_keys += again.get("rebuilt_keys", 0)
+    return {"store": path, "crashed": crashed, "recovery": rec, "commitlog_max_offset": info["commitlog_max_offset"],
+            "found": found, "rebuilt_queues": queues, "rebuilt_index": index_damaged, "rebuilt_units": rebuilt_units,
+            "rebuilt_keys": rebuilt_keys, "verify": final, "ok": final["ok"]}
 
 
 def _find(raw: memoryview, needle: bytes, start: int) -> int:

@@ -1,7 +1,9 @@
 """rmqcore: the admin command line for RocketMQ store directories (also python -m rmqcore).
 
-Commands: demo, inspect, verify, get, query, dump, repair, stats, export. Every command but demo and repair only
-reads (files mapped read-only, no lock taken). Human output by default, --json for scripts.
+Commands: demo, inspect, verify, get, query, dump, repair, stats, export, topic, group, dlq; serve
+(rmqcore/server/cli.py). Every command but demo, repair, serve and the admin commands (topic, group, dlq) only
+reads (files mapped read-only, no lock taken). The admin commands work on a store no server holds (STORE) or on a
+running server (--server URL, through its console's JSON API) alike. Human output by default, --json for scripts.
 
 Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found);
 2 a usage error or a path/argument the command cannot work with (message on stderr, one line).
@@ -415,6 +417,8 @@ def inspect_cmd(args: argparse.Namespace) -> int:
 # -- verify ----------------------------------------------------------------------------------------------------------
 
 def verify_cmd(args: argparse.Namespace) -> int:
+    if args.limit < 0:
+        raise CliError(f"--limit must be >= 0, got {args.limit}")
     out = sys.stdout
     with _reader(args) as r:
         total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
@@ -424,9 +428,13 @@ def verify_cmd(args: argparse.Namespace) -> int:
         finally:
             bar.close()
         bad = [b.as_dict() for s in segments for b in s.bad]
-        report: dict[str, Any] = {"store": r.path, "commitlog_files": len(segments),
+        report: dict[str, Any] = {"store": r.path, "live": r.locked, "judged_to": None, "commitlog_files": len(segments),
                                   "records": sum(s.records for s in segments),
                                   "bytes": sum(s.bytes for s in segments), "commitlog_errors": bad}
+        if r.locked:
+            # Another process writes: records appended after the reader looked are not judged (the newest may be
+            # half written); with the queues and index checked, neither are those dispatch had not reached.
+            report["judged_to"] = r.max_offset
         if not args.commitlog_only:
             if not (args.json or args.quiet) and sys.stderr.isatty():
                 sys.stderr.write("verify consume queues and index ...\r")
@@ -435,14 +443,27 @@ def verify_cmd(args: argparse.Namespace) -> int:
             if not (args.json or args.quiet) and sys.stderr.isatty():
                 sys.stderr.write(" " * 40 + "\r")
             report.update(cq_units=parts["cq_units"], cq_errors=parts["cq_errors"], keys=parts["keys"],
-                          index_missing=[list(x) for x in parts["index_missing"]])
+                          index_missing=[m._asdict() for m in parts["index_missing"]],
+                          index_errors=parts["index_errors"], index_problems=parts["index_problems"],
+                          damaged_queues=[list(q) for q in parts["damaged_queues"]])
+            if parts["judged_to"] is not None:
+                report["judged_to"] = parts["judged_to"]
+                report["not_judged"] = parts["not_judged"]
             # verify_parts walks the commitlog too; its findings there are the segment walk's (which also knows
             # that preallocated empty files after the data need no end-of-file blank), so they are not repeated.
-        report["ok"] = not (report["commitlog_errors"] or report.get("cq_errors") or report.get("index_missing"))
+        if report["judged_to"] is not None:
+            report["commitlog_errors"] = [b for b in bad if b["offset"] < report["judged_to"]]
+        report["ok"] = not (report["commitlog_errors"] or report.get("cq_errors") or report.get("index_missing")
+                            or report.get("index_errors"))
     if args.json:
         _emit_json(report, out)
     else:
         print(f"{'OK' if report['ok'] else 'FAILED'}: {report['store']}", file=out)
+        if report["live"]:
+            print(f"  live store (open in another process): judged up to commitlog offset {report['judged_to']:,}, "
+                  "what was written and dispatched when verify looked"
+                  + (f"; {report['not_judged']:,} newer record(s) not judged" if report.get("not_judged") else ""),
+                  file=out)
         print(f"  commitlog  {report['records']:,} records, {_fmt_bytes(report['bytes'])} in "
               f"{report['commitlog_files']} file(s), {len(report['commitlog_errors'])} bad", file=out)
         for b in report["commitlog_errors"][:args.limit]:
@@ -451,9 +472,12 @@ def verify_cmd(args: argparse.Namespace) -> int:
             print(f"  consume queues {report['cq_units']:,} units, {len(report['cq_errors'])} wrong", file=out)
             for e in report["cq_errors"][:args.limit]:
                 print(f"    {e}", file=out)
-            print(f"  index      {report['keys']:,} keys, {len(report['index_missing'])} not findable", file=out)
-            for t, k, off in report["index_missing"][:args.limit]:
-                print(f"    {t}#{k} (record at {off})", file=out)
+            print(f"  index      {report['keys']:,} keys, {len(report['index_missing'])} not findable, "
+                  f"{len(report['index_errors'])} header error(s)", file=out)
+            for e in report["index_errors"][:args.limit]:
+                print(f"    {e}", file=out)
+            for m in report["index_missing"][:args.limit]:
+                print(f"    {m['topic']}#{m['key']} (record at {m['record_offset']})", file=out)
     return EXIT_OK if report["ok"] else EXIT_PROBLEM
 
 
@@ -541,28 +565,73 @@ def dump_cmd(args: argparse.Namespace) -> int:
 
 # -- repair ----------------------------------------------------------------------------------------------------------
 
+def _damage_summary(v: dict) -> str:
+    parts = []
+    if v["commitlog_errors"]:
+        parts.append(f"{len(v['commitlog_errors'])} bad record(s)")
+    if v["cq_errors"]:
+        parts.append(f"{v.get('cq_error_count', len(v['cq_errors'])):,} consume-queue error(s) in "
+                     f"{len(v['damaged_queues'])} queue(s)")
+    if v["index_errors"]:
+        parts.append(f"{v['index_error_count']} index header error(s)")
+    if v["index_missing"]:
+        parts.append(f"{v.get('index_missing_count', len(v['index_missing'])):,} key(s) not findable")
+    return ", ".join(parts) or "nothing wrong"
+
+
 def repair_cmd(args: argparse.Namespace) -> int:
     from .admin import check_store_path
-    from .store import MessageStore
     path = check_store_path(args.store)
     crashed = os.path.exists(os.path.join(path, "abort"))
-    with MessageStore.open(path, create=False) as store:
-        info = store.runtime_info()
-    rec = info["recovery"]
-    report = {"store": path, "crashed": crashed, "records_scanned": rec.get("records", 0),
+    if args.dry_run:
+        from .recovery import plan_recovery
+        plan = plan_recovery(path)
+        if args.json:
+            _emit_json(plan, sys.stdout)
+        else:
+            print(f"dry run, nothing changed: {path} ({'crashed' if crashed else 'closed cleanly'})")
+            print(f"  scanned {plan['records_scanned']:,} records from offset {plan['scan_from']:,}; valid data ends "
+                  f"at {plan['data_ends_at']:,} ({plan['stop']})")
+            if plan["would_cut_bytes"]:
+                aside = "copied aside into rmqcore-cut/ first" if plan["would_keep_aside"] else "a torn tail"
+                print(f"  an open would cut {plan['would_cut_bytes']:,} bytes ({aside})"
+                      + (f" and remove {', '.join(plan['files_removed'])}" if plan["files_removed"] else ""))
+            else:
+                print("  an open would cut nothing")
+        return EXIT_OK
+    from .admin import repair
+    r = repair(args.store)
+    rec = r["recovery"]
+    report = {"store": r["store"], "crashed": r["crashed"], "records_scanned": rec.get("records", 0),
               "scan_from": rec.get("scan_from", 0), "truncated_bytes": rec.get("truncated_bytes", 0),
-              "stop": rec.get("stop", "end of data"), "rebuilt_units": rec.get("rebuilt_units", 0),
-              "rebuilt_keys": rec.get("rebuilt_keys", 0), "commitlog_max_offset": info["commitlog_max_offset"],
-              "geometry_adopted": info.get("geometry_adopted", {}), "seconds": rec.get("seconds")}
+              "stop": rec.get("stop", "end of data"), "rebuilt_units": r["rebuilt_units"],
+              "rebuilt_keys": r["rebuilt_keys"], "commitlog_max_offset": r["commitlog_max_offset"],
+              "found": _damage_summary(r["found"]), "rebuilt_queues": [f"{t}/{q}" for t, q in r["rebuilt_queues"]],
+              "rebuilt_index": r["rebuilt_index"], "ok": r["ok"], "remaining": _damage_summary(r["verify"]),
+              "cut_kept_in": rec.get("cut_kept_in"), "undispatchable": rec.get("undispatchable", 0),
+              "seconds": rec.get("seconds")}
     if args.json:
         _emit_json(report, sys.stdout)
     else:
-        print(f"{'recovered after a crash' if crashed else 'was closed cleanly; checked'}: {path}")
+        print(f"{'recovered after a crash' if report['crashed'] else 'was closed cleanly; checked'}: {report['store']}")
         print(f"  scanned {report['records_scanned']:,} records from offset {report['scan_from']:,}; data ends at "
               f"{report['commitlog_max_offset']:,}")
         print(f"  cut {report['truncated_bytes']:,} bytes after the last good record ({report['stop']})")
+        if report["cut_kept_in"]:
+            print(f"  the cut bytes are kept in {report['cut_kept_in']} (report.json says how to undo the cut)")
+        if report["undispatchable"]:
+            print(f"  {report['undispatchable']:,} records kept but not dispatched (their topic or queue id names no "
+                  "directory)")
+        print(f"  verify found: {report['found']}")
+        if report["rebuilt_queues"] or report["rebuilt_index"]:
+            what = report["rebuilt_queues"][:10] + (["..."] if len(report["rebuilt_queues"]) > 10 else [])
+            print("  rebuilt from the commitlog: " + ", ".join(
+                (["queue(s) " + " ".join(what)] if what else []) + (["every index file"] if report["rebuilt_index"]
+                                                                    else [])))
         print(f"  rebuilt {report['rebuilt_units']:,} consume-queue units and {report['rebuilt_keys']:,} index keys")
-    return EXIT_OK
+        print(f"  {'OK' if report['ok'] else 'FAILED'} after repair" + ("" if report["ok"] else
+                                                                         f": {report['remaining']} remain"))
+    return EXIT_OK if report["ok"] else EXIT_PROBLEM
 
 
 # -- stats / export --------------------------------------------------------------------------------------------------
@@ -676,6 +745,198 @@ def export_cmd(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- topic / group / dlq: admin of the broker's topics, groups and dead letters --------------------------------------
+# On a store no server holds (STORE: the broker is opened here, its lock taken) or on a running server (--server URL:
+# its console's JSON API); both answer with the same views (mqadmin.topic_view / group_view).
+
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+
+
+def _admin_broker(args: argparse.Namespace, create: bool = False):
+    """A Broker over STORE for one admin change: the store's lock is taken (a running server holds it: the command
+    fails with one line), the schedule and timer services stay off (an admin command delivers nothing), and
+    --config's broker.conf gives the broker's name and switches, so the system topics written are the server's."""
+    from .admin import check_store_path
+    from .broker import Broker, BrokerConfig
+    from .config import StoreConfig
+    path = os.path.abspath(args.store) if create else check_store_path(args.store)
+    broker_config, store_config = BrokerConfig(), StoreConfig()
+    if args.config:
+        from .broker.broker_conf import load_broker_conf
+        broker_config, store_config, unknown = load_broker_conf(args.config)
+        if unknown:
+            print(f"rmqcore {args.cmd}: warning: {args.config}: keys rmqcore does not use: {', '.join(unknown)}",
+                  file=sys.stderr)
+    store_config = store_config.replace(schedule_message_service_enable=False, timer_wheel_enable=False)
+    return Broker.open(path, broker_config, store_config=store_config)
+
+
+def _admin_target(args: argparse.Namespace):
+    """None for STORE, else the RemoteAdmin of --server; refuses both or neither."""
+    from .mqadmin import AdminError, RemoteAdmin
+    if args.server and args.store:
+        raise AdminError("give STORE or --server URL, not both")
+    if not args.server and not args.store:
+        raise AdminError("give STORE (a store no server holds) or --server URL (a running server's console)")
+    if args.server and getattr(args, "config", None):
+        raise AdminError("--config is for STORE: a running server has its own broker.conf")
+    return RemoteAdmin(args.server, args.user) if args.server else None
+
+
+def _all_pages(fetch) -> list:
+    items, offset = [], 0
+    while True:
+        page = fetch(offset)
+        items += page["items"]
+        offset += len(page["items"])
+        if not page["items"] or offset >= page["total"]:
+            return items
+
+
+def _not_found(e) -> bool:
+    return str(e).startswith("404:")
+
+
+def _console_view(args: argparse.Namespace, op) -> int:
+    """show / reset-offset / dlq resend: what the console computes, over STORE or through --server, as JSON."""
+    from .mqadmin import local_admin, run_admin
+    remote = _admin_target(args)
+    if remote is not None:
+        _emit_json(op(remote), sys.stdout)
+    else:
+        with local_admin(args.store) as admin:
+            _emit_json(run_admin(lambda: op(admin)), sys.stdout)
+    return EXIT_OK
+
+
+def topic_cmd(args: argparse.Namespace) -> int:
+    from .mqadmin import AdminError, topic_view
+    action = args.topic_cmd
+    if action == "show":
+        return _console_view(args, lambda a: a.topic(args.name))
+    if action == "create":
+        from .broker.topic_validator import validate_topic
+        validate_topic(args.name)         # before the store is opened (or made): a typo creates nothing
+    remote = _admin_target(args)
+    if remote is not None:
+        if action == "create":
+            body = {"topic": args.name, "queue_nums": args.queues}
+            if args.type:
+                body["message_type"] = args.type
+            r = remote.update_topic(body)
+            view, existed = r["topic"]["config"], not r["created"]
+        elif action == "delete":
+            try:
+                remote.delete_topic(args.name)
+            except AdminError as e:
+                if not _not_found(e):
+                    raise
+                print(f"rmqcore topic: no topic {args.name} on {args.server}", file=sys.stderr)
+                return EXIT_PROBLEM
+        else:
+            rows = [i["config"] for i in _all_pages(lambda o: remote.topics("", o, 200, args.all))]
+    else:
+        with _admin_broker(args, create=action == "create") as broker:
+            if action == "create":
+                existed = args.name in broker.topics()
+                view = topic_view(broker.create_topic(args.name, args.queues, message_type=args.type), False)
+            elif action == "delete":
+                if args.name not in broker.topics():
+                    print(f"rmqcore topic: no topic {args.name} in {broker.path}", file=sys.stderr)
+                    return EXIT_PROBLEM
+                broker.delete_topic(args.name)
+            else:
+                system = broker.topic_config_manager.system_topics
+                rows = [topic_view(tc, name in system) for name, tc in sorted(broker.topics().items())
+                        if args.all or name not in system]
+    if action == "create":
+        if args.json:
+            _emit_json(view, sys.stdout)
+        else:
+            print(f"{'updated' if existed else 'created'} topic {view['name']}: {view['write_queue_nums']} queues, "
+                  f"type {view['message_type']}")
+    elif action == "delete":
+        if args.json:
+            _emit_json({"deleted": args.name}, sys.stdout)
+        else:
+            print(f"deleted topic {args.name} (its messages stay in the store until cleaned)")
+    elif args.json:
+        _emit_json(rows, sys.stdout)
+    else:
+        table([(r["name"], r["message_type"], r["read_queue_nums"], r["write_queue_nums"], r["perm_string"],
+                "yes" if r["order"] else "-") for r in rows],
+              ("topic", "type", "read", "write", "perm", "order"), sys.stdout)
+    return EXIT_OK
+
+
+def group_cmd(args: argparse.Namespace) -> int:
+    from .mqadmin import AdminError, group_view
+    action = args.group_cmd
+    if action == "show":
+        return _console_view(args, lambda a: a.group(args.name))
+    if action == "reset-offset":
+        return _console_view(args, lambda a: a.reset_offset(args.name, {"timestamp": args.time, "topic": args.topic}))
+    if action == "create":
+        from .broker.topic_validator import validate_group
+        validate_group(args.name)
+    remote = _admin_target(args)
+    if remote is not None:
+        if action == "create":
+            body = {"group": args.name, "fifo": args.fifo}
+            if args.max_delivery_attempts is not None:
+                body["max_delivery_attempts"] = args.max_delivery_attempts
+            r = remote.update_group(body)
+            view, existed = r["group"]["config"], not r["created"]
+        elif action == "delete":
+            try:
+                remote.delete_group(args.name)
+            except AdminError as e:
+                if not _not_found(e):
+                    raise
+                print(f"rmqcore group: no group {args.name} on {args.server}", file=sys.stderr)
+                return EXIT_PROBLEM
+        else:
+            rows = [i["config"] for i in _all_pages(lambda o: remote.groups("", o, 200, args.all))]
+    else:
+        with _admin_broker(args, create=action == "create") as broker:
+            if action == "create":
+                existed = args.name in broker.groups()
+                view = group_view(broker.create_group(args.name, fifo=args.fifo,
+                                                      max_delivery_attempts=args.max_delivery_attempts), False)
+            elif action == "delete":
+                if args.name not in broker.groups():
+                    print(f"rmqcore group: no group {args.name} in {broker.path}", file=sys.stderr)
+                    return EXIT_PROBLEM
+                broker.delete_group(args.name)
+            else:
+                from .broker import SubscriptionGroupManager
+                system = set(SubscriptionGroupManager(broker.path, broker.config).subscription_group_table)
+                rows = [group_view(g, name in system) for name, g in sorted(broker.groups().items())
+                        if args.all or name not in system]
+    if action == "create":
+        if args.json:
+            _emit_json(view, sys.stdout)
+        else:
+            print(f"{'updated' if existed else 'created'} group {view['name']}: "
+                  f"{'FIFO' if view['fifo'] else 'concurrent'}, max delivery attempts {view['max_delivery_attempts']}")
+    elif action == "delete":
+        if args.json:
+            _emit_json({"deleted": args.name}, sys.stdout)
+        else:
+            print(f"deleted group {args.name} and its offsets")
+    elif args.json:
+        _emit_json(rows, sys.stdout)
+    else:
+        table([(r["name"], "FIFO" if r["fifo"] else "-", r["max_delivery_attempts"], r["retry_queue_nums"],
+                "yes" if r["consume_enable"] else "no") for r in rows],
+              ("group", "fifo", "max attempts", "retry queues", "consume"), sys.stdout)
+    return EXIT_OK
+
+
+def dlq_cmd(args: argparse.Namespace) -> int:
+    return _console_view(args, lambda a: a.resend_dlq(args.offset))
+
+
 # -- parser ----------------------------------------------------------------------------------------------------------
 
 def _store_arg(p: argparse.ArgumentParser) -> None:
@@ -698,6 +959,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     p.add_argument("--version", action="version", version=f"rmqcore {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    from .server.cli import add_parser as _add_serve_parser
+    _add_serve_parser(sub)
 
     d = sub.add_parser("demo", help="put and read back messages on a temporary store, print throughput",
                        description="Create a store (temporary unless --path), put messages with put_batch and put, "
@@ -729,14 +993,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="check every record, consume-queue unit and index key; exit 1 if any is bad",
                        description="Walk every commitlog record (structure and CRC) with a progress bar, then check "
-                                   "every consume-queue unit against its record and every key against the index. "
-                                   "Exit status 0 when all is sound, 1 when anything is wrong.")
+                                   "every consume-queue unit against its record (offset, size, tagsCode), every "
+                                   "consumable record for its unit, every index file's header against its items and "
+                                   "every key against the index at its record's time. A store open in another "
+                                   "process is judged up to what its dispatcher had done when verify looked (the "
+                                   "output says where). Exit status 0 when all is sound, 1 when anything is wrong.")
     _store_arg(v)
     _json_arg(v, "the whole report")
     v.add_argument("--no-crc", action="store_true", help="check structure only, not body CRCs")
     v.add_argument("--commitlog-only", action="store_true", help="skip the consume-queue and index checks")
     v.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    v.add_argument("--limit", type=int, default=20, help="errors listed per part (default 20)")
+    v.add_argument("--limit", type=int, default=20, help="errors listed per part (default 20; 0 lists none)")
     v.set_defaults(func=verify_cmd)
 
     g = sub.add_parser("get", help="messages by topic/queue/offset, by commitlog offset or by message id",
@@ -780,11 +1047,17 @@ def build_parser() -> argparse.ArgumentParser:
     _body_arg(du)
     du.set_defaults(func=dump_cmd)
 
-    rp = sub.add_parser("repair", help="recover a crashed store offline and report what was cut and rebuilt",
-                        description="Open the store (taking its lock: it must not be open elsewhere), run "
-                                    "RocketMQ's recovery (cut everything after the last good record, rebuild "
-                                    "consume-queue units and index keys), close it cleanly, report.")
+    rp = sub.add_parser("repair", help="recover a store offline, rebuild what verify finds damaged, report",
+                        description="Open the store with its own file sizes (taking its lock: it must not be open "
+                                    "elsewhere), run RocketMQ's recovery (cut everything after the last good record, "
+                                    "rebuild consume-queue units and index keys), verify it, rebuild from the "
+                                    "commitlog each consume queue and (when any is damaged) every index file verify "
+                                    "reports, verify again, close it cleanly, report. Exit status 1 when damage "
+                                    "remains (a bad record is never rewritten).")
     _store_arg(rp)
+    rp.add_argument("--dry-run", action="store_true",
+                    help="say what an open would cut (and whether it would copy it aside first) without changing "
+                         "a byte")
     _json_arg(rp, "the report")
     rp.set_defaults(func=repair_cmd)
 
@@ -808,12 +1081,86 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--force", action="store_true", help="overwrite OUT")
     _body_arg(ex)
     ex.set_defaults(func=export_cmd)
+
+    def admin_args(q: argparse.ArgumentParser, what: str, config: bool = True) -> None:
+        q.add_argument("store", nargs="?", help="store directory no server holds (or --server URL instead)")
+        q.add_argument("--server", metavar="URL", help="a running server's console instead of STORE, e.g. "
+                                                       "http://127.0.0.1:8080 (rmqcore serve --http)")
+        q.add_argument("--user", metavar="AK:SK", help="with --server: HTTP Basic account (accessKey:secretKey)")
+        if config:
+            q.add_argument("--config", metavar="FILE", help="with STORE: a RocketMQ broker.conf (brokerName, "
+                                                            "autoCreateTopicEnable, ...) the server runs with")
+        _json_arg(q, what)
+
+    where = ("STORE (a store no server holds: its lock is taken) or --server URL (a running server, through its "
+             "console's JSON API); the same options and answers either way.")
+    tp = sub.add_parser("topic", help="create, list, show or delete topics (STORE or --server URL)",
+                        description="Admin of the broker's topics (config/topics.json), on " + where)
+    tsub = tp.add_subparsers(dest="topic_cmd", required=True, metavar="{create,list,show,delete}",
+                             help="create or update, list, show, delete")
+    tc = tsub.add_parser("create", help="create or update a topic",
+                         description="Create (or update) NAME with --queues read and write queues. --type is 5.x's "
+                                     "TopicMessageType, kept as the topic's message.type attribute.")
+    admin_args(tc, "the topic")
+    tc.add_argument("name", help="topic name (^[%%|a-zA-Z0-9_-]+$, at most 127 characters)")
+    tc.add_argument("--queues", type=int, default=4, help="read and write queues (default 4)")
+    tc.add_argument("--type", choices=MESSAGE_TYPES, help="message type (default: none written, read as NORMAL)")
+    tl = tsub.add_parser("list", help="list topics (system topics with --all)")
+    admin_args(tl, "the topics")
+    tl.add_argument("--all", action="store_true", help="include the broker's system topics")
+    ts = tsub.add_parser("show", help="a topic's queues, offsets and the groups consuming it (JSON)")
+    admin_args(ts, "the topic", config=False)
+    ts.add_argument("name", help="topic name")
+    td = tsub.add_parser("delete", help="delete a topic's config and every group's offsets in it; exit 1 if none")
+    admin_args(td, "the result")
+    td.add_argument("name", help="topic name")
+    tp.set_defaults(func=topic_cmd)
+
+    gp = sub.add_parser("group", help="create, list, show, delete consumer groups, reset their offsets",
+                        description="Admin of the broker's subscription groups (config/subscriptionGroup.json, as "
+                                    "a 5.x broker writes them), on " + where)
+    gsub = gp.add_subparsers(dest="group_cmd", required=True, metavar="{create,list,show,delete,reset-offset}",
+                             help="create or update, list, show, delete, reset-offset")
+    gc = gsub.add_parser("create", help="create or update a group",
+                         description="Create (or update) group NAME. --fifo sets consumeMessageOrderly (FIFO "
+                                     "consumption for 5.x clients); --max-delivery-attempts N sets retryMaxTimes to "
+                                     "N - 1, as the 5.x proxy gives clients retryMaxTimes + 1 attempts.")
+    admin_args(gc, "the group")
+    gc.add_argument("name", help="group name (^[%%|a-zA-Z0-9_-]+$, at most 255 characters)")
+    gc.add_argument("--fifo", action="store_true", help="consume in order (consumeMessageOrderly)")
+    gc.add_argument("--max-delivery-attempts", type=int, metavar="N",
+                    help="deliveries before the DLQ (default 17: retryMaxTimes 16)")
+    gl = gsub.add_parser("list", help="list groups (system groups with --all)")
+    admin_args(gl, "the groups")
+    gl.add_argument("--all", action="store_true", help="include the broker's system groups")
+    gs = gsub.add_parser("show", help="a group's lag and in-flight per queue, retry and DLQ counts, clients (JSON)")
+    admin_args(gs, "the group", config=False)
+    gs.add_argument("name", help="group name")
+    gd = gsub.add_parser("delete", help="delete a group's config and its offsets; exit 1 if none")
+    admin_args(gd, "the result")
+    gd.add_argument("name", help="group name")
+    gr = gsub.add_parser("reset-offset", help="move the group's queues to the first message stored at or after a "
+                                              "time (RocketMQ's resetOffsetByTime)")
+    admin_args(gr, "the result", config=False)
+    gr.add_argument("name", help="group name")
+    gr.add_argument("--time", required=True, help="milliseconds since the epoch or ISO 8601 (UTC without zone)")
+    gr.add_argument("--topic", help="only this topic (default: every topic the group has offsets in)")
+    gp.set_defaults(func=group_cmd)
+
+    dq = sub.add_parser("dlq", help="resend a dead letter to its group (STORE or --server URL)",
+                        description="Store a %%DLQ%% message again in its group's retry topic, on " + where)
+    dsub = dq.add_subparsers(dest="dlq_cmd", required=True, metavar="{resend}", help="resend")
+    dr = dsub.add_parser("resend", help="resend the dead letter at a commitlog offset")
+    admin_args(dr, "the result", config=False)
+    dr.add_argument("offset", type=int, help="the dead letter's commitlog offset")
+    dq.set_defaults(func=dlq_cmd)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: sys.argv[1:]); returns the exit status."""
     from .errors import RmqStoreError
+    from .mqadmin import AdminError
     import logging
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -825,7 +1172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `rmqcore dump ... | head`: the reader went away; exit quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except (CliError, RmqStoreError, OSError, ValueError) as e:
+    except (CliError, AdminError, RmqStoreError, OSError, ValueError) as e:
         print(f"rmqcore {args.cmd}: error: {e}", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"rmqcore {args.cmd}: interrupted", file=sys.stderr)

@@ -6,9 +6,11 @@ when the record does not fit, the rest of the file becomes a blank record and th
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -17,7 +19,7 @@ from ._codec import (AppendMessageCallback, CommitLogWriter, EncodeBuffer, Messa
 from ._mapped_file import WriteRing
 from .config import StoreConfig
 from .errors import CorruptRecordError, StoreClosedError
-from .mapped_file_queue import MappedFileQueue
+from .mapped_file_queue import TMP_DIR, MappedFileQueue
 from .status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,52 @@ PWRITE_MIN = 4096
 # SYNC_FLUSH: appends wait in a ring of this many bytes until the flush that covers them commits them with pwrite
 # (rmq_ring.h says why); an append of more than a quarter of it goes into the file directly.
 WRITE_RING_SIZE = 16 * 1024 * 1024
+
+# Where recovery keeps what it cuts beyond a torn tail, inside the store root: a folder RocketMQ's store ignores.
+CUT_DIR = "rmqcore-cut"
+
+
+def keep_cut(store_root: str, offset: int, extents, reason: str, clean: bool) -> str:
+    """Copy the bytes a recovery cut at commitlog ``offset`` removes (``extents``: CommitLog.cut_extents) into
+    ``store_root/rmqcore-cut/<offset>-<time>/``, one ``<commitlog file name>.part`` per file with ``report.json``
+    saying where each part came from and why it was cut, synced to disk before the caller truncates: a wrong cut
+    can always be undone by writing the parts back (``dd``, or Python) at their ``file_offset``. Returns the
+    folder."""
+    folder = os.path.join(store_root, CUT_DIR, f"{offset:020d}-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}")
+    n = 0
+    while os.path.exists(folder if n == 0 else f"{folder}.{n}"):
+        n += 1
+    folder = folder if n == 0 else f"{folder}.{n}"
+    os.makedirs(folder)
+    parts = []
+    for mf, start, length in extents:
+        name = os.path.basename(mf.file_name)
+        view = mf.view()
+        try:
+            with open(os.path.join(folder, name + ".part"), "wb") as f:
+                f.write(view[start:start + length])
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            view.release()
+        parts.append({"file": f"commitlog/{name}", "part": name + ".part", "file_offset": start,
+                      "commitlog_offset": mf.file_from_offset + start, "length": length})
+    report = {"cut_from_commitlog_offset": offset, "reason": reason,
+              "shutdown": "clean" if clean else "crash (abort file present)",
+              "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "bytes": sum(p["length"] for p in parts), "parts": parts,
+              "undo": "write each part back into its file at file_offset, with the store closed, then open it"}
+    with open(os.path.join(folder, "report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    for d in (folder, os.path.dirname(folder)):
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return folder
 
 
 class CommitLog:
@@ -48,7 +96,8 @@ class CommitLog:
             warm=self.config.warm_mapped_file_enable, warm_flush=self.config.sync_flush, pool=pool,
             read_only=read_only, runway=self.config.mapped_file_runway_commit_log,
             sync_writes=sync_writes, pwrite_min=PWRITE_MIN,
-            ring=WriteRing(WRITE_RING_SIZE) if self.config.sync_flush and not read_only and pool is None else None)
+            ring=WriteRing(WRITE_RING_SIZE) if self.config.sync_flush and not read_only and pool is None else None,
+            tmp_dir=None if read_only else os.path.join(os.path.dirname(os.path.abspath(store_path)), TMP_DIR))
         self.put_lock = threading.Lock()
         self._closed = False
         file_size = self.config.mapped_file_size_commit_log
@@ -74,13 +123,11 @@ class CommitLog:
     def load(self) -> None:
         self.mapped_file_queue.load()
 
-    def recover(self, check_crc: bool = True, from_file_index: int | None = None, clean: bool = True) -> int:
-        """Find the end of valid data scanning from the third-last file (or ``from_file_index``), then cut every
-        byte after it. Returns the recovered max offset. Corruption stops the scan there, as RocketMQ does."""
+    def find_recovery_end(self, check_crc: bool = True, from_file_index: int | None = None) -> tuple[int, int, str]:
+        """(offset where valid data ends, records scanned, why the scan stopped) from the third-last file (or
+        ``from_file_index``), changing nothing: what ``recover`` would keep. Corruption stops the scan there, as
+        RocketMQ's does."""
         files = self.mapped_file_queue.mapped_files
-        if not files:
-            self.last_recovery = {"records": 0, "process_offset": 0, "truncated_bytes": 0}
-            return 0
         index = max(0, len(files) - 3) if from_file_index is None else from_file_index
         process_offset = files[index].file_from_offset
         records = 0
@@ -96,25 +143,42 @@ class CommitLog:
             if code == RESULT_BLANK:
                 continue
             if code != RESULT_END:
-                err = record_error(code, mf.file_from_offset + pos, mf.file_name)
-                stop_reason = str(err)
-                log.warning("commitlog recovery stops at %s", err)
+                stop_reason = str(record_error(code, mf.file_from_offset + pos, mf.file_name))
             break
-        truncated = self._data_after(process_offset, files) if stop_reason != "end of data" or not clean else 0
+        return process_offset, records, stop_reason
+
+    def recover(self, check_crc: bool = True, from_file_index: int | None = None, clean: bool = True) -> int:
+        """Find the end of valid data (``find_recovery_end``), then cut every byte after it. Returns the recovered
+        max offset. Bytes cut beyond a torn tail are first copied aside (``keep_cut``)."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            self.last_recovery = {"records": 0, "process_offset": 0, "truncated_bytes": 0}
+            return 0
+        process_offset, records, stop_reason = self.find_recovery_end(check_crc, from_file_index)
+        if stop_reason != "end of data":
+            log.warning("commitlog recovery stops at %s", stop_reason)
+        extents = self.cut_extents(process_offset) if stop_reason != "end of data" or not clean else []
+        truncated = sum(n for _, _, n in extents)
+        kept = None
+        if truncated and not self.read_only and (clean or not self.is_torn_tail(process_offset, extents)):
+            kept = keep_cut(os.path.dirname(os.path.abspath(self.store_path)), process_offset, extents,
+                            stop_reason, clean)
+            log.warning("commitlog recovery cut %d bytes from offset %d (%s); they are kept in %s", truncated,
+                        process_offset, stop_reason, kept)
         self.mapped_file_queue.truncate_dirty_files(process_offset)
         self.mapped_file_queue.set_flushed_where(process_offset)
         self.writer.reset()
         self.last_recovery = {"records": records, "process_offset": process_offset,
-                              "truncated_bytes": truncated, "stop": stop_reason}
+                              "truncated_bytes": truncated, "stop": stop_reason, "cut_kept_in": kept}
         return process_offset
 
-    @staticmethod
-    def _data_after(offset: int, files) -> int:
-        """How many bytes after ``offset`` were written (up to the last non-zero byte): what recovery cuts. Files
-        are read backwards in chunks, so the zeros of a preallocated tail cost one pass and nothing else."""
+    def cut_extents(self, offset: int) -> list:
+        """What a cut at ``offset`` removes: (mapped file, first byte, length) per file up to its last non-zero
+        byte (a preallocated tail of zeros is no data). Files are read backwards in chunks, so the zeros of a
+        preallocated tail cost one pass and nothing else."""
         chunk = 4 << 20
-        cut = 0
-        for mf in files:
+        out = []
+        for mf in self.mapped_file_queue.mapped_files:
             start = max(0, offset - mf.file_from_offset)
             if start >= mf.file_size:
                 continue
@@ -124,11 +188,30 @@ class CommitLog:
                 lo = max(start, end - chunk)
                 part = arr[lo:end]
                 if part.any():
-                    cut += lo + int(np.flatnonzero(part)[-1]) + 1 - start
+                    out.append((mf, start, lo + int(np.flatnonzero(part)[-1]) + 1 - start))
                     break
                 end = lo
             del arr
-        return cut
+        return out
+
+    def is_torn_tail(self, offset: int, extents) -> bool:
+        """Whether what a cut at ``offset`` removes is only the record a crash tore there: every non-zero byte after
+        ``offset`` lies within the size that record's header claims (at most max_message_size), so nothing beyond
+        one interrupted append is lost. Anything else (data past a hole, a damaged record with records after it)
+        may hold messages, and is kept aside before the cut."""
+        if not extents:
+            return True
+        mf, start, _ = extents[0]
+        last_mf, last_start, last_len = extents[-1]
+        end = last_mf.file_from_offset + last_start + last_len
+        claimed = 0
+        if mf.file_from_offset + start == offset and start + 4 <= mf.file_size:
+            view = mf.view()
+            try:
+                claimed = int.from_bytes(view[start:start + 4], "big", signed=True)
+            finally:
+                view.release()
+        return 0 < claimed <= self.config.max_message_size and end - offset <= claimed
 
     def rebuild_topic_queue_table(self) -> dict:
         table: dict = {}

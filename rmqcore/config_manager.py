@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 
 from .errors import ConfigFileError
@@ -56,6 +57,14 @@ def string2file(text: str, file_name: str) -> None:
     kept as ``file_name.bak``, and everything is on disk when this returns."""
     directory = os.path.dirname(file_name) or "."
     os.makedirs(directory, exist_ok=True)
+    for path in (file_name, file_name + ".bak"):
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            # os.replace would fail halfway (or, for .bak, after the new text is in place): refuse before writing.
+            raise ConfigFileError(path, None, "is not a regular file; the config file cannot be written over it")
     tmp = file_name + ".tmp"
     bak = file_name + ".bak"
     _write_synced(tmp, text.encode("utf-8"))
@@ -78,18 +87,41 @@ def string2file(text: str, file_name: str) -> None:
 
 
 def file2string(file_name: str) -> str | None:
-    """The file's text, or None when it does not exist. Refuses files larger than MAX_CONFIG_FILE_SIZE and text
-    that is not UTF-8 (ConfigFileError)."""
+    """The file's text, or None when it does not exist. Anything else in its place (a directory, a fifo, a device),
+    a file that cannot be read (permissions, I/O error), one larger than MAX_CONFIG_FILE_SIZE or text that is not
+    UTF-8 raises ConfigFileError naming the path; no descriptor is left open either way."""
     try:
-        fd = os.open(file_name, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: opening a fifo for reading would otherwise wait for a writer forever; O_NOFOLLOW is not
+        # used, since a config file may be a symlink an operator made.
+        fd = os.open(file_name, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > MAX_CONFIG_FILE_SIZE:
-            raise ConfigFileError(file_name, None, f"{size} bytes is larger than the {MAX_CONFIG_FILE_SIZE} "
+    except OSError as e:
+        raise ConfigFileError(file_name, None, f"cannot be opened: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a fifo" if stat.S_ISFIFO(st.st_mode)
+                    else "not a regular file")
+            raise ConfigFileError(file_name, None, f"is {kind}, not a config file")
+        if st.st_size > MAX_CONFIG_FILE_SIZE:
+            raise ConfigFileError(file_name, None, f"{st.st_size} bytes is larger than the {MAX_CONFIG_FILE_SIZE} "
                                                    "bytes a config file may hold")
-        data = f.read(MAX_CONFIG_FILE_SIZE + 1)
+        chunks = []
+        left = MAX_CONFIG_FILE_SIZE + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    except OSError as e:
+        raise ConfigFileError(file_name, None, f"cannot be read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_FILE_SIZE:
+        raise ConfigFileError(file_name, None, f"larger than the {MAX_CONFIG_FILE_SIZE} bytes a config file may hold")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -11,8 +11,8 @@ import os
 
 import numpy as np
 
-from ._codec import check_units, offset_in_queue_by_time, pickup_store_timestamp, topic_is_legal
-from .mapped_file_queue import MappedFileQueue
+from ._codec import check_units, offset_in_queue_by_time, pickup_store_timestamp, topic_is_dispatchable
+from .mapped_file_queue import TMP_DIR, MappedFileQueue
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +26,10 @@ QUEUE_ID_MAX = (1 << 31) - 1
 
 
 def queue_id_of(topic: str, name: str) -> int | None:
-    """The queue id the consume-queue directory ``topic/name`` stands for, or None when it is none: a topic no
-    record could carry, or a name that is not a queue id written the way a queue's directory is named (ASCII
+    """The queue id the consume-queue directory ``topic/name`` stands for, or None when it is none: a topic that
+    is not a safe directory name (topic_is_dispatchable), or a name that is not a queue id written the way a queue's directory is named (ASCII
     digits, no leading zero: "007" would be read as queue 7, whose files RocketMQ looks for in "7")."""
-    if topic_is_legal(topic) and name.isascii() and name.isdigit() and int(name) <= QUEUE_ID_MAX \
+    if topic_is_dispatchable(topic) and name.isascii() and name.isdigit() and int(name) <= QUEUE_ID_MAX \
             and name == str(int(name)):
         return int(name)
     return None
@@ -39,7 +39,7 @@ def queue_dirs(root: str) -> list[tuple[str, int]]:
     """(topic, queue id) of every consume-queue directory under ``root`` (``consumequeue/``), sorted.
 
     As RocketMQ's loadConsumeQueue, entries that are not a queue directory are skipped (a file among the topics, a
-    queue directory not named by a number), and so are topic names no record could carry (see topic_is_legal):
+    queue directory not named by a number), and so are topic names that are no safe directory name (topic_is_dispatchable):
     a directory name is only ever joined to ``root`` after that check. Each skip is logged.
     """
     out = []
@@ -47,7 +47,7 @@ def queue_dirs(root: str) -> list[tuple[str, int]]:
         return out
     for topic in sorted(os.listdir(root)):
         tdir = os.path.join(root, topic)
-        if not os.path.isdir(tdir) or os.path.islink(tdir) or not topic_is_legal(topic):
+        if not os.path.isdir(tdir) or os.path.islink(tdir) or not topic_is_dispatchable(topic):
             log.warning("%s: not a consume-queue topic directory, skipped", tdir)
             continue
         for name in sorted(os.listdir(tdir)):
@@ -66,16 +66,18 @@ class ConsumeQueue:
             raise ValueError(f"consume queue file size {mapped_file_size} is not a multiple of 20")
         # The topic and queue id become a path under root: never one that leaves it (they come from records and
         # directory names, which a damaged or hostile store controls).
-        if not topic_is_legal(topic):
-            raise ValueError(f"topic {topic!r}: not a legal topic name (^[%|a-zA-Z0-9_-]+$, at most 32767 bytes)")
+        if not topic_is_dispatchable(topic):
+            raise ValueError(f"topic {topic!r}: not a name a queue directory may have (1..255 bytes of UTF-8, not "
+                             "'.' or '..', no control character, '/' or '\\')")
         if not 0 <= queue_id <= QUEUE_ID_MAX:
             raise ValueError(f"queue_id {queue_id}: outside [0, {QUEUE_ID_MAX}]")
         self.topic = topic
         self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
         self.store_path = os.path.join(root, topic, str(queue_id))
-        self.mapped_file_queue = MappedFileQueue(self.store_path, mapped_file_size, read_only=read_only,
-                                                 runway=runway)
+        self.mapped_file_queue = MappedFileQueue(
+            self.store_path, mapped_file_size, read_only=read_only, runway=runway,
+            tmp_dir=None if read_only else os.path.join(os.path.dirname(os.path.abspath(root)), TMP_DIR))
         self.max_physic_offset = -1      # end (offset + size) of the last record this queue points at
         self.min_logic_offset = 0        # byte offset of the first valid unit
         self.repeated_builds = 0

@@ -35,6 +35,10 @@ class ReputMessageService(threading.Thread):
         self._topics: list = []
         self._lock = threading.Lock()   # one pass at a time (the thread, or a caller draining on close)
         self.dispatched = 0
+        # Records kept in the commitlog but given no unit or key: a topic that is no safe directory name, or a
+        # negative queue id (records RocketMQ's store can hold; put never writes them). Counted, first ones listed.
+        self.undispatchable = 0
+        self.undispatchable_offsets: list[int] = []
         self.last_error: str | None = None
         self.lag_ms = 0
         self._buffers = ScanBuffers(max_records, 4 * max_records)     # one set, reused by every pass
@@ -104,10 +108,22 @@ class ReputMessageService(threading.Thread):
         with self._lock:
             return self._do_reput()
 
-    def _applied(self, batch) -> None:
-        self.store._apply_dispatch(batch)
-        self.dispatched += batch.n
-        self.lag_ms = max(0, int(time.time() * 1000) - int(batch.store_ts[-1]))
+    UNDISPATCHABLE_LISTED = 16
+
+    def _applied(self, batch) -> int:
+        """Apply a batch; how many records it covered (dispatched and undispatchable)."""
+        if batch.skipped:
+            if self.undispatchable == 0 or batch.skipped_offsets[0] > self.undispatchable_offsets[-1]:
+                room = self.UNDISPATCHABLE_LISTED - len(self.undispatchable_offsets)
+                self.undispatchable_offsets.extend(batch.skipped_offsets[:max(room, 0)])
+            self.undispatchable += batch.skipped
+            log.warning("%d record(s) from commitlog offset %d on kept but not dispatched: topic no safe directory "
+                        "name or negative queue id", batch.skipped, batch.skipped_offsets[0])
+        if batch.n:
+            self.store._apply_dispatch(batch)
+            self.dispatched += batch.n
+            self.lag_ms = max(0, int(time.time() * 1000) - int(batch.store_ts[-1]))
+        return batch.n + batch.skipped
 
     def _do_reput(self) -> int:
         cl = self.store.commit_log
@@ -129,9 +145,8 @@ class ReputMessageService(threading.Thread):
                 batch = drain_dispatch_ring(self.ring, self.reput_from_offset, mf.file_from_offset + readable,
                                             self.max_records, 4 * self.max_records, self._topic_ids, self._topics,
                                             self.store.delay_level_ms, self._buffers)
-                if batch.n:
-                    self._applied(batch)
-                    total += batch.n
+                if batch.n or batch.skipped:
+                    total += self._applied(batch)
                     self.reput_from_offset = batch.end_offset
                     continue
                 # The ring has nothing at this offset: scan the commitlog up to its next entry in this file.
@@ -147,15 +162,14 @@ class ReputMessageService(threading.Thread):
                                           self._topics, self.store.delay_level_ms, self._buffers)
             finally:
                 view.release()
-            if batch.n:
-                self._applied(batch)
-                total += batch.n
+            taken = self._applied(batch)
+            total += taken
             self.reput_from_offset = batch.end_offset
             if batch.code == RESULT_BLANK:
                 self.reput_from_offset = mf.file_from_offset + mf.file_size
                 continue
             if batch.code == RESULT_END:
-                if batch.n == 0:
+                if taken == 0:
                     return total
                 continue
             if batch.code < 0:

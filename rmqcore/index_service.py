@@ -17,6 +17,7 @@ import numpy as np
 
 from ._index_file import IndexFile, index_key_hash, query_files
 from .errors import StoreLayoutError
+from .mapped_file_queue import TMP_DIR
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +240,13 @@ class IndexService:
             raise PermissionError(f"{self.store_path}: index service is read-only")
         try:
             os.makedirs(self.store_path, exist_ok=True)
-            f = IndexFile(self._new_file_path(), self.hash_slot_num, self.index_num, last_end_phy_offset,
-                          last_end_timestamp, runway=self.runway)
+            path = self._new_file_path()
+            # Made under a temporary name in the store's rmqcore-tmp/ and renamed into place (IndexFile says why).
+            tmp_dir = os.path.join(os.path.dirname(os.path.abspath(self.store_path)), TMP_DIR)
+            os.makedirs(tmp_dir, exist_ok=True)
+            f = IndexFile(path, self.hash_slot_num, self.index_num, last_end_phy_offset,
+                          last_end_timestamp, runway=self.runway,
+                          tmp_path=os.path.join(tmp_dir, f"index-{os.path.basename(path)}.{os.getpid()}.tmp"))
         except OSError as e:
             log.error("create index file in %s failed: %s", self.store_path, e)
             self.index_file_error = e

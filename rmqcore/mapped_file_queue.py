@@ -11,6 +11,7 @@ is nearly full; without it, appends extend the runway themselves.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -22,10 +23,31 @@ from .errors import StoreLayoutError
 log = logging.getLogger(__name__)
 
 
+# Where a store makes new files before renaming them into place: a folder of the store root RocketMQ never lists.
+TMP_DIR = "rmqcore-tmp"
+_tmp_seq = itertools.count()
+
+
+def clear_tmp_dir(store_root: str) -> int:
+    """Remove what a process killed while making a file left in the store's temporary folder (called at open,
+    under the store's lock); how many files were removed."""
+    d = os.path.join(store_root, TMP_DIR)
+    if not os.path.isdir(d) or os.path.islink(d):
+        return 0
+    n = 0
+    for name in os.listdir(d):
+        p = os.path.join(d, name)
+        if os.path.isfile(p) and not os.path.islink(p):
+            log.warning("%s: left by a file creation that was interrupted; removed", p)
+            os.unlink(p)
+            n += 1
+    return n
+
+
 class MappedFileQueue:
     def __init__(self, store_path: str, mapped_file_size: int, *, allocate: bool = False, warm: bool = False,
                  warm_flush: bool = False, pool=None, read_only: bool = False, runway: int = 0,
-                 sync_writes: bool = False, pwrite_min: int = 0, ring=None):
+                 sync_writes: bool = False, pwrite_min: int = 0, ring=None, tmp_dir: str | None = None):
         if mapped_file_size <= 0:
             raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
         self.store_path = store_path
@@ -51,6 +73,9 @@ class MappedFileQueue:
         self.flushed_where = 0
         self.committed_where = 0
         self.store_timestamp = 0
+        # New files are made under a temporary name here and renamed into place (MappedFile says why); None: in
+        # place, as before (a queue without a store around it).
+        self.tmp_dir = tmp_dir
 
     # -- loading ------------------------------------------------------------------------------------------------
 
@@ -145,9 +170,14 @@ class MappedFileQueue:
         # (zeros or none: MappedFile).
         copies_expected = files[-1].runway_mapped if files else True
         zeros_expected = files[-1].runway_zeroed if files else False
+        tmp = None
+        if self.tmp_dir is not None:
+            os.makedirs(self.tmp_dir, exist_ok=True)
+            tmp = os.path.join(self.tmp_dir, f"{offset_to_file_name(offset)}.{os.getpid()}.{next(_tmp_seq)}.tmp")
         mf = MappedFile(self._path(offset), self.mapped_file_size, pool=self._pool, runway=self._runway_size,
                         sync_writes=self._sync_writes, pwrite_min=self._pwrite_min,
-                        copies_expected=copies_expected, zeros_expected=zeros_expected, ring=self._ring)
+                        copies_expected=copies_expected, zeros_expected=zeros_expected, ring=self._ring,
+                        tmp_path=tmp)
         if self._warm:
             mf.warm_up(self._warm_flush)      # RocketMQ's warmMappedFile: the whole file, off by default
         return mf

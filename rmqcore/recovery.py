@@ -3,8 +3,9 @@
 Normal recovery (no abort file) scans the last three commitlog files; abnormal recovery (abort file present: the
 last run crashed) scans from the last file whose first message is older than the checkpoint (consume-queue and
 index times both count), checking magic, sizes and CRCs (``check_crc_on_recover``, 5.x's ``__CRC32#`` too), and
-what no CRC covers in a v1 record: the topic and queue id (they become directory names) and the physicalOffset
-field (it must be the record's position). Everything after the last good record is cut: commitlog, consume queues
+what no CRC covers in a v1 record: the physicalOffset field (it must be the record's position). A topic or queue
+id is no evidence of damage (RocketMQ's store writes any topic of 1..127 bytes): a record whose topic cannot name a
+directory is kept, readable by offset, and passed over by dispatch (reported as ``undispatchable``). Everything after the last good record is cut: commitlog, consume queues
 (units pointing past it) and index files newer than the checkpoint. Consume-queue units are also checked against
 the records they point at: a queue is cut at the first unit that does not point at its own record. Dispatch then runs from the scan's start before the store is handed out, so units and
 keys missing on disk are rebuilt while those already built are skipped by their repeat checks.
@@ -12,7 +13,10 @@ keys missing on disk are rebuilt while those already built are skipped by their 
 from __future__ import annotations
 
 import logging
+import os
+import struct
 import time
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -73,10 +77,64 @@ def abnormal_start_index(store, files) -> int:
     return 0
 
 
+def plan_recovery(path: str, config=None) -> dict:
+    """What opening the store at ``path`` would cut from its commitlog, changing nothing (``rmqcore repair
+    --dry-run``): the same start file, scan and CRC checks as ``MessageStore.open``, on files mapped read-only."""
+    import os
+    from types import SimpleNamespace
+
+    from .checkpoint import StoreCheckpoint
+    from .commit_log import CommitLog
+    from .config import StoreConfig
+    from .geometry import read_geometry
+
+    config = config or StoreConfig()
+    config = read_geometry(path, config).apply(config)
+    last_exit_ok = not os.path.exists(os.path.join(path, "abort"))
+    cl = CommitLog(os.path.join(path, "commitlog"), config, read_only=True)
+    cp = None
+    try:
+        cl.load()
+        files = cl.mapped_file_queue.mapped_files
+        report = {"store": path, "crashed": not last_exit_ok, "scan_from": 0, "data_ends_at": 0, "records_scanned": 0,
+                  "stop": "end of data", "would_cut_bytes": 0, "would_keep_aside": False, "files_removed": []}
+        if not files:
+            return report
+        if last_exit_ok:
+            start = max(0, len(files) - 3)
+        else:
+            cp = StoreCheckpoint(os.path.join(path, "checkpoint"), read_only=True)
+            start = abnormal_start_index(SimpleNamespace(checkpoint=cp, config=config, commit_log=cl), files)
+        end, records, stop = cl.find_recovery_end(config.check_crc_on_recover, start)
+        extents = cl.cut_extents(end) if stop != "end of data" or not last_exit_ok else []
+        cut = sum(n for _, _, n in extents)
+        report.update(scan_from=files[start].file_from_offset, data_ends_at=end, records_scanned=records, stop=stop,
+                      would_cut_bytes=cut,
+                      would_keep_aside=bool(cut) and (last_exit_ok or not cl.is_torn_tail(end, extents)),
+                      files_removed=[os.path.basename(mf.file_name) for mf in files if mf.file_from_offset > end])
+        return report
+    finally:
+        if cp is not None:
+            cp.shutdown()
+        cl.mapped_file_queue.shutdown()
+
+
 # -- verification --------------------------------------------------------------------------------------------------
 
 _MAX_LISTED = 1000          # errors listed per kind; the counts go on
 _MIX = np.uint64(0x9E3779B97F4A7C15)
+_SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"     # schedule.SCHEDULE_TOPIC: its units' tagsCode is a delivery time
+_INT32_MAX = 0x7FFFFFFF
+
+
+class MissingKey(NamedTuple):
+    """One key of a record that an index query cannot find: the entries of ``report["index_missing"]``, what
+    ``MessageStore.verify()``, ``verify_store`` and ``rmqcore verify`` all list. ``key`` is the key's text when the
+    record could be read back (its UNIQ_KEY or one of its KEYS with that hash), else ``#<keyHash>``."""
+    topic: str
+    key: str
+    record_offset: int
+    key_hash: int
 
 
 def _key_mix(hashes, phys):
@@ -85,8 +143,70 @@ def _key_mix(hashes, phys):
     return (phys.astype(np.uint64) * _MIX) ^ hashes.astype(np.uint64)
 
 
-def _find_keys(key_hash, key_phys, index_files, report, progress):
-    """Which (keyHash, phyOffset) pairs of the records an index walk can find: one pass over each index file.
+def _read_header(f, live: bool) -> tuple:
+    """(beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount) as the mapping holds
+    them now. The writer of a live file rewrites the 40 bytes after each put: two reads that agree are one header."""
+    raw = f.header_bytes()
+    for _ in range(20 if live else 0):
+        again = f.header_bytes()
+        if again == raw:
+            break
+        raw = again
+    return struct.unpack(">qqqqii", raw)
+
+
+def _record_ts(rec: dict, phy: int):
+    """The store time of the record at ``phy`` among the scanned records, or None when no scanned record starts
+    there (cleaned, past the judged point, or not a record)."""
+    phys = rec["phys"]
+    at = int(np.searchsorted(phys, phy))
+    if at < len(phys) and int(phys[at]) == phy:
+        return int(rec["store_ts"][at])
+    return None
+
+
+def _check_index_headers(index_files, headers, rec, report, judged_to) -> None:
+    """What a query relies on in each file's header, checked against the items it describes and their records:
+    beginPhyOffset/endPhyOffset are item 1's and the last item's phyOffset, beginTimestamp/endTimestamp those
+    records' store times (a query searches a file whose [begin, end] meets its window, stops at the first file that
+    began before it, and reads each item's time as beginTimestamp + timeDiff * 1000); a file with no item carries
+    the end of the file before it."""
+    errors = report["index_errors"]
+    prev = None
+    for f, h in zip(index_files, headers):
+        name = os.path.basename(f.file_name)
+        bt, et, bp, ep, _slots, count = h
+        count = count if count > 0 else 1
+        found = []
+        if count > f.index_num:
+            found.append(f"indexCount {count} is past the file's {f.index_num} items")
+        elif count > 1:
+            first, last = f.item(1), f.item(count - 1)
+            for field, have, phy in (("beginPhyOffset", bp, first[1]), ("endPhyOffset", ep, last[1])):
+                if have != phy:
+                    found.append(f"{field} {have} but item {1 if field[0] == 'b' else count - 1} points at {phy}")
+            for field, have, phy in (("beginTimestamp", bt, first[1]), ("endTimestamp", et, last[1])):
+                ts = _record_ts(rec, phy) if judged_to is None or phy < judged_to else None
+                if ts is not None and have != ts:
+                    found.append(f"{field} {have} but the record at {phy} was stored at {ts}")
+        else:
+            want = (prev[1], prev[3]) if prev is not None else (max(bt, 0), max(bp, 0))
+            if (bt, bp) != (et, ep) or (et, ep) != want:
+                found.append(f"holds no key but its header spans timestamps [{bt}, {et}] and offsets [{bp}, {ep}] "
+                             f"(expected {want[0]} and {want[1]}, the end of the file before)")
+        for msg in found:
+            if len(errors) < _MAX_LISTED:
+                errors.append(f"index file {name}: {msg}")
+        report["index_error_count"] += len(found)
+        prev = h
+
+
+def _find_keys(key_hash, key_phys, index_files, headers, rec, report, progress, live: bool):
+    """Which (keyHash, phyOffset) pairs of the records a query can find: one pass over each index file, keeping the
+    reachable items whose time (beginTimestamp + timeDiff * 1000, what a select compares with its window) is the
+    one putKey gives their record: within the second below its store time (timeDiff truncates); for a record stored
+    before the file began (the clock went back: timeDiff clamped at 0) the file's beginTimestamp, when that is its
+    first record's time; item 1 of a file continuing another reads later than its record, as in RocketMQ.
 
     Pairs become sortable 64-bit values. While the records span less than 2^39 bytes (they do: verify runs over a
     commitlog, whose offsets they are) the value is (phy - base) << 24 | keyHash's low 24 bits: commitlog order is
@@ -105,22 +225,59 @@ def _find_keys(key_hash, key_phys, index_files, report, progress):
     if order is not None:
         want = want[order]
     found = np.zeros(len(want), dtype=bool)
-    for done, f in enumerate(index_files):
-        hashes, phys, problems = f.reachable_items()
+    rphys, rts = rec["phys"], rec["store_ts"]
+    bad_times = 0
+    for done, (f, h) in enumerate(zip(index_files, headers)):
+        # A live file's slots may already point at items put after its header was read: follow them.
+        hashes, phys, problems, diffs = f.reachable_items(bound=f.index_num if live else 0, with_times=True)
         report["index_problems"] += problems
-        h, p = np.frombuffer(hashes, np.int32), np.frombuffer(phys, np.int64)
+        hh, p = np.frombuffer(hashes, np.int32), np.frombuffer(phys, np.int64)
+        d = np.frombuffer(diffs, np.int32).astype(np.int64)
+        begin = np.int64(h[0])
+        # A record stored before the file began (the clock went back) reads at beginTimestamp: only when that is
+        # the file's first record's time (a damaged beginTimestamp moves every item out of every query's window).
+        count = h[5] if h[5] > 0 else 1
+        first_phy = f.item(1)[1] if 1 < count <= f.index_num else -1
+        first_ts = _record_ts(rec, first_phy) if first_phy >= 0 else None
+        begin_sane = first_ts is not None and first_ts == h[0]
+        # Item 1's timeDiff was taken against the begin time the file had before it: the end of the file before
+        # (unknown when that one was deleted as expired), or 0 (then timeDiff 0) for a store's first file.
+        prev_end = headers[done - 1][1] if done else None
+        first_diff = -1
+        if begin_sane and prev_end is not None:
+            first_diff = 0 if prev_end <= 0 else min(max(h[0] - prev_end, 0) // 1000, _INT32_MAX)
+        with np.errstate(over="ignore"):
+            t = begin + d * 1000                       # Java long arithmetic: wraps
+        at = np.minimum(np.searchsorted(rphys, p), max(len(rphys) - 1, 0))
+        if len(rphys):
+            known = rphys[at] == p
+            ts = rts[at]
+            good_time = known & (((ts >= begin) & (t > ts - 1000) & (t <= ts))     # timeDiff truncates
+                                 | ((p == first_phy) & (ts == begin) & (t >= begin)   # item 1 of a file
+                                    & ((d == first_diff) | (first_diff < 0)))          # continuing another
+                                 | (begin_sane & (ts < begin) & (t == begin))
+                                 | ((d == _INT32_MAX) & (t <= ts)))   # clamped: 68 years after the file began
+            bad_times += int(np.count_nonzero(known & ~good_time))
+            hh, p = hh[good_time], p[good_time]
+        else:
+            hh, p = hh[:0], p[:0]
         if ordered:
             keep = (p >= base) & (p - base < (1 << 39))
-            h, p = h[keep], p[keep]
-        have = value(h, p)
+            hh, p = hh[keep], p[keep]
+        have = value(hh, p)
         if len(have) and (not ordered or np.any(have[1:] < have[:-1])):
             have = np.sort(have)
         if len(have):
-            at = np.minimum(np.searchsorted(have, want), len(have) - 1)
-            found |= have[at] == want
-        del have, h, p, hashes, phys
+            # Only the wanted pairs within this file's span can be in it (all of them, when unordered).
+            # (key_phys is in commitlog order, so is want in ordered mode: a slice of it by offsets.)
+            lo, hi = ((int(np.searchsorted(key_phys, p.min())), int(np.searchsorted(key_phys, p.max(), side="right")))
+                      if ordered else (0, len(want)))
+            at = np.minimum(np.searchsorted(have, want[lo:hi]), len(have) - 1)
+            found[lo:hi] |= have[at] == want[lo:hi]
+        del have, hh, d, t, hashes, phys, diffs
         if progress is not None:
             progress("index", done + 1, len(index_files))
+    report["index_bad_times"] = bad_times
     if order is not None:
         out = np.empty_like(found)
         out[order] = found
@@ -128,35 +285,79 @@ def _find_keys(key_hash, key_phys, index_files, report, progress):
     return found
 
 
-def verify_parts(commit_log, consume_queues, index_service, progress=None, index_enabled: bool = True) -> dict:
+def _describe_missing(commit_log, topics, rec, key_hash: int, phy: int) -> MissingKey:
+    """A missing key with its topic and text, read back from its record."""
+    from ._index_file import index_key_hash
+    at = int(np.searchsorted(rec["phys"], phy))
+    topic = topics[int(rec["topic_idx"][at])] if at < len(rec["phys"]) and rec["phys"][at] == phy else "?"
+    key = f"#{key_hash}"
+    try:
+        m = commit_log.look_message(phy)
+    except Exception:           # a record verify scanned whole: unreadable only if it changed since
+        m = None
+    if m is not None:
+        for k in ([m.uniq_key] if m.uniq_key else []) + list(m.keys):
+            if index_key_hash(f"{m.topic}#{k}") == key_hash:
+                key = k
+                break
+        del m
+    return MissingKey(topic, key, phy, key_hash)
+
+
+def verify_parts(commit_log, consume_queues, index_service, progress=None, index_enabled: bool = True, *,
+                 delay_level_ms=None, judged_to: int | None = None, live: bool = False) -> dict:
     """Check a store end to end in time linear in its size: every record's structure, CRCs (body and 5.x
-    ``__CRC32#``) and physicalOffset; every consume-queue unit against the record it points at (and every
-    consumable record present in its queue); every key findable through the index (one pass over each index
-    file's slots and chains, not one walk per key).
+    ``__CRC32#``) and physicalOffset; every consume-queue unit against the record it points at (offset, size, topic,
+    queue, queue offset and tagsCode: what a pull and its tag filter read) and every consumable record present in
+    its queue (a queue whose first files are gone is noticed); every index file's header against its items and
+    their records (what picks the files a query searches and the time it reads each item at) and every key
+    findable through the index at its record's time (one pass over each index file's slots and chains, not one
+    walk per key).
+
+    ``delay_level_ms`` (level -> ms, as the store's): a SCHEDULE_TOPIC_XXXX unit's tagsCode must be its delivery
+    time under these levels; without them (an offline reader does not know the broker's), the delay of each schedule
+    queue must be one for all its units and not negative.
+
+    A store another process (or thread) writes is judged up to a consistent point: records at or past
+    ``judged_to`` (exclusive; given by an in-process caller who knows how far dispatch got) are not judged, nor the
+    units and keys pointing at them. ``live`` without ``judged_to``: the point is found from what the files show,
+    the first record dispatch had not reached when the queues and index were read (the first consumable record
+    whose queue ends before it, or the first keyed record at or past the newest index file's endPhyOffset).
+    ``report["judged_to"]`` says where judging stopped (None: everything) and ``report["not_judged"]`` how many
+    records lie past it.
 
     ``progress(phase, done, total)`` is called as the work goes: phase "commitlog" (bytes), "consumequeue"
     (queues), "index" (files).
     """
-    report = {"ok": True, "records": 0, "bytes": 0, "commitlog_errors": [], "cq_units": 0, "cq_errors": [],
-              "keys": 0, "index_missing": [], "index_problems": 0}
+    report: dict[str, Any] = {
+        "ok": True, "records": 0, "bytes": 0, "commitlog_errors": [], "cq_units": 0, "cq_errors": [], "keys": 0,
+        "index_missing": [], "index_problems": 0, "index_errors": [], "index_error_count": 0, "live": bool(live),
+        "judged_to": judged_to, "not_judged": 0, "undispatchable": 0, "undispatchable_offsets": [],
+        "damaged_queues": []}
     files = commit_log.mapped_file_queue.mapped_files
     total_bytes = sum(mf.read_position for mf in files)
     done_bytes = 0
     topic_ids: dict = {}
     topics: list = []
-    cols = {k: [] for k in ("phys", "size", "queue_offset", "queue_id", "sys_flag", "topic_idx", "key_hash",
-                            "key_phys")}
+    cols: dict[str, list] = {k: [] for k in ("phys", "size", "queue_offset", "queue_id", "sys_flag", "topic_idx",
+                                             "key_hash", "key_phys", "store_ts", "tags_code")}
     for n, mf in enumerate(files):
+        if judged_to is not None and mf.file_from_offset >= judged_to:
+            break
         view = mf.select(0, mf.read_position)
         if view is None:
             continue
         try:
-            pos, count, code = scan_records(view, 0, -1, True, mf.file_from_offset)
-            if code not in (RESULT_END, RESULT_BLANK):
+            limit = -1 if judged_to is None else min(judged_to - mf.file_from_offset, mf.read_position)
+            pos, count, code = scan_records(view, 0, limit, True, mf.file_from_offset)
+            if code not in (RESULT_END, RESULT_BLANK) and not (judged_to is not None
+                                                               and mf.file_from_offset + pos >= judged_to):
                 err = record_error(code, mf.file_from_offset + pos, mf.file_name)
                 report["commitlog_errors"].append({"file": mf.file_name, "offset": err.offset, "field": err.field,
                                                    "message": str(err)})
-            elif code == RESULT_END and n < len(files) - 1 and pos < mf.read_position:
+            elif (code == RESULT_END and n < len(files) - 1 and pos < mf.read_position and not live
+                  and (judged_to is None or mf.file_from_offset + mf.read_position <= judged_to)):
+                # (A file the judged point falls in is where the writer is: its data need not end with a blank.)
                 report["commitlog_errors"].append({
                     "file": mf.file_name, "offset": mf.file_from_offset + pos, "field": "totalSize",
                     "message": "data ends before the file does, without the end-of-file blank record"})
@@ -164,9 +365,13 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
             start = 0
             while start < pos:
                 batch = scan_for_dispatch(view, mf.file_from_offset, start, pos, 65536, 262144, False, topic_ids,
-                                          topics)
+                                          topics, delay_level_ms)
                 for k in cols:
                     cols[k].append(getattr(batch, k))
+                # Kept but not dispatched (no unit or key expected): reported, not an error.
+                report["undispatchable"] += batch.skipped
+                room = 16 - len(report["undispatchable_offsets"])
+                report["undispatchable_offsets"].extend(batch.skipped_offsets[:max(room, 0)])
                 if batch.end_offset - mf.file_from_offset <= start:
                     break
                 start = batch.end_offset - mf.file_from_offset
@@ -179,10 +384,51 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
             progress("commitlog", done_bytes, total_bytes)
     rec = {k: (np.concatenate(v) if v else np.empty(0, np.int64)) for k, v in cols.items()}
     nrec = len(rec["phys"])
-    seen = np.zeros(nrec, dtype=bool)
     min_phy = commit_log.min_offset
     queues = {(cq.topic, cq.queue_id): cq for cq in consume_queues}
+    tran = rec["sys_flag"] & 0xC
+    consumable = ((tran == 0x0) | (tran == 0x8)) & (rec["phys"] >= min_phy)
+    # (Records dispatch passes over, whose topic or queue id names no directory, are not in ``rec`` at all: the
+    # scan counted them in report["undispatchable"], and no unit or key is expected of them.)
+    keyed = np.zeros(nrec, dtype=bool)
+    if nrec and len(rec["key_phys"]):
+        keyed[np.searchsorted(rec["phys"], rec["key_phys"])] = True
+
+    # The index as it is now (after the queues were read: a live writer puts keys after their units).
+    index_files, headers = [], []
+    if index_service is not None and index_enabled:
+        with index_service.lock:
+            index_files = list(index_service.index_file_list)
+        headers = [_read_header(f, live or judged_to is not None) for f in index_files]
+
+    if live and judged_to is None:
+        # How far dispatch had got when the queues were read: every record before the first one it had not reached
+        # has its unit, and (index written after units) its keys when they lie before the index's end.
+        frontier = [int(rec["phys"][-1]) + int(rec["size"][-1]) if nrec else commit_log.min_offset]
+        if nrec:
+            ahead = np.flatnonzero(consumable & (rec["queue_offset"] >= _queue_tails(rec, queues, topic_ids)))
+            if len(ahead):
+                frontier.append(int(rec["phys"][ahead[0]]))
+            if index_service is not None and index_enabled:
+                end_phy = headers[-1][3] if index_files else -1
+                unindexed = np.flatnonzero(keyed & (rec["phys"] >= end_phy))
+                if len(unindexed):
+                    frontier.append(int(rec["phys"][unindexed[0]]))
+        judged_to = min(frontier)
+        report["judged_to"] = judged_to
+        # Past it the writer may still be writing (a record half written is no damage).
+        report["commitlog_errors"] = [e for e in report["commitlog_errors"] if e["offset"] < judged_to]
+    if judged_to is not None:
+        judged = rec["phys"] < judged_to
+        report["not_judged"] = int(nrec - np.count_nonzero(judged))
+        consumable &= judged
+        kj = rec["key_phys"] < judged_to
+        rec["key_hash"], rec["key_phys"] = rec["key_hash"][kj], rec["key_phys"][kj]
+
+    seen = np.zeros(nrec, dtype=bool)
     cq_errors = 0
+    damaged = set()
+    is_schedule = {tid for name, tid in topic_ids.items() if name == _SCHEDULE_TOPIC}
     for done, ((topic, qid), cq) in enumerate(sorted(queues.items())):
         lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
         parts = []
@@ -197,6 +443,7 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
         report["cq_units"] += hi - lo
         if qo < hi:
             cq_errors += 1
+            damaged.add((topic, qid))
             report["cq_errors"].append(f"{topic}/{qid}@{qo}: units {qo}..{hi - 1} missing")
         if not parts:
             continue
@@ -205,6 +452,9 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
         real = units["size"] != 0x7FFFFFFF
         off = units["offset"].astype(np.int64)
         size = units["size"].astype(np.int64)
+        tags = units["tags_code"].astype(np.int64)
+        if judged_to is not None:
+            real &= off < judged_to          # units of records past the judged point: not judged
         at = np.searchsorted(rec["phys"], off)
         at_c = np.minimum(at, max(nrec - 1, 0))
         tid = topic_ids.get(topic.encode("utf-8"), -1)
@@ -213,7 +463,34 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
                   & (rec["queue_id"][at_c] == qid) & (rec["queue_offset"][at_c] == index))
         else:
             ok = np.zeros(len(units), dtype=bool)
-        seen[at_c[ok & real]] = True
+        # tagsCode: what a pull's tag filter compares (and, in the schedule topic, when a message is delivered).
+        want_tags = rec["tags_code"][at_c] if nrec else tags
+        if tid in is_schedule and delay_level_ms is None and nrec:
+            # The delivery time is the store time plus the level's delay, which an offline reader does not know:
+            # one delay for every unit of a schedule queue (its queue is its level), and not a negative one.
+            delay = tags - rec["store_ts"][at_c]
+            pointing = ok & real
+            usual = 0
+            if np.any(pointing):
+                vals, counts = np.unique(delay[pointing], return_counts=True)
+                usual = max(0, int(vals[np.argmax(counts)]))
+            want_tags = rec["store_ts"][at_c] + usual
+        tag_ok = want_tags == tags
+        if (live or judged_to is not None) and nrec:
+            # A live writer may have been writing a unit while it was read: read the ones found wrong once more.
+            for i in np.flatnonzero(real & ~(ok & tag_ok))[:_MAX_LISTED]:
+                again = cq.get_unit(int(index[i]))
+                if again is not None and (again[0], again[1]) != (int(off[i]), int(size[i])):
+                    j = min(int(np.searchsorted(rec["phys"], again[0])), nrec - 1)
+                    if (rec["phys"][j] == again[0] and rec["size"][j] == again[1] and rec["topic_idx"][j] == tid
+                            and rec["queue_id"][j] == qid and rec["queue_offset"][j] == index[i]):
+                        at_c[i], off[i], size[i], ok[i] = j, again[0], again[1], True
+                if again is not None and ok[i] and again[2] != tags[i]:
+                    tags[i] = again[2]
+                    if tid not in is_schedule or delay_level_ms is not None:
+                        tag_ok[i] = rec["tags_code"][at_c[i]] == again[2]
+        bad_tags = ok & real & ~tag_ok
+        seen[at_c[ok & real & tag_ok]] = True
         for i in np.flatnonzero(real & ~ok)[:_MAX_LISTED]:
             j = int(at_c[i])
             if nrec and rec["phys"][j] == off[i] and rec["size"][j] == size[i]:
@@ -223,33 +500,62 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
             else:
                 report["cq_errors"].append(f"{topic}/{qid}@{int(index[i])}: points at {int(off[i])}/{int(size[i])}, "
                                            "which is not a record")
-        cq_errors += int(np.count_nonzero(real & ~ok))
+        for i in np.flatnonzero(bad_tags)[:_MAX_LISTED]:
+            report["cq_errors"].append(f"{topic}/{qid}@{int(index[i])}: tagsCode {int(tags[i])} but its record at "
+                                       f"{int(off[i])} gives {int(want_tags[i])}")
+        nbad = int(np.count_nonzero(real & ~ok)) + int(np.count_nonzero(bad_tags))
+        if nbad:
+            damaged.add((topic, qid))
+        cq_errors += nbad
         if progress is not None:
             progress("consumequeue", done + 1, len(queues))
-    # Consumable records (not prepared/rollback transactions) at or above the min offset need their unit, unless
-    # their queue starts after them (cleaned).
-    tran = rec["sys_flag"] & 0xC
-    lost = np.flatnonzero(~seen & ((tran == 0x0) | (tran == 0x8)) & (rec["phys"] >= min_phy))
+    # Consumable records (not prepared/rollback transactions) at or above the min offset need their unit. One below
+    # its queue's first unit lost it with the queue's first file(s): cleaning deletes a queue file only once every
+    # record it points at is gone from the commitlog.
+    lost = np.flatnonzero(~seen & consumable)
+    below: dict = {}
     for j in lost:
         topic, qid, qo = topics[rec["topic_idx"][j]], int(rec["queue_id"][j]), int(rec["queue_offset"][j])
         cq = queues.get((topic, qid))
-        if cq is None or qo >= cq.min_offset_in_queue:
-            cq_errors += 1
-            if len(report["cq_errors"]) < 2 * _MAX_LISTED:
-                report["cq_errors"].append(f"record at {int(rec['phys'][j])} ({topic}/{qid}@{qo}) has no "
-                                           "consume-queue unit")
+        cq_errors += 1
+        damaged.add((topic, qid))
+        if cq is not None and qo < cq.min_offset_in_queue:
+            first, last, n = below.get((topic, qid), (qo, qo, 0))
+            below[(topic, qid)] = (min(first, qo), max(last, qo), n + 1)
+            continue
+        if len(report["cq_errors"]) < 2 * _MAX_LISTED:
+            report["cq_errors"].append(f"record at {int(rec['phys'][j])} ({topic}/{qid}@{qo}) has no "
+                                       "consume-queue unit")
+    for (topic, qid), (first, last, n) in sorted(below.items()):
+        report["cq_errors"].append(
+            f"{topic}/{qid}: {n} record(s) at queue offsets {first}..{last} are still in the commitlog but the queue "
+            f"starts at {queues[(topic, qid)].min_offset_in_queue}: its first consume-queue file(s) are missing")
     report["cq_error_count"] = cq_errors
+    report["damaged_queues"] = sorted(damaged)
     report["keys"] = len(rec["key_hash"])
+    if index_files:
+        _check_index_headers(index_files, headers, rec, report, judged_to)
     if index_service is not None and index_enabled and len(rec["key_hash"]):
-        with index_service.lock:
-            index_files = list(index_service.index_file_list)
-        found = _find_keys(rec["key_hash"], rec["key_phys"], index_files, report, progress)
+        found = _find_keys(rec["key_hash"], rec["key_phys"], index_files, headers, rec, report, progress,
+                           live or judged_to is not None)
         missing = np.flatnonzero(~found)
         report["index_missing_count"] = len(missing)
         for i in missing[:_MAX_LISTED]:
-            report["index_missing"].append((int(rec["key_hash"][i]), int(rec["key_phys"][i])))
-    report["ok"] = not (report["commitlog_errors"] or report["cq_errors"] or report["index_missing"])
+            report["index_missing"].append(_describe_missing(commit_log, topics, rec, int(rec["key_hash"][i]),
+                                                             int(rec["key_phys"][i])))
+    report["ok"] = not (report["commitlog_errors"] or report["cq_errors"] or report["index_missing"]
+                        or report["index_errors"])
     return report
+
+
+def _queue_tails(rec: dict, queues: dict, topic_ids: dict) -> np.ndarray:
+    """Each record's queue's max offset when the queue was read (-1: no such queue yet)."""
+    key = (rec["topic_idx"].astype(np.int64) << 32) | (rec["queue_id"].astype(np.int64) & 0xFFFFFFFF)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    names = {tid: name.decode("utf-8", "replace") for name, tid in topic_ids.items()}
+    tails = np.array([queues[q].max_offset_in_queue if (q := (names.get(int(u) >> 32), int(u) & 0xFFFFFFFF)) in queues
+                      else -1 for u in uniq.tolist()], dtype=np.int64)
+    return tails[inverse.reshape(-1)]
 
 
 def verify_store(path: str, config=None, progress=None) -> dict:

@@ -7,7 +7,6 @@ MessageExtEncoder, CommitLog.checkMessageAndReturnSize, ConsumeQueue, IndexFile,
 from __future__ import annotations
 
 import ipaddress
-import re
 import struct
 import zlib
 
@@ -116,14 +115,18 @@ def cal_msg_length(sys_flag: int, body_len: int, topic_len: int, props_len: int,
             + 4 + body_len + (1 if version == 1 else 2) + topic_len + 2 + props_len)
 
 
-TOPIC_PATTERN = re.compile(rb"[%|a-zA-Z0-9_-]+")   # TopicValidator's ^[%|a-zA-Z0-9_-]+$
-
-
-def topic_is_legal(name) -> bool:
-    """A topic as TopicValidator allows it (non-empty, only ^[%|a-zA-Z0-9_-]+$), at most Short.MAX_VALUE bytes
-    (5.x v2 records; v1 records hold at most 127)."""
+def topic_is_dispatchable(name) -> bool:
+    """A topic read from a store that may become consumequeue/{topic} (rmqcore._codec.topic_dispatchable): 1..255
+    bytes of well-formed UTF-8 (Python's strict decoder refuses overlong forms, surrogates and code points past
+    U+10FFFF, as the C check does), not "." or "..", no control character (C0, DEL, C1), '/' or '\\'."""
     raw = name.encode("utf-8", "surrogatepass") if isinstance(name, str) else bytes(name)
-    return 0 < len(raw) <= 32767 and TOPIC_PATTERN.fullmatch(raw) is not None
+    if not 0 < len(raw) <= 255 or raw in (b".", b".."):
+        return False
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c in "/\\" for c in text)
 
 
 def encode_message(*, topic: str, body: bytes, queue_id: int = 0, flag: int = 0, queue_offset: int = 0,
@@ -254,10 +257,8 @@ def decode_message(buf, offset: int = 0, check_crc: bool = False) -> dict:
     props_raw = rec[pos:pos + props_len]
     if cal_msg_length(sys_flag, body_len, topic_len, props_len, version) != total:
         bad("totalSize", "differs from the sum of the parts")
-    if not topic_is_legal(rec[topic_pos:topic_pos + topic_len]) or topic_len > (127 if version == 1 else 32767):
-        bad("topic", "not a topic RocketMQ writes")
-    if queue_id < 0:
-        bad("queueId", "negative")
+    if topic_len > (127 if version == 1 else 32767):
+        bad("topicLength", "a negative length to RocketMQ's reader")
     if check_crc:
         if body_len > 0 and crc32(body) != body_crc:
             bad("bodyCRC", "mismatch")
@@ -537,6 +538,56 @@ class IndexFileRef:
                 break
             next_index = prev_index
         return out
+
+    def item(self, index: int) -> tuple[int, int, int, int]:
+        """Item ``index`` as stored: (keyHash, phyOffset, timeDiff, prevIndex)."""
+        if not 1 <= index < self.index_num:
+            raise IndexError(f"item {index} is outside [1, {self.index_num})")
+        return _INDEX_ITEM_STRUCT.unpack_from(self.buf, self._item_pos(index))
+
+    def reachable_items(self, bound: int = 0) -> tuple[list[int], list[int], int, list[int]]:
+        """The twin of IndexFile.reachable_items(bound=..., with_times=True), as lists: the (keyHash, phyOffset,
+        timeDiff) of every item a select for its own key can reach, in item order, and the defects met (a slot or
+        link past the items written, an item reached twice, an item under another slot, a negative timeDiff)."""
+        count = self.index_count if bound <= 0 else bound
+        count = max(1, min(count, self.index_num))
+        seen = [0] * count
+        problems = 0
+        for slot in range(self.hash_slot_num):
+            (head,) = struct.unpack_from(">i", self.buf, INDEX_HEADER_SIZE + slot * INDEX_HASH_SLOT_SIZE)
+            if head == 0:
+                continue
+            if head < 0 or head >= count:
+                problems += 1
+                continue
+            idx = head
+            while True:
+                if seen[idx]:
+                    problems += 1
+                    break
+                seen[idx] = 1
+                h, _phy, diff, prev = _INDEX_ITEM_STRUCT.unpack_from(self.buf, self._item_pos(idx))
+                if diff < 0:
+                    problems += 1
+                    break
+                if h < 0 or h % self.hash_slot_num != slot:
+                    problems += 1
+                else:
+                    seen[idx] = 2
+                if prev == 0:
+                    break
+                if prev < 0 or prev >= count:
+                    problems += 1
+                    break
+                idx = prev
+        hashes, phys, diffs = [], [], []
+        for idx in range(1, count):
+            if seen[idx] == 2:
+                h, phy, diff, _prev = _INDEX_ITEM_STRUCT.unpack_from(self.buf, self._item_pos(idx))
+                hashes.append(h)
+                phys.append(phy)
+                diffs.append(diff)
+        return hashes, phys, problems, diffs
 
 
 # -- IndexService.queryOffset, DefaultMessageStore.queryMessage ----------------------------------------------------

@@ -21,6 +21,8 @@ Differences from the Java service, on purpose:
   others.
 - Before progress is persisted, the commitlog is flushed past the last re-put, so a persisted offset never covers a
   delivery that a power loss could take back (Java persists without that flush).
+- At open, the deliveries made after delayOffset.json was last written are found in the commitlog and each level
+  moves past them (``recover_progress``): Java delivers them again after a kill (everything of the last 10 s).
 - A record whose REAL_TOPIC / REAL_QID is missing or unparsable is logged and skipped; Java's messageTimeup throws
   there and the level stays stuck on that record for good.
 - The delivered record's properties no longer hold DELAY (nor 5.x's TIMER_DELIVER_MS / TIMER_DELAY_SEC), as
@@ -39,9 +41,10 @@ import numpy as np
 
 from . import fastjson
 from ._codec import EncodeBuffer, Message, select_messages
-from ._schedule import time_up_into
-from .config_manager import string2file
-from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
+from ._schedule import (FACT_BODY_CRC, FACT_BODY_LEN, FACT_BORN_TS, FACT_COLUMNS, FACT_FLAG, FACT_PHYS, FACT_SIZE,
+                        PROVENANCE_DELAYED, record_keys, scan_provenance, time_up_into)
+from .config_manager import file2string, string2file
+from .errors import ConfigFileError, MessageIllegalError, RmqStoreError, StoreClosedError, StoreLayoutError
 from .status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,12 @@ TRANSACTION_COMMIT_TYPE = 0x8
 DELAY_OFFSET_FILE = "delayOffset.json"
 
 DELAY_FOR_A_WHILE_MS = 100       # ScheduleMessageService.DELAY_FOR_A_WHILE: idle poll of a level
+# How far the wall clock may have stepped back between a unit falling due and its delivery being stored, for
+# recover_progress's bound on where deliveries start (a bound too late costs duplicates, never a loss).
+RECOVERY_CLOCK_SLACK_MS = 10_000
+# How long before its file's mtime a persisted progress table may have been taken (a persist first waits for the
+# commitlog to flush past the re-puts it counts).
+PERSIST_SLACK_MS = 60_000
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
 
@@ -173,12 +182,13 @@ def load_config_file(path: str, decode):
     errors = []
     for candidate in (path, path + ".bak"):
         try:
-            with open(candidate, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
+            # file2string: a directory or fifo in the file's place is an error naming it, not a hang or a raw
+            # IsADirectoryError, and no descriptor is left open.
+            text = file2string(candidate)
+        except ConfigFileError as e:
+            errors.append(str(e))
             continue
-        except (OSError, UnicodeDecodeError) as e:
-            errors.append(f"{candidate}: {e}")
+        if text is None:
             continue
         if not text.strip():
             errors.append(f"{candidate}: empty")
@@ -291,6 +301,82 @@ def _put_encoded(svc, unit_of):
     return None if ok == k else int(unit_of[ok])
 
 
+# -- what was done after the last persist ------------------------------------------------------------------------
+
+def scan_commitlog(store, start: int, mode: int, batch: int = 65536):
+    """The facts (rmqcore._schedule's ``FACT_*`` columns) of the records from commitlog offset ``start`` to the end
+    that ``mode`` (``PROVENANCE_*``) asks for, as int64 arrays of rows in commitlog order. The walk is in C; a file
+    is left at its blank tail or at a record that does not parse (recovery truncated the log at the first bad
+    record, so that is the end of the data)."""
+    out = np.empty((batch, FACT_COLUMNS), np.int64)
+    for mf in store.commit_log.mapped_file_queue.mapped_files:
+        base = mf.file_from_offset
+        if base + mf.file_size <= start:
+            continue
+        view = mf.select(0)
+        if view is None:
+            continue
+        pos = max(0, start - base)
+        while pos < len(view):
+            rows, pos, code = scan_provenance(view, base, pos, mode, out)
+            if rows:
+                yield out[:rows].copy()
+            if code != 1:
+                break
+        del view
+
+
+def persisted_at(path: str) -> int | None:
+    """When a progress file (or its .bak, whichever is older) was last written, in ms; None when neither exists.
+    What it holds was taken at most a persist's duration before that."""
+    times = []
+    for candidate in (path, path + ".bak"):
+        try:
+            times.append(os.stat(candidate).st_mtime_ns // 1_000_000)
+        except OSError:
+            pass
+    return min(times) if times else None
+
+
+def read_units(cq, start: int, count: int):
+    """Up to ``count`` units of ``cq`` from ``start`` (across its files) as one array; None when there are none."""
+    parts, n, dtype = [], 0, None
+    while n < count:
+        units = cq.get_units(start + n, count - n)
+        if units is None or len(units) == 0:
+            break
+        dtype = units.dtype
+        parts.append(units.view(np.uint8).copy())      # as bytes: concatenate would make them native-endian
+        n += len(units)
+    return np.concatenate(parts).view(dtype) if parts else None
+
+
+def fact_hashes(facts):
+    """One 64-bit hash per row of what a re-put keeps from its source (born time, body CRC and length, flag): a
+    delivery and the record it came from hash alike, so numpy pairs them before anything is decoded."""
+    with np.errstate(over="ignore"):
+        h = facts[:, FACT_BORN_TS].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        h ^= facts[:, FACT_BODY_CRC].astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+        h ^= facts[:, FACT_BODY_LEN].astype(np.uint64) * np.uint64(0x165667B19E3779F9)
+        h ^= facts[:, FACT_FLAG].astype(np.uint64) * np.uint64(0xFF51AFD7ED558CCD)
+    return h
+
+
+def same_message(copy, source, topic: str | None, queue_id: int | None) -> bool:
+    """True when the record ``copy`` is ``source`` re-put (a delivery, a commit): the same body, born time and host,
+    flag, reconsume times and UNIQ_KEY, in ``topic`` / ``queue_id`` (None: not compared)."""
+    if copy is None or source is None:
+        return False
+    if topic is not None and (copy.topic != topic or copy.queue_id != queue_id):
+        return False
+    if (copy.born_timestamp != source.born_timestamp or copy.flag != source.flag
+            or copy.reconsume_times != source.reconsume_times or copy.born_host != source.born_host
+            or bytes(copy.body) != bytes(source.body)):
+        return False
+    uniq = source.properties.get("UNIQ_KEY")
+    return uniq is None or copy.properties.get("UNIQ_KEY") == uniq
+
+
 # -- the service ------------------------------------------------------------------------------------------------
 
 def _now_ms() -> int:
@@ -322,6 +408,8 @@ class ScheduleMessageService:
         self.delivered = 0            # messages re-put since start
         self.skipped = 0              # records that could not be re-put (no real topic, half topic): logged
         self.persists = 0
+        self.recovered = 0            # deliveries found after the persisted progress at open (recover_progress)
+        self._persist_soon = False    # the table moved at load: the delivery thread writes it at once
         self.last_error: str | None = None
         self._lock = threading.Lock()        # one delivery pass at a time (the thread, or a test's deliver_due)
         self._stop = threading.Event()
@@ -358,6 +446,160 @@ class ScheduleMessageService:
                           lo, hi, fixed)
                 self.offset_table[level] = fixed
         self._loaded = True
+        # Every open, not only after a crash: an open with the service off (a tool, an inspection) may have ended
+        # cleanly in between, and after a clean shutdown the walk is short (see recover_progress).
+        try:
+            self.recovered = self.recover_progress()
+        except (RmqStoreError, OSError) as e:
+            # Finding them only spares duplicates: without it the persisted progress holds (RocketMQ's behaviour).
+            log.error("delay levels: deliveries after delayOffset.json not looked for (%s); they may come again", e)
+            self.recovered = 0
+        # Written by the first turn of the delivery thread, not here: an open that fails later leaves the file as
+        # it found it.
+        self._persist_soon = self.recovered > 0
+
+    def _written_before(self, when_ms: int) -> int:
+        """A commitlog offset every record stored at or after ``when_ms`` lies past (0 when none is known): the
+        latest schedule record stored before then, found by bisecting each level's queue on its tagsCode."""
+        best = 0
+        for level in range(1, self.max_delay_level + 1):
+            cq = self.store.find_consume_queue(SCHEDULE_TOPIC, delay_level_to_queue_id(level), create=False)
+            if cq is None:
+                continue
+            cut = when_ms + self.delay_level_ms[level]          # tagsCode = store time + the level's delay
+            lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue - 1
+            found = None
+            while lo <= hi:                     # the last unit whose record was stored before ``cut``
+                mid = (lo + hi) // 2
+                units = cq.get_units(mid, 1)
+                if units is None or len(units) == 0:
+                    break
+                if int(units["tags_code"][0]) < cut:
+                    found = int(units["offset"][0])
+                    lo = mid + 1
+                else:
+                    hi = mid - 1
+            if found is not None:
+                best = max(best, found)
+        return best
+
+    def recover_progress(self) -> int:
+        """After a crash: move each level's progress past the messages it delivered after delayOffset.json was
+        last written (every ``flush_delay_offset_interval`` ms, as in RocketMQ, which re-delivers them all).
+
+        A delivery is the level's record re-put in its real topic and queue with REAL_TOPIC / REAL_QID kept (as
+        messageTimeup keeps them) and its body, born time and host, flag and UNIQ_KEY unchanged; a level delivers
+        its queue in order, so when unit ``i`` of a level was delivered, every unit before it was done (delivered
+        or skipped). The commitlog from the first undelivered unit's record on is walked in C for records that
+        carry REAL_TOPIC outside the system topics; they are paired with the levels' next units by a hash of what
+        a re-put keeps, then each pair is decoded and compared in full, in commitlog order, each level's units
+        taken in order. Returns how many deliveries were found (0 leaves the table as it was).
+
+        Only what the store holds counts: a delivery lost in the crash is not found, so its unit is delivered
+        again, never skipped; a record that merely looks like a delivery must match its unit in every field a
+        re-put keeps."""
+        store = self.store
+        files = store.commit_log.mapped_file_queue.mapped_files
+        file_size = store.config.mapped_file_size_commit_log
+        pending = {}
+        for level in range(1, self.max_delay_level + 1):
+            cq = store.find_consume_queue(SCHEDULE_TOPIC, delay_level_to_queue_id(level), create=False)
+            if cq is None:
+                continue
+            off = max(self.offset_table.get(level, 0), cq.min_offset_in_queue)
+            if off < cq.max_offset_in_queue:
+                pending[level] = (cq, off)
+        if not pending:
+            return 0
+        # A delivery is appended after the record it re-puts: nothing before the first pending unit's record is one.
+        # Nor before the moment the first pending unit fell due (a delivery's store time is at or after its unit's
+        # time): the levels' own units say where the commitlog was then (their tagsCode is store time + delay).
+        firsts, due = [], []
+        for level, (cq, off) in pending.items():
+            units = cq.get_units(off, 1)
+            if units is not None and len(units):
+                firsts.append(int(units["offset"][0]))
+                due.append(int(units["tags_code"][0]))
+        if not firsts:
+            return 0
+        since = min(due)
+        written = persisted_at(self.config_path)
+        if written is not None:
+            # Nor before the table was taken: every delivery it does not count came after that.
+            since = max(since, written - PERSIST_SLACK_MS)
+        start = max(min(firsts), self._written_before(since - RECOVERY_CLOCK_SLACK_MS))
+        found = [rows for rows in scan_commitlog(store, start, PROVENANCE_DELAYED)]
+        if not found:
+            return 0
+        copies = np.concatenate(found)
+        # A level delivers at most one message per unit: the pending units worth looking at are as many as the
+        # candidate deliveries (plus room for units skipped without a delivery). The walk also meets deliveries of
+        # units the table counts already: as many units before the persisted offset are paired too, so that such
+        # a delivery pairs with its own unit, never with a later unit that is the same message sent twice (a
+        # producer's retry), which would then be taken for delivered.
+        window = len(copies) + 1024
+        levels, indexes, sources, firsts = [], [], [], {}
+        for level, (cq, off) in pending.items():
+            first = max(cq.min_offset_in_queue, off - len(copies))
+            units = read_units(cq, first, min(off - first + window, cq.max_offset_in_queue - first))
+            if units is None:
+                continue
+            firsts[level] = first
+            facts = np.empty((len(units), FACT_COLUMNS), np.int64)
+            record_keys(units.view(np.uint8), files, file_size, facts)
+            ok = facts[:, FACT_SIZE] >= 0
+            idx = np.flatnonzero(ok)
+            levels.append(np.full(len(idx), level, np.int64))
+            indexes.append(idx)
+            sources.append(facts[ok])
+        if not sources:
+            return 0
+        src_level = np.concatenate(levels)
+        src_index = np.concatenate(indexes)
+        src = np.concatenate(sources)
+        src_hash = fact_hashes(src)
+        order = np.argsort(src_hash, kind="stable")
+        sorted_hash = src_hash[order]
+        copy_hash = fact_hashes(copies)
+        maybe = np.flatnonzero(np.isin(copy_hash, sorted_hash))
+        lo = np.searchsorted(sorted_hash, copy_hash[maybe], "left")
+        hi = np.searchsorted(sorted_hash, copy_hash[maybe], "right")
+        done = {level: 0 for level in firsts}         # units paired per level, from its first unit looked at
+        found_n = 0
+        for k, a, b in zip(maybe.tolist(), lo.tolist(), hi.tolist()):
+            phys = int(copies[k, FACT_PHYS])
+            # The candidates: each level's first unit not yet paired, whose record lies before this one.
+            best = {}
+            for j in order[a:b].tolist():
+                level, i = int(src_level[j]), int(src_index[j])
+                if i >= done[level] and src[j, FACT_PHYS] < phys and (level not in best or i < best[level][0]):
+                    best[level] = (i, j)
+            if not best:
+                continue
+            copy = store.commit_log.look_message(phys)
+            for level, (i, j) in sorted(best.items(), key=lambda e: src[e[1][1], FACT_PHYS]):
+                source = store.commit_log.look_message(int(src[j, FACT_PHYS]))
+                props = source.properties if source is not None else {}
+                try:
+                    qid = parse_java_int(props.get(PROPERTY_REAL_QUEUE_ID), PROPERTY_REAL_QUEUE_ID)
+                except MessageIllegalError:
+                    continue
+                topic = props.get(PROPERTY_REAL_TOPIC)
+                if (same_message(copy, source, topic, qid)
+                        and copy.properties.get(PROPERTY_REAL_TOPIC) == topic
+                        and copy.properties.get(PROPERTY_REAL_QUEUE_ID) == props.get(PROPERTY_REAL_QUEUE_ID)):
+                    done[level] = i + 1
+                    found_n += firsts[level] + i >= pending[level][1]
+                    break
+        for level, n in done.items():
+            before = pending[level][1]
+            after = firsts[level] + n
+            if after > before:
+                self.offset_table[level] = after
+                log.warning("delay level %d: %d units at and after offset %d were delivered after delayOffset.json "
+                            "was written (found in the commitlog); progress %d -> %d", level, after - before,
+                            before, before, after)
+        return found_n
 
     def start(self) -> None:
         if self._started:
@@ -394,8 +636,10 @@ class ScheduleMessageService:
                 pending = [t - now for t in self._next_due.values() if t is not None]
                 if pending:
                     wait_ms = max(1, min(wait_ms, min(pending)))
-                if (time.monotonic() - self._last_persist) * 1000 >= self.flush_delay_offset_interval:
+                if self._persist_soon or \
+                        (time.monotonic() - self._last_persist) * 1000 >= self.flush_delay_offset_interval:
                     self.persist()
+                    self._persist_soon = False
             except StoreClosedError:
                 if self._stop.is_set() or self.store._closed:
                     return

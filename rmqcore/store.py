@@ -20,17 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from ._codec import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, SELECT_NO_MATCHED_MESSAGE, current_millis,
+from ._codec import (PROPERTIES_MAX_LENGTH, SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, SELECT_NO_MATCHED_MESSAGE,
+                     Message, current_millis,
                      java_hash_code, look_record, pickup_store_timestamp, query_messages, select_queue)
 from ._dispatch import queue_runs
 from ._flush import DurablePuts
 from .checkpoint import StoreCheckpoint
-from .commit_log import CommitLog
+from .commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
+from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_DELAY_SEC,
+                       PROPERTY_TIMER_DELIVER_MS, rewrite_delay)
+from .timer import rewrite_timer
 from .config import StoreConfig
 from .clean import CleanFilesService
 from .consume_queue import CQ_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue, queue_dirs
 from .dispatch import ReputMessageService
 from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
+from .mapped_file_queue import clear_tmp_dir
 from .geometry import is_store_dir, read_geometry
 from .flush import GroupCommitService, PeriodicService
 from .index_service import IndexService
@@ -40,6 +45,8 @@ from .status import GetStatus, PutStatus
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
+# A topic the encoder takes (TopicValidator's characters, at most 127 bytes): a delayed message's real topic.
+_LEGAL_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 
 _WAITABLE = (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MATCHED_LOGIC_QUEUE)
 _SELECT_STATUS = {SELECT_FOUND: GetStatus.FOUND, SELECT_NO_MATCHED_MESSAGE: GetStatus.NO_MATCHED_MESSAGE,
@@ -93,6 +100,8 @@ def parse_tag_filter(tags):
 
 class MessageStore:
     """A RocketMQ store directory, open for reading and writing. Use ``MessageStore.open(path, config)``."""
+
+    _rebuild_from: int | None = None      # set by admin.repair before start(): dispatch again from this offset
 
     def __init__(self, path: str, config: StoreConfig | None = None, create: bool = True):
         self.path = os.path.abspath(path)
@@ -195,10 +204,14 @@ class MessageStore:
         except BaseException:
             # Whatever failed (a directory where the checkpoint belongs, a full disk, a bad file), the caller sees
             # that error, and the lock, maps, pool and threads taken so far are given back: the next open in this
-            # process does not find the store locked. The abort file stays: the next open recovers abnormally.
+            # process does not find the store locked. The abort file stays (the next open recovers abnormally),
+            # unless the store was closed cleanly before and this open dispatched nothing: then the failure (an
+            # unreadable delayOffset.json, say) changed nothing, and the store is left as it was found.
             self._closed = True
             self._stop_services()
-            self._release_everything()
+            untouched = (self.recovery.get("last_exit_ok", False) and self.reput is not None
+                         and self.reput.dispatched == 0)
+            self._release_everything(clean=untouched)
             raise
         self._running = True
 
@@ -212,6 +225,9 @@ class MessageStore:
                         ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in self.geometry_adopted.items()))
             self.config = geometry.apply(self.config)
         cfg = self.config
+        # Files a process killed mid-creation left under their temporary names (never in a directory RocketMQ
+        # lists: see MappedFile).
+        clear_tmp_dir(self.path)
         last_exit_ok = not os.path.exists(self._path("abort"))
         self.checkpoint = StoreCheckpoint(self._path("checkpoint"))
         self.transient_store_pool = None
@@ -232,6 +248,10 @@ class MessageStore:
         self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
         self.recovery = recovery.recover(self, last_exit_ok)
         self._reput_from = self.recovery["reput_from"]
+        if self._rebuild_from is not None:
+            # admin.repair deleted consume queues or index files verify found damaged: dispatch again from here
+            # (units and keys still on disk are skipped by their repeat checks).
+            self._reput_from = min(self._reput_from, max(self._rebuild_from, self.commit_log.min_offset))
 
     def _load_consume_queues(self) -> None:
         root = self._path("consumequeue")
@@ -269,6 +289,10 @@ class MessageStore:
             pass
         self.recovery["rebuilt_units"] = self._count_units() - units_before
         self.recovery["rebuilt_keys"] = self._count_keys() - keys_before
+        # Records this open's dispatch passed over (kept, readable by offset, but their topic or queue id names
+        # no directory): how many, and where the first ones are.
+        self.recovery["undispatchable"] = self.reput.undispatchable
+        self.recovery["undispatchable_offsets"] = list(self.reput.undispatchable_offsets)
         self._recover_topic_queue_table()
         r = self.recovery
         log.info("%s recovery of %s: %d records scanned from offset %d, %d bytes truncated (%s), "
@@ -355,9 +379,17 @@ class MessageStore:
         if self._closed:
             return
         flush_failed = False
+        progress_error = None
         for delivery in (getattr(self, "schedule_service", None), getattr(self, "timer_service", None)):
             if delivery is not None:       # persists its progress: needs the store still open
-                delivery.shutdown()
+                try:
+                    delivery.shutdown()
+                except Exception as e:
+                    # Its progress file could not be written (a directory in its place, a full disk): the next
+                    # open re-delivers from the last persisted progress. The store still closes, and says so.
+                    log.error("closing %s: %s could not persist its progress: %s", self.path,
+                              type(delivery).__name__, e)
+                    progress_error = progress_error or e
         self._closed = True
         was_running, self._running = self._running, False     # puts and gets are refused from here on
         with self._arrived:
@@ -385,6 +417,8 @@ class MessageStore:
             log.error("closing with %d commitlog bytes not dispatched: the next open will re-dispatch them",
                       self.reput.behind())
         self._release_everything(clean=dispatched and not flush_failed)
+        if progress_error is not None:
+            raise progress_error
 
     def _stop_services(self) -> None:
         """Stop the threads a failed start got to start (never raises: the start's own error is the one to see)."""
@@ -452,12 +486,94 @@ class MessageStore:
         return sum(cq.max_offset_in_queue - cq.min_offset_in_queue for cq in self._all_consume_queues())
 
     def _reroute(self, msg) -> None:
-        # Called by the encoder only for messages that carry a delay or timer property.
+        # Called by the encoder only for messages that carry a delay or timer property. A message the schedule or
+        # timer service could not deliver later (its real topic illegal, the delivered record too large: under its
+        # real topic a record is larger than under the 19-byte schedule topic) is refused now, as RocketMQ's
+        # checkMessage refuses it on the real topic before the rewrite, instead of being acknowledged and then
+        # skipped at delivery (issue 28). A refused message is left as it was.
+        topic, queue_id = msg.topic, msg.queue_id
+        if self._surely_deliverable(topic, msg):
+            if self.config.timer_wheel_enable:
+                rewrite_timer(msg, current_millis(), self.config.timer_max_delay_sec)
+            rewrite_delay(msg, len(self.delay_level_ms) - 1)
+            return
+        saved = dict(msg.properties)
+        timed = False
         if self.config.timer_wheel_enable:
-            from .timer import rewrite_timer
-            rewrite_timer(msg, current_millis(), self.config.timer_max_delay_sec)
-        from .schedule import rewrite_delay
-        rewrite_delay(msg, len(self.delay_level_ms) - 1)
+            timed = rewrite_timer(msg, current_millis(), self.config.timer_max_delay_sec)
+        delayed = rewrite_delay(msg, len(self.delay_level_ms) - 1)
+        if not (timed or delayed):
+            return
+        # What the delivery will put (ScheduleMessageService.messageTimeup drops DELAY and the 5.x timer fields
+        # and keeps REAL_TOPIC/REAL_QID; the wheel's convertMessage drops REAL_TOPIC/REAL_QID), checked exactly.
+        props = dict(msg.properties)
+        for name in ((PROPERTY_DELAY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC) if delayed
+                     else (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)):
+            props.pop(name, None)
+        try:
+            self.check_delivery(Message(topic, msg.body, queue_id, properties=props, flag=msg.flag,
+                                        sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+                                        born_host=msg.born_host, reconsume_times=msg.reconsume_times))
+        except BaseException:
+            msg.topic, msg.queue_id = topic, queue_id
+            msg.properties.clear()
+            msg.properties.update(saved)
+            raise
+
+    def _surely_deliverable(self, topic: str, msg) -> bool:
+        """A cheap bound, on the message before its rewrite, that clears almost every delayed message without
+        encoding it again: a legal topic and a record that fits even with every character of its properties at 4
+        UTF-8 bytes, plus what the rewrite adds (REAL_TOPIC, REAL_QID, TIMER_OUT_MS), a UNIQ_KEY, the CRC property
+        and a header with IPv6 hosts."""
+        if type(topic) is not str or _LEGAL_TOPIC.fullmatch(topic) is None:
+            return False
+        try:
+            props_bound = 4 * (sum(len(k) + len(v) + 2 for k, v in msg.properties.items()) + len(topic) + 96) + 84
+            body_n = memoryview(msg.body).nbytes
+        except TypeError:
+            return False          # a property that is not a str, a body that is not a buffer: the encoder says which
+        limit = min(self.config.max_message_size,
+                    self.config.mapped_file_size_commit_log - END_FILE_MIN_BLANK_LENGTH)
+        return props_bound <= PROPERTIES_MAX_LENGTH and body_n + len(topic) + props_bound + 256 <= limit
+
+    _probe_encoder = None
+
+    def check_delivery(self, msg, what: str = "delivery") -> None:
+        """Raise MessageIllegalError (field prefixed ``delivery: ``) when the store would refuse ``msg`` as it
+        stands, without the delay/timer rewrite and without writing anything: the checks of a put (topic,
+        queue id, properties, record size against max_message_size and the commitlog file) on a scratch copy.
+        Used for the message a later delivery will put (a delayed or timed message's real topic) and by the
+        broker for a message it will put on its own later (a transaction's commit)."""
+        from ._codec import EncodeBuffer, MessageEncoder
+        from .errors import MessageIllegalError
+        enc = self._probe_encoder
+        if enc is None:
+            cfg = self.config
+            max_record = min(cfg.max_message_size, cfg.mapped_file_size_commit_log - END_FILE_MIN_BLANK_LENGTH)
+            enc = MessageEncoder(cfg.store_host, max_record)
+            enc.append_prop_crc = cfg.enabled_append_prop_crc
+            self._probe_encoder = enc
+        # A copy: the encoder adds a UNIQ_KEY to the properties it is given.
+        copy = Message(msg.topic, msg.body, msg.queue_id, properties=dict(msg.properties or {}), flag=msg.flag,
+                       sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                       reconsume_times=msg.reconsume_times)
+        try:
+            enc.encode_into(copy, EncodeBuffer())
+        except MessageIllegalError as e:
+            raise MessageIllegalError(f"{what}: {e.field}" if what else e.field, str(e).split(": ", 1)[-1],
+                                      e.limit, e.status) from None
+
+    def check_put(self, msg) -> None:
+        """Raise MessageIllegalError when ``put(msg)`` would be refused now or when its delayed or timed delivery
+        would be; writes nothing and leaves ``msg`` as it was. For a caller that must answer a refusal before it
+        changes any state of its own (the broker's send-back creates a retry topic only for a message the store
+        takes)."""
+        copy = Message(msg.topic, msg.body, msg.queue_id, properties=dict(msg.properties or {}), flag=msg.flag,
+                       sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                       reconsume_times=msg.reconsume_times)
+        if copy.properties:
+            self._reroute(copy)          # refuses what its delivery would not store
+        self.check_delivery(copy, "")
 
     def put(self, msg):
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once a flush covers it, or
@@ -591,12 +707,16 @@ class MessageStore:
 
     def verify(self, progress=None) -> dict:
         """Check the open store end to end in one linear pass (see recovery.verify_parts); waits for dispatch to
-        catch up first. ``progress(phase, done, total)`` is called as it goes (phases "commitlog" in bytes,
-        "consumequeue" in queues, "index" in files)."""
+        catch up first. Records put meanwhile by other threads, past what dispatch had done, are not judged
+        (``report["judged_to"]``, ``report["not_judged"]``). ``progress(phase, done, total)`` is called as it goes
+        (phases "commitlog" in bytes, "consumequeue" in queues, "index" in files)."""
         self._check_running()
         self.wait_dispatched()
+        # Puts from other threads may go on: judge what dispatch had done when verify looked (every record below
+        # the reput offset has its units and keys; the reput thread moves the offset after applying a batch).
         return recovery.verify_parts(self.commit_log, self._all_consume_queues(), self.index_service, progress,
-                                     self.config.message_index_enable)
+                                     self.config.message_index_enable, delay_level_ms=self.delay_level_ms,
+                                     judged_to=self.reput.reput_from_offset)
 
     # -- dispatch (called by the ReputMessageService) -----------------------------------------------------------
 
@@ -840,6 +960,8 @@ class MessageStore:
             # Records the writer could not hand the dispatcher (its ring was full): read back from the commitlog.
             "dispatch_ring_dropped": self.reput.ring.dropped if self.reput and self.reput.ring else 0,
             "dispatch_error": self.reput.last_error if self.reput else None,
+            # Records dispatch passed over since the open (topic no safe directory name, negative queue id).
+            "dispatch_undispatchable": self.reput.undispatchable if self.reput else 0,
             "put_calls": self.commit_log.writer.put_messages,
             "recovery": dict(self.recovery),
             "checkpoint": self.checkpoint.as_dict() if self.checkpoint else {},

@@ -12,8 +12,9 @@ memory at start, and ``config/timerProgress.json`` (rmqcore's own, written atomi
 - ``loadedBelowOffset`` L and ``deliveredTimeMs`` T: every entry in [S, L) due before T was delivered.
 
 At start, entries from S on are read back; one in [S, L) due before T is skipped, every other one goes into the
-wheel (and is delivered at once when already due). So a crash re-delivers only what was delivered after the last
-persist (``timer_flush_interval_ms``, 1 s): at least once, never lost. 5.x rounds delivery times down to
+wheel (and is delivered at once when already due). What was delivered after the last persist
+(``timer_flush_interval_ms``, 1 s) is then found in the commitlog and taken out of the wheel
+(``recover_progress``): a kill delivers nothing twice, and what the commitlog lost is delivered again, never lost. 5.x rounds delivery times down to
 ``timerPrecisionMs`` (1 s by default, so it delivers up to a second early); rmqcore keeps the exact ms and never
 delivers early: the wheel has 10 ms slots and a slot is delivered once its last ms has passed.
 
@@ -34,11 +35,14 @@ from array import array
 import numpy as np
 
 from ._codec import EncodeBuffer, Message, select_messages
-from ._schedule import NO_RECORD, timer_out_times
-from .errors import MessageIllegalError, StoreClosedError, StoreLayoutError
-from .schedule import (PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
-                       TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, flush_past,
-                       load_config_file, parse_java_int, put_in_order, read_fastjson, redeliver, write_config_file)
+from ._schedule import (FACT_COLUMNS, FACT_PHYS, FACT_SIZE, FACT_STORE_TS, NO_RECORD, PROVENANCE_TIMED, record_keys,
+                        timer_out_times)
+from .errors import MessageIllegalError, RmqStoreError, StoreClosedError, StoreLayoutError
+from .schedule import (PERSIST_SLACK_MS, PROPERTY_DELAY, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+                       RECOVERY_CLOCK_SLACK_MS, persisted_at,
+                       TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, fact_hashes, flush_past,
+                       load_config_file, parse_java_int, put_in_order, read_fastjson, redeliver, same_message,
+                       scan_commitlog, write_config_file)
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +146,7 @@ class TimerMessageService:
         self.delivered = 0
         self.skipped = 0
         self.persists = 0
+        self.recovered = 0                     # entries found delivered after the persisted progress (load)
         self.pending = 0
         self.last_error = None
         self._lock = threading.Lock()
@@ -225,7 +230,109 @@ class TimerMessageService:
             self.loaded_below = self.scan_from
             self._read(progress["loadedBelowOffset"], progress["deliveredTimeMs"])
             self.delivered_time = progress["deliveredTimeMs"]
+        else:
+            self._read()               # no progress yet (killed before the first persist): read it all
+        try:
+            self.recovered = self.recover_progress()
+        except (RmqStoreError, OSError) as e:
+            # Finding them only spares duplicates: without it the persisted progress holds.
+            log.error("timer: deliveries after timerProgress.json not looked for (%s); they may come again", e)
         self._loaded = True
+
+    def _rows(self):
+        """Every entry of the wheel, as one int64 array of (deliver_ms, queue_offset, phy, size) rows."""
+        parts = [np.frombuffer(a, dtype=np.int64).reshape(-1, 4) for a in self._slots.values() if len(a)]
+        return np.concatenate(parts) if parts else np.empty((0, 4), np.int64)
+
+    def _written_from(self, when_ms: int) -> int:
+        """The start of the last commitlog file whose first record was stored before ``when_ms`` (0 when none
+        is known): no record stored at or after ``when_ms`` lies before it."""
+        best = 0
+        for mf in self.store.commit_log.mapped_file_queue.mapped_files:
+            first = self.store.commit_log.look_message(mf.file_from_offset)
+            if first is None or first.store_timestamp >= when_ms:
+                break
+            best = mf.file_from_offset
+        return best
+
+    def recover_progress(self) -> int:
+        """After a restart: take out of the wheel the entries delivered after timerProgress.json was last written
+        (every ``timer_flush_interval_ms``), which the progress alone would deliver again. A delivery is the timer
+        record re-put in its REAL_TOPIC / REAL_QID with TIMER_OUT_MS kept (convertMessage clears only REAL_TOPIC and
+        REAL_QID) and its body, born time and host, flag and UNIQ_KEY unchanged, stored after the record and not
+        before its time: the commitlog from there is walked in C for records carrying TIMER_OUT_MS outside the
+        timer topic, paired with the due entries by a hash of what a re-put keeps, and each pair decoded and
+        compared in full; each delivery takes out one entry. Returns how many entries it took out."""
+        store = self.store
+        rows = self._rows()
+        if not len(rows):
+            return 0
+        now = max(_now_ms(), self.clock())       # an injected clock may run ahead: what it made due counts too
+        due = rows[rows[:, 0] <= now + RECOVERY_CLOCK_SLACK_MS]
+        if not len(due):
+            return 0
+        since = int(due[:, 0].min())
+        written = persisted_at(self.progress_path)
+        if written is not None:        # every delivery the progress does not count came after it was taken
+            since = max(since, written - PERSIST_SLACK_MS)
+        start = max(int(due[:, 2].min()), self._written_from(since - RECOVERY_CLOCK_SLACK_MS))
+        found = list(scan_commitlog(store, start, PROVENANCE_TIMED))
+        if not found:
+            return 0
+        copies = np.concatenate(found)
+        units = np.zeros(len(due), dtype=[("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+        units["offset"] = due[:, 2]
+        units["size"] = due[:, 3]
+        facts = np.empty((len(due), FACT_COLUMNS), np.int64)
+        record_keys(units.view(np.uint8), store.commit_log.mapped_file_queue.mapped_files,
+                    store.config.mapped_file_size_commit_log, facts)
+        ok = facts[:, FACT_SIZE] >= 0
+        src_hash = fact_hashes(facts)
+        order = np.flatnonzero(ok)[np.argsort(src_hash[ok], kind="stable")]
+        sorted_hash = src_hash[order]
+        copy_hash = fact_hashes(copies)
+        maybe = np.flatnonzero(np.isin(copy_hash, sorted_hash))
+        lo = np.searchsorted(sorted_hash, copy_hash[maybe], "left")
+        hi = np.searchsorted(sorted_hash, copy_hash[maybe], "right")
+        look = store.commit_log.look_message
+        taken = set()                    # indexes into ``due``
+        for k, a, b in zip(maybe.tolist(), lo.tolist(), hi.tolist()):
+            phys = int(copies[k, FACT_PHYS])
+            copy = None
+            for j in order[a:b].tolist():
+                if j in taken or due[j, 2] >= phys or copies[k, FACT_STORE_TS] < due[j, 0] - RECOVERY_CLOCK_SLACK_MS:
+                    continue
+                if copy is None:
+                    copy = look(phys)
+                source = look(int(due[j, 2]))
+                props = source.properties if source is not None else {}
+                try:
+                    qid = parse_java_int(props.get(PROPERTY_REAL_QUEUE_ID), PROPERTY_REAL_QUEUE_ID)
+                except MessageIllegalError:
+                    continue
+                if (same_message(copy, source, props.get(PROPERTY_REAL_TOPIC), qid)
+                        and copy.properties.get(PROPERTY_TIMER_OUT_MS) == props.get(PROPERTY_TIMER_OUT_MS)
+                        and PROPERTY_REAL_TOPIC not in copy.properties):
+                    taken.add(j)
+                    break
+        if not taken:
+            return 0
+        gone = set(due[sorted(taken), 1].tolist())        # their timer-queue offsets
+        for slot in list(self._slots):
+            a = np.frombuffer(self._slots[slot], dtype=np.int64).reshape(-1, 4)
+            keep = ~np.isin(a[:, 1], np.fromiter(gone, np.int64, len(gone)))
+            if keep.all():
+                continue
+            if keep.any():
+                self._slots[slot] = array("q", a[keep].tobytes())
+            else:
+                del self._slots[slot]
+        self._slot_heap = list(self._slots)
+        heapq.heapify(self._slot_heap)
+        self.pending -= len(gone)
+        log.warning("timer: %d entries were delivered after timerProgress.json was written (found in the "
+                    "commitlog); not delivered again", len(gone))
+        return len(gone)
 
     def run_once(self, max_batches: int | None = None) -> int:
         """Read what arrived (at most ``max_batches`` batches of ``load_batch``: the thread reads a burst of new

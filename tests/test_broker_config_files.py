@@ -185,7 +185,9 @@ def test_5x_fields_kept_through_a_change(tmp_path):
     assert doc["topicConfigTable"]["TopicTest"]["writeQueueNums"] == 8
     assert doc["dataVersion"]["counter"] == 8 and doc["dataVersion"]["stateVersion"] == 0
     g = sgm.subscription_group_table["slow_group"]
-    assert g.extra["groupRetryPolicy"] == {"type": "CUSTOMIZED"}
+    # 5.x's typed fields: read, and written back as they were.
+    assert g.group_retry_policy.type == "CUSTOMIZED" and g.group_retry_policy.customized is None
+    assert g.consume_message_orderly is False and g.to_json()["groupRetryPolicy"] == {"type": "CUSTOMIZED"}
     sgm.persist()
     assert '"forbiddenTable":{}' in (tmp_path / "config" / "subscriptionGroup.json").read_text()
 

@@ -191,6 +191,24 @@ def check_store(path, config, seed, acks, *, sync, expect_abnormal=True, max_off
         store.close()
 
 
+def assert_rocketmq_loadable(path):
+    """Every file RocketMQ's load lists has the length it insists on ("length not matched" otherwise refuses the
+    whole store): a kill must never leave a file half made (new files are made under rmqcore-tmp/ and renamed)."""
+    cl = os.path.join(path, "commitlog")
+    for name in os.listdir(cl) if os.path.isdir(cl) else []:      # (killed before its first file: none yet)
+        assert os.path.getsize(os.path.join(cl, name)) == CONFIG["mapped_file_size_commit_log"], name
+    root = os.path.join(path, "consumequeue")
+    for topic in os.listdir(root) if os.path.isdir(root) else []:
+        for qid in os.listdir(os.path.join(root, topic)):
+            for name in os.listdir(os.path.join(root, topic, qid)):
+                size = os.path.getsize(os.path.join(root, topic, qid, name))
+                assert size == CONFIG["mapped_file_size_consume_queue"], (topic, qid, name, size)
+    index = os.path.join(path, "index")
+    want = 40 + CONFIG["max_hash_slot_num"] * 4 + CONFIG["max_index_num"] * 20
+    for name in os.listdir(index) if os.path.isdir(index) else []:
+        assert os.path.getsize(os.path.join(index, name)) == want, name
+
+
 def kill_rounds(tmp_path, seed, rounds, flush, kill_range=(0.05, 0.5), mode="put"):
     """``rounds`` crash → check cycles on one store; every other round two children crash back to back before the
     parent looks (the second one recovers the first one's crash itself and goes on writing)."""
@@ -204,6 +222,7 @@ def kill_rounds(tmp_path, seed, rounds, flush, kill_range=(0.05, 0.5), mode="put
         for _ in range(chained):
             res = run_child(path, seed, run, flush=flush, kill_after=rng.uniform(*kill_range), mode=mode)
             assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
+            assert_rocketmq_loadable(str(path))
             all_acks += res.acks
             run += 1
             kills += 1

@@ -1,6 +1,7 @@
 """Files are untrusted input (issue 10): every reproducer of the hostile-user report as a regression test.
 
-A record's topic is checked before it becomes a directory name; one damaged byte never bricks a store; a failed
+A record's topic is checked before it becomes a directory name (a record whose topic is no safe directory name is
+kept, readable by offset, and not dispatched; only checksums and lengths prove damage); one damaged byte never bricks a store; a failed
 open gives back the lock, maps and threads and raises its own error; fields no CRC covers (physicalOffset,
 consume-queue units) are checked against the records; verify() is one linear pass; bad API inputs name the field;
 a closed store refuses every call.
@@ -65,10 +66,11 @@ def topic_position(path, topic: bytes):
 # -- 1. a record's topic never steers a path ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("abort", [True, False])
+@pytest.mark.parametrize("prop_crc", [True, False])
 @pytest.mark.parametrize("hostile", [b"../../PWND", b"..\x2f..\x2fPW", b"/tmp/PWND!"])
-def test_a_topic_read_from_a_file_never_becomes_a_path_outside_the_store(tmp_path, abort, hostile):
+def test_a_topic_read_from_a_file_never_becomes_a_path_outside_the_store(tmp_path, abort, prop_crc, hostile):
     path = str(tmp_path / "s")
-    a, b = two_topics(path)
+    a, b = two_topics(path, cfg(enabled_append_prop_crc=prop_crc))
     # The consume queue of the second record must be rebuilt from the record (as after a crash that lost it).
     import shutil
     shutil.rmtree(os.path.join(path, "consumequeue", "BBBBBBBBBB"))
@@ -76,44 +78,66 @@ def test_a_topic_read_from_a_file_never_becomes_a_path_outside_the_store(tmp_pat
     if abort:
         crash_marker(path)
     before = tree(str(tmp_path))
-    with MessageStore.open(path, cfg()) as s:
+    with MessageStore.open(path, cfg(enabled_append_prop_crc=prop_crc)) as s:
         assert list(s.topics()) == ["AAAAAAAAAA"]
-        assert s.look_message(b.commitlog_offset) is None      # the record is corrupt: cut (abort) or unreadable
         assert [m.body.tobytes() for m in s.get_messages("g", "AAAAAAAAAA", 0, 0).messages] == [b"first"]
-        if abort:
-            assert s.commit_log.max_offset == b.commitlog_offset
-            assert s.verify()["ok"]
+        if prop_crc:
+            # __CRC32# covers the topic: the changed bytes are damage, and recovery cuts the record (abort) or
+            # reads stop at it.
+            assert s.look_message(b.commitlog_offset) is None
+            if abort:
+                assert s.commit_log.max_offset == b.commitlog_offset
+                assert s.verify()["ok"]
+        else:
+            # Nothing proves damage (the v1 body CRC does not cover the topic): the record is kept and readable
+            # by offset, and dispatch passes over it instead of making a directory of its topic.
+            assert s.look_message(b.commitlog_offset).topic.encode() == hostile.ljust(10, b"/")[:10]
+            assert s.commit_log.max_offset == b.commitlog_offset + b.wrote_bytes
+            report = s.verify()
+            assert report["ok"] and report["undispatchable"] == 1
+            assert report["undispatchable_offsets"] == [b.commitlog_offset]
+            assert s.runtime_info()["recovery"]["undispatchable_offsets"] == [b.commitlog_offset]
     after = tree(str(tmp_path))
     assert {p for p in after - before if not p.startswith("s" + os.sep)} == set()
     assert not (tmp_path / "PWND").exists() and not os.path.exists("/tmp/PWND!")
 
 
-def test_illegal_topics_are_corrupt_records_in_both_decoders():
-    for topic, ok in [(b"T", True), (b"%RETRY%g|x-_9", True), (b"", False), (b"..", False), (b"a/b", False),
-                      (b"a\x00", False), (b"\xc3\xa9", False), (b"x" * 127, True)]:
+def test_any_topic_length_java_reads_decodes_and_dispatchability_is_a_separate_question():
+    # RocketMQ's store writes any topic of 1..127 bytes (the broker's send path alone applies ^[%|a-zA-Z0-9_-]+$),
+    # so both decoders read every one; whether it may name a consume-queue directory is topic_is_dispatchable's.
+    for topic, dispatchable in [(b"T", True), (b"%RETRY%g|x-_9", True), (b"", False), (b".", False), (b"..", False),
+                                (b"...", True), (b"a/b", False), (b"a\\b", False), (b"a\x00", False),
+                                (b"a\x7f", False), (b"\xc2\x85", False), (b"\xc3\xa9", True), (b"x" * 127, True),
+                                ("支付 orders.v1|%".encode(), True), (b"\xff", False), (b"\xed\xa0\x80", False),
+                                (b"\xc0\xaf", False), (b"\xf4\x90\x80\x80", False), ("😀".encode(), True)]:
         fields = dict(topic="T", body=b"b")
         rec = bytearray(R.encode_message(**fields))
         at = rec.index(b"\x01T") + 1          # the 1-byte topic length, then the topic
         rec[at - 1:at + 1] = bytes([len(topic)]) + topic
         struct.pack_into(">i", rec, 0, len(rec))
-        if ok:
-            assert C.decode_message(bytes(rec)).topic == R.decode_message(bytes(rec))["topic"] == topic.decode()
-        else:
-            with pytest.raises(CorruptRecordError, match="topic") as ours:
-                C.decode_message(bytes(rec))
-            with pytest.raises(CorruptRecordError) as ref:
-                R.decode_message(bytes(rec))
-            assert ours.value.field == ref.value.field == "topic"
-    # v2 (5.x) records carry longer topics: up to Short.MAX_VALUE bytes.
+        ours, ref = C.decode_message(bytes(rec), check_crc=True), R.decode_message(bytes(rec), check_crc=True)
+        assert ours.topic == ref["topic"] == topic.decode("utf-8", "replace")
+        assert C.topic_is_dispatchable(topic) is R.topic_is_dispatchable(topic) is dispatchable, topic
+    # A v1 length byte of 128..255 is a negative length to Java's reader: damage, in both decoders.
+    rec = bytearray(R.encode_message(topic="T", body=b"b"))
+    at = rec.index(b"\x01T")
+    rec[at:at + 2] = b"\x80T"
+    with pytest.raises(CorruptRecordError) as e1:
+        C.decode_message(bytes(rec))
+    with pytest.raises(CorruptRecordError) as e2:
+        R.decode_message(bytes(rec))
+    assert e1.value.field in ("topicLength", "totalSize") and e2.value.field in ("topicLength", "totalSize")
+    # v2 (5.x) records carry longer topics: up to Short.MAX_VALUE bytes (past NAME_MAX: kept, not dispatched).
     long = R.encode_message(topic="L" * 300, body=b"b", version=2)
     assert C.decode_message(long).topic == "L" * 300
+    assert not C.topic_is_dispatchable("L" * 300) and C.topic_is_dispatchable("L" * 255)
 
 
 def test_consume_queue_directories_with_illegal_names_are_skipped_not_followed(tmp_path):
     path = str(tmp_path / "s")
     two_topics(path)
     root = os.path.join(path, "consumequeue")
-    os.makedirs(os.path.join(root, "bad name", "0"))
+    os.makedirs(os.path.join(root, "bad\x07name", "0"))     # a control character: no topic directory
     os.makedirs(os.path.join(root, "AAAAAAAAAA", "notaqueue"))
     os.makedirs(os.path.join(root, "AAAAAAAAAA", str(1 << 31)))
     open(os.path.join(root, "junk.txt"), "w").close()
@@ -131,36 +155,51 @@ def test_consume_queue_directories_with_illegal_names_are_skipped_not_followed(t
 # -- 2. one zero byte does not brick the store ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("check_crc", [True, False])
-def test_a_zero_byte_in_the_last_topic_cuts_that_record_not_the_store(tmp_path, check_crc):
+def test_a_zero_byte_in_the_last_topic_never_bricks_the_store(tmp_path, check_crc):
     path = str(tmp_path / "s")
     a, b = two_topics(path)
     patch(commitlog(path), topic_position(path, b"BBBBBBBBBB") + 4, b"\x00")
     crash_marker(path)
     with MessageStore.open(path, cfg(check_crc_on_recover=check_crc)) as s:
-        assert s.commit_log.max_offset == b.commitlog_offset
-        assert "topic" in s.runtime_info()["recovery"]["stop"]
         assert s.look_message(a.commitlog_offset).topic == "AAAAAAAAAA"
-        assert s.verify()["ok"]
+        if check_crc:
+            # The record's __CRC32# no longer holds: damage, cut.
+            assert s.commit_log.max_offset == b.commitlog_offset
+            assert "__CRC32#" in s.runtime_info()["recovery"]["stop"]
+            assert s.verify()["ok"]
+        else:
+            # Recovery was told not to check CRCs: nothing it checks proves damage, so the record stays (and is
+            # not dispatched: its topic holds a NUL); verify, which always checks CRCs, reports it.
+            assert s.commit_log.max_offset == b.commitlog_offset + b.wrote_bytes
+            assert s.runtime_info()["recovery"]["undispatchable"] == 1
+            report = s.verify()
+            assert not report["ok"] and report["commitlog_errors"][0]["field"] == "__CRC32#"
+            assert list(s.topics()) == ["AAAAAAAAAA", "BBBBBBBBBB"]
         r = s.put(Message("BBBBBBBBBB", b"again", 0))
-        assert r.commitlog_offset == b.commitlog_offset and r.queue_offset == 0
+        assert r.queue_offset == 0          # the unit that pointed at the changed record was cut with it
     crash_marker(path)
     with MessageStore.open(path, cfg(check_crc_on_recover=check_crc)) as s:     # and it opens again after that
         assert s.look_message(r.commitlog_offset).body.tobytes() == b"again"
-        assert s.verify()["ok"]
 
 
-def test_a_negative_queue_id_read_from_a_file_is_corruption_not_a_bricked_store(tmp_path):
+@pytest.mark.parametrize("prop_crc", [True, False])
+def test_a_negative_queue_id_read_from_a_file_never_becomes_a_consume_queue(tmp_path, prop_crc):
     # Found by the fuzzer: the v1 body CRC does not cover queueId, and dispatch turned -2147483437 into a consume
     # queue (a directory name), which then refused to exist and failed every open.
     path = str(tmp_path / "s")
-    a, b = two_topics(path)
+    a, b = two_topics(path, cfg(enabled_append_prop_crc=prop_crc))
     patch(commitlog(path), b.commitlog_offset + 12, struct.pack(">i", -(1 << 31) + 211))
-    with pytest.raises(CorruptRecordError, match="queueId"):
-        with open(commitlog(path), "rb") as f:
-            C.decode_message(f.read(), b.commitlog_offset)
+    if prop_crc:
+        with pytest.raises(CorruptRecordError, match="__CRC32#"):
+            with open(commitlog(path), "rb") as f:
+                C.decode_message(f.read(), b.commitlog_offset, check_crc=True)
     crash_marker(path)
-    with MessageStore.open(path, cfg()) as s:
-        assert s.commit_log.max_offset == b.commitlog_offset
+    with MessageStore.open(path, cfg(enabled_append_prop_crc=prop_crc)) as s:
+        if prop_crc:                        # __CRC32# covers the queue id: damage, cut
+            assert s.commit_log.max_offset == b.commitlog_offset
+        else:                               # nothing proves damage: kept, readable, not dispatched
+            assert s.look_message(b.commitlog_offset).queue_id == -(1 << 31) + 211
+            assert s.runtime_info()["recovery"]["undispatchable_offsets"] == [b.commitlog_offset]
         assert s.max_offset("BBBBBBBBBB", 0) == 0 and s.verify()["ok"]
         assert not any(q < 0 for qs in s.topics().values() for q in qs)
 

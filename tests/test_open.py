@@ -92,3 +92,24 @@ def test_mixed_file_sizes_are_refused_with_the_sizes_named(tmp_path):
         f.write(b"\0" * 4096)
     with pytest.raises(StoreLayoutError, match="different sizes"):
         MessageStore.open(path, small())
+
+
+def test_new_files_are_made_under_a_temporary_name_and_leftovers_are_removed_at_open(tmp_path):
+    # A kill between creating a file and sizing it must never leave a short file where RocketMQ's load lists
+    # files (it refuses the whole store: "length not matched"): files are made in rmqcore-tmp/ and renamed.
+    path = tmp_path / "s"
+    cfg = StoreConfig(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 50,
+                      max_hash_slot_num=11, max_index_num=40, warm_mapped_file_enable=False)
+    with MessageStore.open(str(path), cfg) as s:
+        for i in range(400):
+            s.put(Message("T", b"x" * 500, i % 2, keys=[f"k{i}"]))
+        s.wait_dispatched()
+        assert os.listdir(path / "rmqcore-tmp") == []
+    assert len(os.listdir(path / "commitlog")) > 2 and len(os.listdir(path / "index")) > 2
+    assert {os.path.getsize(path / "commitlog" / n) for n in os.listdir(path / "commitlog")} == {64 * 1024}
+    assert {os.path.getsize(path / "consumequeue" / "T" / "0" / n)
+            for n in os.listdir(path / "consumequeue" / "T" / "0")} == {20 * 50}
+    (path / "rmqcore-tmp" / "00000000000000655360.1234.0.tmp").write_bytes(b"\0" * 100)   # a killed creation
+    with MessageStore.open(str(path), cfg) as s:
+        assert os.listdir(path / "rmqcore-tmp") == []
+        assert s.verify()["ok"]

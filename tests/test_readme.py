@@ -46,7 +46,7 @@ def test_command_lines_shown_parse():
     block = re.search(r"```bash\n(.*?)```", section("Command line"), re.S).group(1)
     commands = [shlex.split(line.split(" #")[0]) for line in block.splitlines() if line.startswith("rmqcore ")]
     assert {c[1] for c in commands} == {"inspect", "verify", "get", "query", "dump", "repair", "stats", "export",
-                                        "demo"}
+                                        "demo", "serve"}
     for words in commands:
         parser.parse_args(["/s" if w in ("STORE", "DIR") else w for w in words[1:]])     # exits on a bad one
 

@@ -285,14 +285,14 @@ def test_snapshot_skips_an_empty_newest_segment(odd_store, tmp_path):
 
 def test_consume_queue_listing_skips_what_is_no_queue(tmp_path):
     # The store's own rule (consume_queue.queue_id_of): "-1", "٣" (not ASCII), "007" (queue 7 lives in "7") and a
-    # topic no record could carry are not queues.
+    # topic that is no safe directory name are not queues.
     from rmqcore.spark import layout
     root = tmp_path / "s"
     with MessageStore.open(str(root), small_config()) as st:
         st.put_batch([Message("T", b"x", 0), Message("T", b"y", 1)])
         st.wait_dispatched()
     cq = root / "consumequeue"
-    for bad in ("T/-1", "T/\u0663", "bad topic/0"):
+    for bad in ("T/-1", "T/\u0663", "bad\x07topic/0"):      # a control character: no topic directory
         (cq / bad).mkdir(parents=True)
         (cq / bad / ("%020d" % 0)).write_bytes(bytes(20))
     (cq / "T" / "007").mkdir()

@@ -15,13 +15,14 @@ Imports the store; the store never imports this package. One module per RocketMQ
 | send_back | SendMessageProcessor.consumerSendMsgBack: retry topic, DLQ |
 | mix_all | MixAll / MessageConst names |
 | broker_config, broker | BrokerConfig, the broker's processors over the store |
+| broker_conf | BrokerStartup's broker.conf (Properties.load + MixAll.properties2Object) |
 """
 from .broker import Broker
 from .broker_config import BrokerConfig
 from .consumer_offset_manager import ConsumerOffsetManager
-from .errors import (BrokerError, ConfigFileError, IllegalNameError, MessageNotFoundError, NoPermissionError,
-                     OffsetIllegalError, PutFailedError, QueueIdIllegalError, SubscriptionGroupNotExistError,
-                     TopicNotExistError)
+from .errors import (BrokerError, ConfigFileError, IllegalNameError, InvalidConfigError, MessageNotFoundError,
+                     NoPermissionError, OffsetIllegalError, PutFailedError, QueueIdIllegalError,
+                     SubscriptionGroupNotExistError, TopicNotExistError)
 from .subscription_group_config import SubscriptionGroupConfig
 from .subscription_group_manager import SubscriptionGroupManager
 from .topic_config import TopicConfig
@@ -30,6 +31,7 @@ from .topic_config_manager import TopicConfigManager
 __all__ = [
     "Broker", "BrokerConfig", "TopicConfig", "SubscriptionGroupConfig", "TopicConfigManager",
     "SubscriptionGroupManager", "ConsumerOffsetManager", "BrokerError", "ConfigFileError", "IllegalNameError",
+    "InvalidConfigError",
     "MessageNotFoundError", "NoPermissionError", "OffsetIllegalError", "PutFailedError", "QueueIdIllegalError",
     "SubscriptionGroupNotExistError", "TopicNotExistError",
 ]

@@ -25,8 +25,9 @@ from ..status import PutStatus
 from ._send import Sender, SendEntry
 from .broker_config import BrokerConfig
 from .consumer_offset_manager import ConsumerOffsetManager
-from .errors import (MessageNotFoundError, NoPermissionError, OffsetIllegalError, PutFailedError,
-                     QueueIdIllegalError, SubscriptionGroupNotExistError, TopicNotExistError)
+from .errors import (IllegalNameError, InvalidConfigError, MessageNotFoundError, NoPermissionError,
+                     OffsetIllegalError, PutFailedError, QueueIdIllegalError, SubscriptionGroupNotExistError,
+                     TopicNotExistError)
 from .mix_all import (PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_TRANSACTION_PREPARED,
                       RETRY_GROUP_TOPIC_PREFIX, get_dlq_topic)
 from .send_back import DLQ_NUMS_PER_GROUP, build_send_back_message
@@ -140,9 +141,18 @@ class Broker:
             for s in self._services:
                 # The service's final run persists the offsets; the rest follows.
                 s.shutdown()
-            self.topic_config_manager.persist()
-            self.subscription_group_manager.persist()
-            self.consumer_offset_manager.persist(force=False)
+            # Each file on its own: one that cannot be written (a directory in its place) must not cost the
+            # others their last state; the first error is raised once the store is closed.
+            error = None
+            for persist in (self.topic_config_manager.persist, self.subscription_group_manager.persist,
+                            lambda: self.consumer_offset_manager.persist(force=False)):
+                try:
+                    persist()
+                except Exception as e:
+                    log.error("closing the broker: %s", e)
+                    error = error or e
+            if error is not None:
+                raise error
         finally:
             self.store.close()
 
@@ -396,10 +406,17 @@ class Broker:
         if gc.retry_queue_nums <= 0:
             return None
         tcm = self.topic_config_manager
-        retry_tc = tcm.create_topic_in_send_message_back_method(f"{RETRY_GROUP_TOPIC_PREFIX}{group}",
-                                                                gc.retry_queue_nums, PERM_WRITE | PERM_READ)
-        if not is_writeable(retry_tc.perm):
-            raise NoPermissionError(f"the topic[{retry_tc.topic_name}] sending message is forbidden")
+        retry_topic = f"{RETRY_GROUP_TOPIC_PREFIX}{group}"
+        try:
+            # %RETRY%group and %DLQ%group are as long: a group whose retry topic the store refuses (a group name
+            # past 120 characters) is refused now, not acknowledged and dropped at delivery (issue 28).
+            validate_topic(retry_topic)
+        except IllegalNameError as e:
+            raise IllegalNameError(f"send back for group {group[:40]!r}...: its retry topic is not a legal topic: "
+                                   f"{e}") from None
+        retry_tc = tcm.select_topic_config(retry_topic)
+        if retry_tc is not None and not is_writeable(retry_tc.perm):
+            raise NoPermissionError(f"the topic[{retry_topic}] sending message is forbidden")
         offset = message_ext.commitlog_offset
         stored = self.store.look_message(offset)
         if stored is None:
@@ -407,6 +424,14 @@ class Broker:
         max_times = gc.retry_max_times if max_reconsume_times is None else max_reconsume_times
         msg, dead = build_send_back_message(stored, group, gc.retry_queue_nums, delay_level, max_times)
         del stored
+        # Everything the store will check, now and when the delay level delivers the retry, before any topic is
+        # made: a refusal (MessageIllegalError naming the field) leaves the broker as it was.
+        self.store.check_put(msg)
+        if retry_tc is None:
+            retry_tc = tcm.create_topic_in_send_message_back_method(retry_topic, gc.retry_queue_nums,
+                                                                    PERM_WRITE | PERM_READ)
+            if not is_writeable(retry_tc.perm):
+                raise NoPermissionError(f"the topic[{retry_topic}] sending message is forbidden")
         if dead:
             tcm.create_topic_in_send_message_back_method(msg.topic, DLQ_NUMS_PER_GROUP, PERM_WRITE | PERM_READ)
         result = self._store_put(msg)           # as RocketMQ: straight to the store, no send checks
@@ -433,8 +458,17 @@ class Broker:
         self.topic_config_manager.update_topic_config(topic_config.copy())
 
     def create_topic(self, topic: str, queue_nums: int = 4, perm: int = PERM_READ | PERM_WRITE,
-                     order: bool = False) -> TopicConfig:
-        tc = TopicConfig(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm, order=order)
+                     order: bool = False, message_type: str | None = None) -> TopicConfig:
+        """Create or replace ``topic`` with ``queue_nums`` read and write queues (RocketMQ's updateAndCreateTopic);
+        persisted at once. ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION; 5.x's TopicMessageType) is kept as
+        5.x keeps it, the topic's ``message.type`` attribute; None keeps the attributes an existing topic has (as
+        5.x's updateTopicConfig merges a request's attributes into the current ones) and writes none for a new
+        topic (the 4.9.7 shape, whose type reads as NORMAL). Raises IllegalNameError for a name TopicValidator
+        refuses, InvalidConfigError naming the field for a value topics.json could not read back, ValueError for an
+        unknown type."""
+        current = self.topic_config_manager.select_topic_config(topic) if isinstance(topic, str) else None
+        tc = TopicConfig(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm, order=order,
+                         attributes=current.attributes if current is not None else None, message_type=message_type)
         self.update_topic(tc)
         return tc
 
@@ -448,6 +482,25 @@ class Broker:
         """Create or replace a subscription group; persisted at once."""
         validate_group(config.group_name)
         self.subscription_group_manager.update_subscription_group_config(config.copy())
+
+    def create_group(self, group: str, fifo: bool = False, max_delivery_attempts: int | None = None, *,
+                     retry_queue_nums: int = 1) -> SubscriptionGroupConfig:
+        """Create or replace a subscription group as a 5.x broker writes it (consumeMessageOrderly,
+        groupRetryPolicy); persisted at once. ``fifo``: consumeMessageOrderly, the proxy's FIFO consumption.
+        ``max_delivery_attempts``: deliveries before the DLQ as the 5.x proxy counts them, retryMaxTimes + 1
+        (GrpcClientSettingsManager), so retryMaxTimes = attempts - 1; None keeps RocketMQ's 16 (17 attempts).
+        Raises IllegalNameError / InvalidConfigError naming the field, nothing changed."""
+        validate_group(group)
+        if type(fifo) is not bool:
+            raise InvalidConfigError("consumeMessageOrderly", f"expected True or False, got {fifo!r}")
+        g = SubscriptionGroupConfig(group, consume_message_orderly=fifo, retry_queue_nums=retry_queue_nums)
+        if max_delivery_attempts is not None:
+            if type(max_delivery_attempts) is not int or not 1 <= max_delivery_attempts <= (1 << 31):
+                raise InvalidConfigError("max_delivery_attempts", f"{max_delivery_attempts!r} is not an int in "
+                                         f"[1, {1 << 31}] (retryMaxTimes + 1, a Java int)")
+            g.max_delivery_attempts = max_delivery_attempts
+        self.update_group(g)
+        return g
 
     def delete_group(self, group: str) -> bool:
         """Remove the group's config and its offsets."""

@@ -44,17 +44,60 @@ class BrokerConfig:
 
     def __post_init__(self):
         self.validate()
+        object.__setattr__(self, "_validated", True)
+
+    def __setattr__(self, name, value):
+        # Every setter checks (issue 28): a broker's name, cluster or TBW102 queue count becomes a system topic in
+        # topics.json, so a value the file could not read back would leave a broker that cannot open.
+        if getattr(self, "_validated", False):
+            _check_field(name, value)
+        object.__setattr__(self, name, value)
 
     def validate(self) -> None:
-        for name in ("default_topic_queue_nums", "client_default_topic_queue_nums"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {v!r}")
-        if not isinstance(self.flush_consumer_offset_interval, int) or self.flush_consumer_offset_interval <= 0:
-            raise ValueError(f"flush_consumer_offset_interval must be > 0 ms, got "
-                             f"{self.flush_consumer_offset_interval!r}")
-        if not 0 <= self.broker_permission <= 0xF:
-            raise ValueError(f"broker_permission must be PermName bits (0..15), got {self.broker_permission}")
+        """Check every field (ValueError naming it and the limit): the Java type's range, and what the broker
+        writes from it into topics.json (non-empty names, queue counts within a Java int)."""
+        for f in dataclasses.fields(self):
+            _check_field(f.name, getattr(self, f.name))
 
     def replace(self, **changes) -> "BrokerConfig":
         return dataclasses.replace(self, **changes)
+
+
+_INT_MAX = (1 << 31) - 1
+_LONG_MAX = (1 << 63) - 1
+# field -> (kind, low, high); kind "str" (non-empty), "bool", or "int" with its inclusive range.
+_LIMITS = {
+    "broker_name": ("str",), "broker_cluster_name": ("str",), "msg_trace_topic_name": ("str",),
+    "broker_id": ("int", -_LONG_MAX - 1, _LONG_MAX),
+    "broker_permission": ("int", 0, 0xF),
+    "default_topic_queue_nums": ("int", 0, _INT_MAX),
+    "client_default_topic_queue_nums": ("int", 0, _INT_MAX),
+    "auto_create_topic_enable": ("bool",), "cluster_topic_enable": ("bool",), "broker_topic_enable": ("bool",),
+    "auto_create_subscription_group": ("bool",), "trace_topic_enable": ("bool",),
+    "reject_transaction_message": ("bool",),
+    "flush_consumer_offset_interval": ("int", 1, _INT_MAX),
+    # TransactionalMessageService refuses 0 for all three (the check service could not run): so do the setters.
+    "transaction_timeout": ("int", 1, _LONG_MAX),
+    "transaction_check_max": ("int", 1, _INT_MAX),
+    "transaction_check_interval": ("int", 1, _LONG_MAX),
+}
+
+
+def _check_field(name: str, value) -> None:
+    limit = _LIMITS.get(name)
+    if limit is None:
+        return
+    kind = limit[0]
+    if kind == "str":
+        if type(value) is not str or not value.strip():
+            raise ValueError(f"{name} must be a non-empty str, got {value!r}")
+        if "\n" in value or "\r" in value:
+            raise ValueError(f"{name} must be one line, got {value!r}")
+    elif kind == "bool":
+        if type(value) is not bool:
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+    else:
+        lo, hi = limit[1], limit[2]
+        if type(value) is not int or not lo <= value <= hi:
+            what = "PermName bits " if name == "broker_permission" else ""
+            raise ValueError(f"{name} must be an int in {what}[{lo}, {hi}], got {value!r}")

@@ -36,6 +36,18 @@ def java_hash_set_order(items: list[str]) -> list[str]:
     return sorted(items, key=bucket)
 
 
+def _refuse_commit(group, topic, queue_id, offset) -> None:
+    from .errors import InvalidConfigError, OffsetIllegalError, QueueIdIllegalError
+    for name, v in (("topic", topic), ("group", group)):
+        if type(v) is not str:
+            raise InvalidConfigError(name, f"expected a str, got {type(v).__name__}")
+    if type(queue_id) is not int or not 0 <= queue_id <= _INT_MAX:
+        raise QueueIdIllegalError(f"queue_id: {queue_id!r} is not an int in [0, {_INT_MAX}] "
+                                  f"(offsetTable.{topic}@{group})")
+    raise OffsetIllegalError(f"offset: {offset!r} is not an int in [{_LONG_MIN}, {_LONG_MAX}] "
+                             f"(offsetTable.{topic}@{group}.{queue_id})")
+
+
 class ConsumerOffsetManager(ConfigManager):
     FILE_NAME = "consumerOffset.json"
 
@@ -118,6 +130,12 @@ class ConsumerOffsetManager(ConfigManager):
     # -- offsets ----------------------------------------------------------------------------------------------
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` for the queue. The reader's limits apply here, so every offset committed reads back:
+        a str topic and group, a queue id in [0, 2^31-1], an offset within a Java long (QueueIdIllegalError /
+        OffsetIllegalError naming the value otherwise)."""
+        if type(offset) is not int or not _LONG_MIN <= offset <= _LONG_MAX or type(queue_id) is not int \
+                or not 0 <= queue_id <= _INT_MAX or type(topic) is not str or type(group) is not str:
+            _refuse_commit(group, topic, queue_id, offset)
         key = topic + TOPIC_GROUP_SEPARATOR + group
         with self._lock:
             queues = self.offset_table.get(key)

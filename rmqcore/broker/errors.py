@@ -55,3 +55,15 @@ class PutFailedError(BrokerError):
     def __init__(self, message: str, status):
         super().__init__(message)
         self.status = status
+
+
+class InvalidConfigError(BrokerError, ValueError):
+    """A value of persisted broker state (a topic config, a subscription group, a broker setting) the broker could
+    not read back from its file, refused when it is set: ``field`` names it (the file's dotted path or the
+    attribute), the message the limit it broke."""
+
+    code = "INVALID_PARAMETER"
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field

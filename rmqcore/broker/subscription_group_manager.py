@@ -8,6 +8,8 @@ import threading
 from .. import fastjson
 from ..config_manager import ConfigManager
 from .data_version import DataVersion
+from .errors import InvalidConfigError
+from .topic_config_manager import check_readable
 from ..fastjson import FieldError, check_map
 from .mix_all import (CID_ONSAPI_OWNER_GROUP, CID_ONSAPI_PERMISSION_GROUP, CID_ONSAPI_PULL_GROUP,
                       FILTERSRV_CONSUMER_GROUP, ONS_HTTP_PROXY_GROUP, SELF_TEST_CONSUMER_GROUP,
@@ -53,13 +55,7 @@ class SubscriptionGroupManager(ConfigManager):
                 where = f"subscriptionGroupTable.{name}"
                 if not isinstance(name, str):
                     raise FieldError(where, "a group name must be a string")
-                g = SubscriptionGroupConfig.from_json(raw, where)
-                if not g.group_name:
-                    raise FieldError(f"{where}.groupName", "missing or empty")
-                for attr, jname in (("retry_queue_nums", "retryQueueNums"), ("retry_max_times", "retryMaxTimes")):
-                    if getattr(g, attr) < 0:
-                        raise FieldError(f"{where}.{jname}", f"{getattr(g, attr)} is negative")
-                table[name] = g
+                table[name] = decode_group_config(raw, where)
         version = None
         if doc.get("dataVersion") is not None:
             version = DataVersion.from_json(doc["dataVersion"], "dataVersion")
@@ -105,8 +101,11 @@ class SubscriptionGroupManager(ConfigManager):
         return g
 
     def update_subscription_group_config(self, config: SubscriptionGroupConfig) -> None:
-        if not config.group_name:
-            raise ValueError("SubscriptionGroupConfig.group_name must be set")
+        """Create or replace a group, persisted at once. A config the file could not read back raises
+        InvalidConfigError naming the field, and nothing changes."""
+        if not isinstance(config.group_name, str) or not config.group_name:
+            raise InvalidConfigError("groupName", f"missing or empty ({config.group_name!r})")
+        check_readable(config, decode_group_config, f"subscriptionGroupTable.{config.group_name}")
         with self._lock:
             old = self.subscription_group_table.get(config.group_name)
             self.subscription_group_table[config.group_name] = config
@@ -130,3 +129,14 @@ class SubscriptionGroupManager(ConfigManager):
             self.data_version.next_version()
         self.persist()
         return True
+
+
+def decode_group_config(obj, where: str) -> SubscriptionGroupConfig:
+    """One subscriptionGroupTable entry as the reader takes it."""
+    g = SubscriptionGroupConfig.from_json(obj, where)
+    if not g.group_name:
+        raise FieldError(f"{where}.groupName", "missing or empty")
+    for attr, jname in (("retry_queue_nums", "retryQueueNums"), ("retry_max_times", "retryMaxTimes")):
+        if getattr(g, attr) < 0:
+            raise FieldError(f"{where}.{jname}", f"{getattr(g, attr)} is negative")
+    return g

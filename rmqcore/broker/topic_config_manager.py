@@ -8,6 +8,7 @@ import threading
 from .. import fastjson
 from ..config_manager import ConfigManager
 from .data_version import DataVersion
+from .errors import InvalidConfigError
 from ..fastjson import FieldError, check_map
 from .mix_all import REPLY_TOPIC_POSTFIX
 from .topic_config import TopicConfig
@@ -79,9 +80,7 @@ class TopicConfigManager(ConfigManager):
             for name, raw in check_map(raw_table, "topicConfigTable").items():
                 if not isinstance(name, str):
                     raise FieldError(f"topicConfigTable.{name}", "a topic name must be a string")
-                tc = TopicConfig.from_json(raw, f"topicConfigTable.{name}")
-                _check_topic_config(tc, f"topicConfigTable.{name}")
-                table[name] = tc
+                table[name] = decode_topic_config(raw, f"topicConfigTable.{name}")
         version = None
         if doc.get("dataVersion") is not None:
             version = DataVersion.from_json(doc["dataVersion"], "dataVersion")
@@ -121,7 +120,11 @@ class TopicConfigManager(ConfigManager):
         return tc is not None and tc.order
 
     def update_topic_config(self, topic_config: TopicConfig) -> None:
-        _check_topic_config(topic_config, topic_config.topic_name or "topic")
+        """Create or replace a topic, persisted at once. A config the file could not read back (a value outside
+        the reader's limits) raises InvalidConfigError naming the field, and nothing changes."""
+        if not isinstance(topic_config.topic_name, str) or not topic_config.topic_name:
+            raise InvalidConfigError("topicName", f"missing or empty ({topic_config.topic_name!r})")
+        check_readable(topic_config, decode_topic_config, f"topicConfigTable.{topic_config.topic_name}")
         with self._lock:
             old = self.topic_config_table.get(topic_config.topic_name)
             self.topic_config_table[topic_config.topic_name] = topic_config
@@ -200,3 +203,25 @@ def _check_topic_config(tc: TopicConfig, where: str) -> None:
                        ("perm", "perm"), ("topic_sys_flag", "topicSysFlag")):
         if getattr(tc, attr) < 0:
             raise FieldError(f"{where}.{name}", f"{getattr(tc, attr)} is negative")
+
+
+def check_readable(bean, decode, where: str) -> None:
+    """Refuse ``bean`` unless the file it is about to be written to reads it back equal: its JSON through
+    fastjson's text and ``decode(obj, where)`` (the reader's own checks, so the limits are the reader's by
+    construction). Raises InvalidConfigError naming the field (issue 28: one bad call must not leave a broker that
+    cannot open)."""
+    try:
+        back = decode(fastjson.loads(fastjson.dumps(bean.to_json())), where)
+    except FieldError as e:
+        raise InvalidConfigError(e.field, str(e).split(": ", 1)[1]) from None
+    except (TypeError, ValueError) as e:
+        raise InvalidConfigError(where, f"cannot be written as JSON ({e})") from None
+    if back != bean:
+        raise InvalidConfigError(where, f"does not read back as set: {bean!r} -> {back!r}")
+
+
+def decode_topic_config(obj, where: str) -> TopicConfig:
+    """One topicConfigTable entry as the reader takes it."""
+    tc = TopicConfig.from_json(obj, where)
+    _check_topic_config(tc, where)
+    return tc

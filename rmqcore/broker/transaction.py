@@ -24,6 +24,9 @@ Differences from Java, on purpose:
 - A check pass never reads past the half queue's end as it was when the pass began (Java stops at the first half
   stored after the pass began: the same point with a real clock, and still right with an injected one).
 - Before check progress is persisted, the commitlog is flushed past the re-puts it relies on.
+- Before the first check pass, halves past the persisted progress that were committed (the op record cut off by a
+  kill) or put back are closed with the op record they lacked (``recover``): Java asks about them again, and a
+  producer answering "commit" commits them twice.
 - The committed record's properties no longer hold REAL_TOPIC, REAL_QID and TRAN_MSG, as EndTransactionProcessor
   clears them from the message it builds (Java freezes the properties string first, so a Java broker's committed
   record still carries them in its bytes).
@@ -36,8 +39,12 @@ import re
 import threading
 import time
 
-from ..errors import MessageIllegalError, RmqStoreError, StoreLayoutError
-from ..schedule import flush_past, load_config_file, read_fastjson, write_config_file
+import numpy as np
+
+from .._schedule import FACT_COLUMNS, FACT_PHYS, FACT_PREPARED, FACT_SIZE, PROVENANCE_COMMITTED, record_keys
+from ..errors import MessageIllegalError, RmqStoreError, StoreClosedError, StoreLayoutError
+from ..schedule import (fact_hashes, flush_past, load_config_file, read_fastjson, read_units, same_message,
+                        scan_commitlog, write_config_file)
 from ..message import Message
 from ..status import GetStatus, PutStatus
 
@@ -171,8 +178,9 @@ class TransactionalMessageService:
         self._wake = threading.Event()
         self._thread = None
         self._last_put_end = 0
+        self._recovered = False
         self.stats = {"checked": 0, "committed_by_check": 0, "rolled_back_by_check": 0, "unknown": 0,
-                      "discarded": 0, "passes": 0}
+                      "discarded": 0, "passes": 0, "recovered_commits": 0, "recovered_put_backs": 0}
 
     # -- prepare / end ------------------------------------------------------------------------------------------
 
@@ -189,12 +197,32 @@ class TransactionalMessageService:
                                       "a transactional message needs its producer group", None)
         props[PROPERTY_TRANSACTION_PREPARED] = "true"
         props.pop(PROPERTY_DELAY, None)
+        self._check_later_puts(msg)
         props[PROPERTY_REAL_TOPIC] = msg.topic
         props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
         msg.sys_flag = reset_transaction_value(msg.sys_flag, TRANSACTION_NOT_TYPE)
         msg.topic = HALF_TOPIC
         msg.queue_id = 0
         return self._put(msg)
+
+    def _check_later_puts(self, msg) -> None:
+        """Refuse now (MessageIllegalError naming the field) a transactional message whose commit, or whose half
+        put back by the check, the store would refuse later: the half would be acknowledged and then never
+        become visible (issue 28). ``msg`` is the producer's message before it becomes a half."""
+        props = msg.properties
+        committed = {k: v for k, v in props.items() if k != PROPERTY_TRANSACTION_PREPARED}
+        self.store.check_put(Message(msg.topic, msg.body, msg.queue_id, properties=committed, flag=msg.flag,
+                                     sys_flag=reset_transaction_value(msg.sys_flag, TRANSACTION_COMMIT_TYPE),
+                                     born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                                     reconsume_times=msg.reconsume_times))
+        # The half as the check service puts it back at the latest: its counters at their widest.
+        half = dict(props, **{PROPERTY_REAL_TOPIC: msg.topic, PROPERTY_REAL_QUEUE_ID: str(msg.queue_id),
+                              PROPERTY_TRANSACTION_CHECK_TIMES: str((1 << 31) - 1),
+                              PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: str((1 << 63) - 1)})
+        self.store.check_delivery(Message(HALF_TOPIC, msg.body, 0, properties=half, flag=msg.flag,
+                                          sys_flag=reset_transaction_value(msg.sys_flag, TRANSACTION_NOT_TYPE),
+                                          born_timestamp=msg.born_timestamp, born_host=msg.born_host),
+                                  "transaction check")
 
     def _put(self, msg):
         r = self.store.put(msg)
@@ -338,9 +366,160 @@ class TransactionalMessageService:
                 break
         return new
 
+    # -- what was done after the last persisted check progress ---------------------------------------------------
+
+    def recover(self) -> int:
+        """Close the halves that were ended or put back after the check progress was last persisted, by writing
+        the op record the kill cut off; the first check pass runs it (once per service). Returns how many op
+        records it wrote.
+
+        RocketMQ persists the check progress (CID_RMQ_SYS_TRANS's offsets) every few seconds and writes the op
+        record after the committed message, so a kill between them, or after a pass put halves back, makes the
+        next pass ask about those halves again, and a producer answering "commit" commits them twice. What the
+        commitlog holds says otherwise, in RocketMQ's own formats:
+        - a committed message carries its half's commitlog offset as its preparedTransactionOffset: a half with
+          no op record whose commit is stored (same body, born time and host, flag, UNIQ_KEY, in the half's
+          REAL_TOPIC / REAL_QID) was ended;
+        - a half put back (putBackHalfMsgQueue) has its copy later in the half queue (the same message with
+          TRANSACTION_CHECK_TIMES one higher): the copy carries the check on, the original is done.
+        A check-immunity copy (TRAN_PREPARED_QUEUE_OFFSET names its original, and an op record for the original
+        ends it while its immunity lasts) is never taken for a put-back; the original it names gets its op record
+        when its commit is stored, even if the progress passed it."""
+        written = 0
+        for queue_id in self.store.topics().get(HALF_TOPIC, []):
+            try:
+                written += self._recover_queue(queue_id)
+            except StoreClosedError:
+                raise
+            except (RmqStoreError, OSError) as e:
+                # Finding them only spares second commits: without it the pass asks as RocketMQ's does.
+                log.error("half queue %d: halves ended after the check progress not looked for (%s)", queue_id, e)
+        if written:
+            self.store.wait_dispatched()       # the pass reads the op queue: the new op records must be in it
+        self._recovered = True
+        return written
+
+    def _recover_queue(self, queue_id) -> int:
+        store = self.store
+        cq = store.find_consume_queue(HALF_TOPIC, queue_id, create=False)
+        if cq is None:
+            return 0
+        half_offset = max(self._fetch_offset(HALF_TOPIC, queue_id), cq.min_offset_in_queue)
+        end = cq.max_offset_in_queue
+        if half_offset >= end:
+            return 0
+        # The halves the op queue marks done (what fillOpRemoveMap would read, all of it).
+        closed = set()
+        off = self._fetch_offset(OP_TOPIC, queue_id)
+        while True:
+            g = store.get_messages(SYSTEM_GROUP, OP_TOPIC, queue_id, off, 1024)
+            if g.status is not GetStatus.FOUND:
+                break
+            for op in g.messages:
+                if op.tags == REMOVE_TAG:
+                    closed.update(_java_long(p) for p in bytes(op.body).decode("utf-8", "replace")
+                                  .split(OFFSET_SEPARATOR) if p)
+            off = g.next_begin_offset
+        # Per half from the progress on: its record's offset and the hash of what a copy keeps (16 bytes a half,
+        # read in steps: a long unchecked backlog is not held as whole facts).
+        files = store.commit_log.mapped_file_queue.mapped_files
+        phys_parts, hash_parts = [], []
+        step = 1 << 16
+        for first in range(half_offset, end, step):
+            units = read_units(cq, first, min(step, end - first))
+            if units is None:
+                break
+            facts = np.empty((len(units), FACT_COLUMNS), np.int64)
+            record_keys(units.view(np.uint8), files, store.config.mapped_file_size_commit_log, facts)
+            phys_parts.append(np.where(facts[:, FACT_SIZE] >= 0, facts[:, FACT_PHYS], -1))
+            hash_parts.append(fact_hashes(facts))
+        if not phys_parts:
+            return 0
+        phys_of = np.concatenate(phys_parts)
+        hashes = np.concatenate(hash_parts)
+        n = len(phys_of)
+        offsets = np.arange(half_offset, half_offset + n)
+        readable = phys_of >= 0
+        is_open = readable & ~np.isin(offsets, np.fromiter(closed, np.int64, len(closed)))
+        if not is_open.any():
+            return 0
+        look = store.commit_log.look_message
+        written = 0
+        # Put back: a later half with the same hash of what a copy keeps, then compared in full.
+        order = np.lexsort((offsets, hashes))
+        later = np.zeros(n, bool)
+        same_next = (hashes[order][1:] == hashes[order][:-1]) & readable[order][1:]
+        later[order[:-1][same_next]] = True
+        nxt = np.full(n, -1, np.int64)
+        nxt[order[:-1]] = order[1:]
+        still_open = []
+        for i in np.flatnonzero(is_open).tolist():
+            if later[i]:
+                half, copy = look(int(phys_of[i])), look(int(phys_of[nxt[i]]))
+                if self._is_put_back(half, copy):
+                    log.warning("half %d (queue %d offset %d) was put back as offset %d after the check progress "
+                                "was persisted: marked done", half.commitlog_offset, queue_id, half.queue_offset,
+                                copy.queue_offset)
+                    if self._put_op(half).status is PutStatus.PUT_OK:
+                        written += 1
+                        self.stats["recovered_put_backs"] += 1
+                    continue
+            still_open.append(i)
+        if not still_open:
+            return written
+        # Ended: a committed message naming the half, stored after it. A check-immunity copy (its
+        # TRAN_PREPARED_QUEUE_OFFSET names the original, which the progress may have passed) is ended by the op
+        # record of that original: a commit of the original counts for it.
+        by_phys = {int(phys_of[i]): i for i in still_open}
+        for i in still_open:
+            h = look(int(phys_of[i]))
+            text = h.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET) if h is not None else None
+            original = _java_long(text) if text is not None else -1
+            if original < 0 or original in closed or original >= half_offset:
+                continue           # none, ended already, or among the halves looked at above
+            units = cq.get_units(original, 1)
+            if units is not None and len(units):
+                by_phys.setdefault(int(units["offset"][0]), -1)
+        for rows in scan_commitlog(store, min(by_phys), PROVENANCE_COMMITTED):
+            for phys, prepared in rows[:, [FACT_PHYS, FACT_PREPARED]].tolist():
+                if prepared not in by_phys or prepared >= phys:
+                    continue
+                half, committed = look(prepared), look(phys)
+                props = half.properties if half is not None else {}
+                topic = props.get(PROPERTY_REAL_TOPIC)
+                if (half is None or half.topic != HALF_TOPIC or half.queue_id != queue_id or topic is None
+                        or not same_message(committed, half, topic, _java_int(props.get(PROPERTY_REAL_QUEUE_ID)))):
+                    continue
+                del by_phys[prepared]
+                log.warning("half %d (queue %d offset %d) was committed at %d but its op record is missing: "
+                            "written now", prepared, queue_id, half.queue_offset, phys)
+                if self._put_op(half).status is PutStatus.PUT_OK:
+                    written += 1
+                    self.stats["recovered_commits"] += 1
+            if not by_phys:
+                break
+        return written
+
+    @staticmethod
+    def _is_put_back(half, copy) -> bool:
+        """``copy`` is ``half`` as renewHalfMessageInner re-puts it: the same message and destination, one more
+        check, no check-immunity link."""
+        if half is None or copy is None or copy.queue_offset <= half.queue_offset:
+            return False
+        hp, cp = half.properties, copy.properties
+        if PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in hp or PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET in cp:
+            return False
+        times = _java_int(hp.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0"))
+        return (same_message(copy, half, half.topic, half.queue_id)
+                and _java_int(cp.get(PROPERTY_TRANSACTION_CHECK_TIMES)) == times + 1
+                and all(cp.get(k) == hp.get(k) for k in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
+                                                           PROPERTY_PRODUCER_GROUP)))
+
     def check_once(self) -> dict:
         """One pass of TransactionalMessageServiceImpl.check over every half queue. Returns this pass's counts."""
         with self._check_lock:
+            if not self._recovered:
+                self.recover()
             counts = {"checked": 0, "committed": 0, "rolled_back": 0, "unknown": 0, "discarded": 0, "skipped": 0}
             queues = self.store.topics().get(HALF_TOPIC, [])
             for queue_id in queues:

@@ -1,0 +1,5 @@
+import sys
+
+from .standalone import main
+
+sys.exit(main())

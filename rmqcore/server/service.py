@@ -1,0 +1,829 @@
+"""MessagingService: the RPCs of RocketMQ 5's gRPC protocol over a Broker (the proxy's GrpcMessagingApplication
+and its activities: RouteActivity, SendMessageActivity, ReceiveMessageActivity, AckMessageActivity,
+ChangeInvisibleDurationActivity, ClientActivity, TransactionActivity).
+
+Every handler answers refusals in the response's Status (gRPC status OK), as the proxy does; an unexpected error
+is INTERNAL_ERROR with its text, never a crash of the server. Handlers run on the server's event loop; store calls
+are quick and run inline. Under SYNC_FLUSH a send appends at once (WAIT "false") and its answer waits in the loop
+for the group commit that covers it, so the sends of many clients share one flush without a thread each; ending a
+transaction (a re-put that waits for its flush) runs in a small thread pool.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+
+import grpc
+
+from ..broker.errors import (BrokerError, IllegalNameError, NoPermissionError, SubscriptionGroupNotExistError,
+                             TopicNotExistError)
+from ..broker.mix_all import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from ..broker.topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, is_readable, is_writeable, validate_group,
+                                      validate_topic)
+from ..broker.transaction import PROPERTY_REAL_TOPIC
+from ..errors import MessageIllegalError
+from ..reference import java_hash_code
+from ..status import PutStatus
+from . import messaging_pb2 as pb
+from .auth import PUB, SUB, AuthError
+from .converter import InvalidMessage, to_proto_message, to_store_message
+from .filter import FilterError, compile_filter
+from .pop import ReceiptHandle
+
+log = logging.getLogger(__name__)
+
+SERVICE = "apache.rocketmq.v2.MessagingService"
+MESSAGE_TYPE_NAMES = {pb.NORMAL: "NORMAL", pb.FIFO: "FIFO", pb.DELAY: "DELAY", pb.TRANSACTION: "TRANSACTION"}
+TOPIC_TYPES = {"NORMAL": [pb.NORMAL], "FIFO": [pb.FIFO], "DELAY": [pb.DELAY], "TRANSACTION": [pb.TRANSACTION],
+               "MIXED": [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]}
+# RocketMQ's retry levels after the first two (10s 30s 1m 2m ... 2h): a push consumer's backoff between attempts.
+RETRY_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+MAX_RECEIVE_BATCH = 32
+
+
+class Refusal(Exception):
+    """A request answered with a non-OK Status."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(text)
+        self.code = code
+
+
+def _status(target, code: int = pb.OK, text: str = "OK") -> None:
+    target.code = code
+    target.message = text
+
+
+def topic_type(tc) -> str:
+    """The topic's 5.x message type (TopicConfig.message_type: the ``message.type`` attribute in topics.json), NORMAL
+    when it has none or one this server has no queue type for (UNSPECIFIED, MIXED)."""
+    t = tc.message_type if tc is not None else "NORMAL"
+    return t if t in TOPIC_TYPES else "NORMAL"
+
+
+class Telemetry:
+    """One client's Telemetry stream: what it told us, and the queue of commands to write to it."""
+
+    def __init__(self, client_id: str):
+        self.client_id = client_id
+        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.kind = pb.CLIENT_TYPE_UNSPECIFIED
+        self.group = ""
+        self.topics: set[str] = set()
+
+
+class MessagingService:
+    def __init__(self, server):
+        self.server = server
+        self.broker = server.broker
+        self.config = server.config
+        self.events = server.events
+        self.pop = server.pop
+        self.acl = server.acl
+        self.telemetry: dict[str, Telemetry] = {}
+        self._rr = itertools.count()
+        self._arrivals: dict[str, asyncio.Event] = {}
+        self._seen: dict[str, float] = {}
+        self._topics_ok: set[str] = set()
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        def unary(name, req, resp):
+            fn = getattr(self, name)
+
+            async def behavior(request, context):
+                return await self._unary(name, fn, request, context, resp)
+            return grpc.unary_unary_rpc_method_handler(behavior, request_deserializer=req.FromString,
+                                                       response_serializer=resp.SerializeToString)
+
+        handlers = {
+            "QueryRoute": unary("QueryRoute", pb.QueryRouteRequest, pb.QueryRouteResponse),
+            "Heartbeat": unary("Heartbeat", pb.HeartbeatRequest, pb.HeartbeatResponse),
+            "SendMessage": unary("SendMessage", pb.SendMessageRequest, pb.SendMessageResponse),
+            "QueryAssignment": unary("QueryAssignment", pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
+            "AckMessage": unary("AckMessage", pb.AckMessageRequest, pb.AckMessageResponse),
+            "ForwardMessageToDeadLetterQueue": unary("ForwardMessageToDeadLetterQueue",
+                                                     pb.ForwardMessageToDeadLetterQueueRequest,
+                                                     pb.ForwardMessageToDeadLetterQueueResponse),
+            "EndTransaction": unary("EndTransaction", pb.EndTransactionRequest, pb.EndTransactionResponse),
+            "NotifyClientTermination": unary("NotifyClientTermination", pb.NotifyClientTerminationRequest,
+                                             pb.NotifyClientTerminationResponse),
+            "ChangeInvisibleDuration": unary("ChangeInvisibleDuration", pb.ChangeInvisibleDurationRequest,
+                                             pb.ChangeInvisibleDurationResponse),
+            "UpdateOffset": unary("UpdateOffset", pb.UpdateOffsetRequest, pb.UpdateOffsetResponse),
+            "GetOffset": unary("GetOffset", pb.GetOffsetRequest, pb.GetOffsetResponse),
+            "QueryOffset": unary("QueryOffset", pb.QueryOffsetRequest, pb.QueryOffsetResponse),
+            "ReceiveMessage": grpc.unary_stream_rpc_method_handler(
+                self._receive_stream, request_deserializer=pb.ReceiveMessageRequest.FromString,
+                response_serializer=pb.ReceiveMessageResponse.SerializeToString),
+            "Telemetry": grpc.stream_stream_rpc_method_handler(
+                self._telemetry_stream, request_deserializer=pb.TelemetryCommand.FromString,
+                response_serializer=pb.TelemetryCommand.SerializeToString),
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    @staticmethod
+    def _metadata(context) -> dict:
+        return {k: v for k, v in (context.invocation_metadata() or ())}
+
+    def _client(self, md: dict, context, **info) -> str:
+        cid = md.get("x-mq-client-id", "")
+        if cid:
+            # A client sending thousands of RPCs a second is "heard from" once a second: the console's last-seen
+            # needs no more, and the event's lock and peer lookup stay off the per-message path.
+            now = time.monotonic()
+            if info or now - self._seen.get(cid, 0.0) > 1.0:
+                self._seen[cid] = now
+                self.events.on_client(cid, address=context.peer(), version=md.get("x-mq-client-version"),
+                                      language=md.get("x-mq-language"), **info)
+        return cid
+
+    def forget_client(self, cid: str) -> None:
+        self._seen.pop(cid, None)
+        self.events.on_client_gone(cid)
+
+    def _account(self, md: dict):
+        if self.acl is None:
+            return None
+        return self.acl.authenticate(md)
+
+    def _authorize(self, account, **kw) -> None:
+        if account is not None:
+            self.acl.check(account, **kw)
+
+    async def _unary(self, name, fn, request, context, resp_type):
+        t0 = time.perf_counter()
+        resp = resp_type()
+        md = self._metadata(context)
+        try:
+            account = self._account(md)
+            await fn(request, resp, md, context, account)
+            if not resp.status.code:
+                _status(resp.status)
+        except Refusal as e:
+            resp.ClearField("status")
+            _status(resp.status, e.code, str(e))
+        except AuthError as e:
+            resp.ClearField("status")
+            _status(resp.status, pb.FORBIDDEN if e.forbidden else pb.UNAUTHORIZED, str(e))
+        except Exception as e:                       # never let a request take the server down
+            log.exception("%s failed", name)
+            resp.ClearField("status")
+            _status(resp.status, pb.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+        self.events.on_rpc(name, pb.Code.Name(resp.status.code), time.perf_counter() - t0)
+        return resp
+
+    def _endpoints(self, requested=None) -> "pb.Endpoints":
+        ep = pb.Endpoints()
+        if requested is not None and requested.addresses:
+            ep.CopyFrom(requested)
+            return ep
+        host = self.server.advertised_host
+        ep.scheme = pb.IPv6 if ":" in host else pb.IPv4
+        a = ep.addresses.add()
+        a.host = host
+        a.port = self.server.port
+        return ep
+
+    # -- names ------------------------------------------------------------------------------------------------
+
+    def _topic_name(self, resource) -> str:
+        """The resource's topic as the broker names it: with its namespace, ``ns%topic`` (NamespaceUtil)."""
+        name = wrap_namespace(resource.resource_namespace, resource.name)
+        if name in self._topics_ok:
+            return name
+        try:
+            validate_topic(name)
+        except (IllegalNameError, ValueError) as e:
+            raise Refusal(pb.ILLEGAL_TOPIC, str(e)) from None
+        if len(self._topics_ok) < 100_000:
+            self._topics_ok.add(name)
+        return name
+
+    @staticmethod
+    def _group_name(resource) -> str:
+        try:
+            return validate_group(wrap_namespace(resource.resource_namespace, resource.name))
+        except (IllegalNameError, ValueError) as e:
+            raise Refusal(pb.ILLEGAL_CONSUMER_GROUP, str(e)) from None
+
+    def _topic_config(self, topic: str, create: bool):
+        tcm = self.broker.topic_config_manager
+        tc = tcm.select_topic_config(topic)
+        if tc is None and create and self.broker.config.auto_create_topic_enable \
+                and not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            tc = tcm.create_topic_in_send_message_method(topic, AUTO_CREATE_TOPIC_KEY_TOPIC,
+                                                         self.broker.config.client_default_topic_queue_nums)
+        if tc is None:
+            raise Refusal(pb.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist"
+                          + ("" if self.broker.config.auto_create_topic_enable else
+                             " (auto_create_topic_enable is off: rmqcore topic create first)"))
+        return tc
+
+    def _group_config(self, group: str):
+        try:
+            gc = self.broker.subscription_group_manager.find_subscription_group_config(group)
+        except BrokerError as e:
+            raise Refusal(pb.CONSUMER_GROUP_NOT_FOUND, str(e)) from None
+        if gc is None:
+            raise Refusal(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group!r} does not exist "
+                          "(auto_create_subscription_group is off)")
+        return gc
+
+    @staticmethod
+    def group_is_fifo(gc) -> bool:
+        return gc.consume_message_orderly
+
+    @staticmethod
+    def max_attempts(gc) -> int:
+        return max(1, gc.retry_max_times + 1)
+
+    # -- route ------------------------------------------------------------------------------------------------
+
+    def _queues(self, tc, requested_endpoints=None):
+        broker = pb.Broker(name=self.broker.config.broker_name, id=0,
+                           endpoints=self._endpoints(requested_endpoints))
+        types = TOPIC_TYPES[topic_type(tc)]
+        out = []
+        for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
+            r = qid < tc.read_queue_nums and is_readable(tc.perm)
+            w = qid < tc.write_queue_nums and is_writeable(tc.perm)
+            perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
+            mq = pb.MessageQueue(id=qid, permission=perm, broker=broker, accept_message_types=types)
+            out.append(mq)
+        return out
+
+    async def QueryRoute(self, req, resp, md, context, account):
+        self._client(md, context)
+        topic = self._topic_name(req.topic)
+        tc = self._topic_config(topic, create=True)
+        for mq in self._queues(tc, req.endpoints):
+            mq.topic.CopyFrom(req.topic)
+            resp.message_queues.append(mq)
+
+    async def QueryAssignment(self, req, resp, md, context, account):
+        self._client(md, context)
+        topic = self._topic_name(req.topic)
+        group = self._group_name(req.group)
+        self._authorize(account, topic=topic, group=group, need=SUB)
+        tc = self._topic_config(topic, create=False)
+        self._group_config(group)
+        if not is_readable(tc.perm):
+            return                              # no readable queue: no assignment (the proxy's empty answer)
+        # Pop from every queue of the broker: one assignment per broker, queue id -1 (the proxy's "all queues").
+        mq = pb.MessageQueue(id=-1, permission=pb.READ_WRITE, accept_message_types=TOPIC_TYPES[topic_type(tc)])
+        mq.topic.CopyFrom(req.topic)
+        mq.broker.name = self.broker.config.broker_name
+        mq.broker.endpoints.CopyFrom(self._endpoints(req.endpoints))
+        resp.assignments.add().message_queue.CopyFrom(mq)
+
+    # -- clients ----------------------------------------------------------------------------------------------
+
+    async def Heartbeat(self, req, resp, md, context, account):
+        kind = pb.ClientType.Name(req.client_type) if req.client_type in pb.ClientType.values() else "UNKNOWN"
+        group = ""
+        if req.HasField("group") and req.group.name:
+            group = self._group_name(req.group)
+            self._group_config(group)
+        if not md.get("x-mq-client-id"):
+            raise Refusal(pb.CLIENT_ID_REQUIRED, "x-mq-client-id header is missing")
+        self._client(md, context, kind=kind, group=group)
+
+    async def NotifyClientTermination(self, req, resp, md, context, account):
+        cid = md.get("x-mq-client-id", "")
+        if not cid:
+            raise Refusal(pb.CLIENT_ID_REQUIRED, "x-mq-client-id header is missing")
+        self.forget_client(cid)
+
+    def _settings_for(self, settings, tel: Telemetry) -> "pb.Settings":
+        out = pb.Settings()
+        out.CopyFrom(settings)
+        cfg = self.config
+        if settings.WhichOneof("pub_sub") == "publishing" or settings.client_type == pb.PRODUCER:
+            # SendMessageActivity's defaults: 3 attempts, 10 ms .. 1 s backoff; the body limit is the store's.
+            out.backoff_policy.max_attempts = 3
+            eb = out.backoff_policy.exponential_backoff
+            eb.initial.nanos = 10_000_000
+            eb.max.seconds = 1
+            eb.multiplier = 2.0
+            out.publishing.max_body_size = self.broker.store_config.max_message_size
+            out.publishing.validate_message_type = True
+            tel.topics = {wrap_namespace(t.resource_namespace, t.name) for t in settings.publishing.topics}
+        else:
+            group = self._group_name(settings.subscription.group)
+            gc = self._group_config(group)
+            tel.group = group
+            fifo = self.group_is_fifo(gc)
+            out.subscription.fifo = fifo
+            out.subscription.receive_batch_size = MAX_RECEIVE_BATCH
+            lp = settings.subscription.long_polling_timeout.seconds if settings.subscription.HasField(
+                "long_polling_timeout") else cfg.max_long_polling_ms // 1000
+            lp = min(max(lp * 1000, cfg.min_long_polling_ms), cfg.max_long_polling_ms)
+            out.subscription.long_polling_timeout.seconds = lp // 1000
+            out.backoff_policy.max_attempts = self.max_attempts(gc)
+            if fifo:
+                eb = out.backoff_policy.exponential_backoff
+                eb.initial.seconds = 1
+                eb.max.seconds = 60
+                eb.multiplier = 2.0
+            else:
+                cb = out.backoff_policy.customized_backoff
+                for s in RETRY_BACKOFF_S[:max(1, min(len(RETRY_BACKOFF_S), gc.retry_max_times))]:
+                    cb.next.add(seconds=min(s, cfg.max_backoff_s))
+        out.metric.on = False
+        return out
+
+    async def _telemetry_stream(self, request_iterator, context):
+        md = self._metadata(context)
+        cid = md.get("x-mq-client-id", "")
+        t0 = time.perf_counter()
+        code = "OK"
+        tel = Telemetry(cid)
+        try:
+            account = self._account(md)
+        except AuthError as e:
+            cmd = pb.TelemetryCommand()
+            _status(cmd.status, pb.FORBIDDEN if e.forbidden else pb.UNAUTHORIZED, str(e))
+            yield cmd
+            self.events.on_rpc("Telemetry", pb.Code.Name(cmd.status.code), time.perf_counter() - t0)
+            return
+        del account
+        if cid:
+            self.telemetry[cid] = tel
+        done = asyncio.Event()
+
+        async def read():
+            try:
+                async for cmd in request_iterator:
+                    which = cmd.WhichOneof("command")
+                    if which == "settings":
+                        reply = pb.TelemetryCommand()
+                        try:
+                            reply.settings.CopyFrom(self._settings_for(cmd.settings, tel))
+                            _status(reply.status)
+                            kind = pb.ClientType.Name(cmd.settings.client_type) \
+                                if cmd.settings.client_type in pb.ClientType.values() else "UNKNOWN"
+                            tel.kind = cmd.settings.client_type
+                            if cid:
+                                self.events.on_client(cid, kind=kind, group=tel.group, address=context.peer(),
+                                                      version=md.get("x-mq-client-version"), telemetry=True)
+                        except Refusal as e:
+                            _status(reply.status, e.code, str(e))
+                        await tel.outbox.put(reply)
+                    # thread stack traces and verify results are answers to commands this server never sends
+            except (asyncio.CancelledError, grpc.RpcError):
+                pass
+            except Exception:
+                log.exception("telemetry stream of %s failed", cid)
+            finally:
+                done.set()
+                await tel.outbox.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while True:
+                cmd = await tel.outbox.get()
+                if cmd is None:
+                    break
+                yield cmd
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        finally:
+            reader.cancel()
+            if self.telemetry.get(cid) is tel:
+                del self.telemetry[cid]
+                self.events.on_client(cid, telemetry=False)
+            self.events.on_rpc("Telemetry", code, time.perf_counter() - t0)
+
+    # -- send -------------------------------------------------------------------------------------------------
+
+    def _queue_for(self, tc, message_group: str | None) -> int:
+        n = tc.write_queue_nums
+        if n <= 0:
+            raise Refusal(pb.FORBIDDEN, f"topic {tc.topic_name!r} has no write queue")
+        if message_group:
+            # SendMessageQueueSelector: a message group always lands on the same queue (its hash)
+            return abs(java_hash_code(message_group)) % n
+        return next(self._rr) % n
+
+    def _wake(self, topic: str) -> None:
+        ev = self._arrivals.get(topic)
+        if ev is not None:
+            ev.set()
+            # the store dispatches to the consume queues within a millisecond or two of the put: look again then
+            asyncio.get_running_loop().call_later(0.003, ev.set)
+
+    async def _store(self, fn, *args):
+        if self.broker.store_config.flush_disk_type == "SYNC_FLUSH":
+            return await asyncio.get_running_loop().run_in_executor(self.server.executor, fn, *args)
+        return fn(*args)
+
+    async def _put(self, fn, arg):
+        """broker.send / send_batch. Under SYNC_FLUSH the messages go with WAIT "false" (the append returns at
+        once and asks for a flush) and the answer waits in the loop for the group commit to cover the last
+        record: concurrent sends share flushes without a thread each."""
+        store = self.broker.store
+        if self.broker.store_config.flush_disk_type != "SYNC_FLUSH" or store.group_commit is None:
+            return fn(arg)
+        for m in (arg if isinstance(arg, list) else (arg,)):
+            m.properties["WAIT"] = "false"
+        result = fn(arg)
+        last = result[-1] if isinstance(result, list) else result
+        if last.status is not PutStatus.PUT_OK:
+            return result
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        store.group_commit.when_flushed(last.commitlog_offset + last.wrote_bytes, store._sync_timeout,
+                                        lambda ok: done.done() or done.set_result(ok), loop)
+        if await done:
+            return result
+        if isinstance(result, list):
+            return [r.replace_status(PutStatus.FLUSH_DISK_TIMEOUT) if r.ok else r for r in result]
+        return result.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)
+
+    async def SendMessage(self, req, resp, md, context, account):
+        self._client(md, context, kind="PRODUCER")
+        if not req.messages:
+            raise Refusal(pb.BAD_REQUEST, "no message in the request")
+        topic = self._topic_name(req.messages[0].topic)
+        if any(m.topic.name != req.messages[0].topic.name
+               or m.topic.resource_namespace != req.messages[0].topic.resource_namespace for m in req.messages):
+            raise Refusal(pb.BAD_REQUEST, "messages of one request must have the same topic")
+        self._authorize(account, topic=topic, need=PUB)
+        limit = self.broker.store_config.max_message_size
+        for m in req.messages:
+            if not m.body:
+                raise Refusal(pb.MESSAGE_BODY_EMPTY, "message body is empty")
+            if len(m.body) > limit:
+                raise Refusal(pb.MESSAGE_BODY_TOO_LARGE, f"message body is {len(m.body)} bytes, more than "
+                              f"{limit} (max_message_size)")
+        try:
+            converted = [to_store_message(m) for m in req.messages]
+        except InvalidMessage as e:
+            raise Refusal(e.code, str(e)) from None
+        if req.messages[0].topic.resource_namespace:
+            for m, mtype in converted:
+                m.topic = topic
+                if mtype == pb.TRANSACTION:
+                    m.properties["PGROUP"] = topic
+        max_delay = self.broker.store_config.timer_max_delay_sec * 1000
+        now = time.time_ns() // 1_000_000
+        for m, _t in converted:
+            deliver = m.properties.get("TIMER_DELIVER_MS")
+            if deliver is not None and int(deliver) - now > max_delay:
+                raise Refusal(pb.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {deliver} is more than "
+                              f"timer_max_delay_sec ({max_delay // 1000} s) ahead")
+        tc = self._topic_config(topic, create=True)
+        if not is_writeable(tc.perm):
+            raise Refusal(pb.FORBIDDEN, f"topic {topic!r} is not writeable (perm {tc.perm})")
+        accepted = TOPIC_TYPES[topic_type(tc)]
+        for _msg, mtype in converted:
+            if mtype not in accepted and self.config.enable_topic_message_type_check:
+                raise Refusal(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                              f"topic {topic!r} is {topic_type(tc)}, the message is "
+                              f"{MESSAGE_TYPE_NAMES.get(mtype, mtype)}")
+        first_group = req.messages[0].system_properties.message_group \
+            if req.messages[0].system_properties.HasField("message_group") else None
+        queue_id = self._queue_for(tc, first_group)
+        simple = len(converted) > 1 and all(t in (pb.NORMAL, pb.FIFO) for _m, t in converted)
+        try:
+            if simple:
+                msgs = [m for m, _t in converted]
+                for m in msgs:
+                    m.queue_id = queue_id
+                results = await self._put(self.broker.send_batch, msgs)
+            else:
+                results = []
+                for (m, mtype), src in zip(converted, req.messages):
+                    g = src.system_properties.message_group if src.system_properties.HasField("message_group") \
+                        else None
+                    m.queue_id = self._queue_for(tc, g) if len(converted) > 1 else queue_id
+                    results.append(await self._put(self.broker.send, m))
+        except MessageIllegalError as e:
+            raise Refusal(pb.BAD_REQUEST, str(e)) from None
+        except TopicNotExistError as e:
+            raise Refusal(pb.TOPIC_NOT_FOUND, str(e)) from None
+        except NoPermissionError as e:
+            raise Refusal(pb.FORBIDDEN, str(e)) from None
+        except (IllegalNameError, ValueError) as e:
+            raise Refusal(pb.BAD_REQUEST, str(e)) from None
+        sizes = []
+        worst = pb.OK
+        for (m, mtype), src, r in zip(converted, req.messages, results):
+            e = resp.entries.add()
+            e.message_id = src.system_properties.message_id
+            if r.status is PutStatus.PUT_OK:
+                _status(e.status)
+                e.offset = r.queue_offset
+                sizes.append(len(src.body))
+                if mtype == pb.TRANSACTION:
+                    e.transaction_id = r.msg_id or f"{r.commitlog_offset:032X}"
+            elif r.status is PutStatus.FLUSH_DISK_TIMEOUT:
+                _status(e.status, pb.MASTER_PERSISTENCE_TIMEOUT, "stored, but no flush covered it in time")
+                worst = e.status.code
+            else:
+                _status(e.status, pb.INTERNAL_SERVER_ERROR, f"put failed: {r.status.name}")
+                worst = e.status.code
+        if sizes:
+            self.events.on_messages_in(topic, sizes, MESSAGE_TYPE_NAMES.get(converted[0][1], "NORMAL"))
+            self._wake(topic)
+        _status(resp.status, worst, "OK" if worst == pb.OK else resp.entries[-1].status.message)
+
+    # -- transactions -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _commitlog_offset(transaction_id: str) -> int:
+        # A transaction id is the half message's offset message id: store host (8 or 32 hex) + offset (16 hex).
+        tid = transaction_id.strip()
+        if len(tid) not in (32, 56) or any(c not in "0123456789ABCDEFabcdef" for c in tid):
+            raise Refusal(pb.INVALID_TRANSACTION_ID, f"transaction id {transaction_id[:64]!r} is not one this "
+                                                     "server issued")
+        return int(tid[-16:], 16)
+
+    async def EndTransaction(self, req, resp, md, context, account):
+        self._client(md, context)
+        topic = self._topic_name(req.topic)
+        self._authorize(account, topic=topic, need=PUB)
+        offset = self._commitlog_offset(req.transaction_id)
+        if req.resolution not in (pb.COMMIT, pb.ROLLBACK):
+            raise Refusal(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+        commit = req.resolution == pb.COMMIT
+        from ..broker.transaction import TransactionError
+        try:
+            result = await self._store(self.broker.end_transaction, offset, topic, commit)
+        except TransactionError as e:
+            raise Refusal(pb.INVALID_TRANSACTION_ID, str(e)) from None
+        except (IllegalNameError, ValueError) as e:
+            raise Refusal(pb.INVALID_TRANSACTION_ID, str(e)) from None
+        if commit and result is not None and result.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+            raise Refusal(pb.INTERNAL_SERVER_ERROR, f"commit failed: {result.status.name}")
+        self.events.on_transaction_end(topic, commit)
+        if commit:
+            self._wake(topic)
+
+    def transaction_check(self, half) -> None:
+        """The broker's check service (its thread) asks about an open half: send RecoverOrphanedTransactionCommand
+        to a producer of its topic; its answer comes back as EndTransaction (source SERVER_CHECK). Returns None:
+        "unknown" until then, as the Java broker's check is asynchronous too."""
+        topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
+        cmd = pb.TelemetryCommand()
+        rc = cmd.recover_orphaned_transaction_command
+        ns, _, bare = topic.partition("%") if "%" in topic else ("", "", topic)
+        rc.message.CopyFrom(to_proto_message(half, topic=bare))
+        rc.message.topic.resource_namespace = ns
+        rc.message.system_properties.message_type = pb.TRANSACTION
+        rc.transaction_id = half.msg_id
+        self.server.loop.call_soon_threadsafe(self._send_check, topic, cmd)
+        return None
+
+    def _send_check(self, topic: str, cmd) -> None:
+        producers = [t for t in self.telemetry.values() if t.kind == pb.PRODUCER and topic in t.topics]
+        if producers:
+            producers[next(self._rr) % len(producers)].outbox.put_nowait(cmd)
+
+    # -- receive ----------------------------------------------------------------------------------------------
+
+    async def _receive_stream(self, req, context):
+        t0 = time.perf_counter()
+        md = self._metadata(context)
+        code = pb.OK
+        try:
+            account = self._account(md)
+            async for r in self._receive(req, md, context, account):
+                if r.HasField("status"):
+                    code = r.status.code
+                yield r
+        except Refusal as e:
+            code = e.code
+            yield self._receive_status(e.code, str(e))
+        except AuthError as e:
+            code = pb.FORBIDDEN if e.forbidden else pb.UNAUTHORIZED
+            yield self._receive_status(code, str(e))
+        except asyncio.CancelledError:
+            self.events.on_rpc("ReceiveMessage", "CANCELLED", time.perf_counter() - t0)
+            raise
+        except Exception as e:
+            log.exception("ReceiveMessage failed")
+            code = pb.INTERNAL_ERROR
+            yield self._receive_status(code, f"{type(e).__name__}: {e}")
+        self.events.on_rpc("ReceiveMessage", pb.Code.Name(code), time.perf_counter() - t0)
+
+    @staticmethod
+    def _receive_status(code, text) -> "pb.ReceiveMessageResponse":
+        r = pb.ReceiveMessageResponse()
+        _status(r.status, code, text)
+        return r
+
+    async def _receive(self, req, md, context, account):
+        cfg = self.config
+        group = self._group_name(req.group)
+        topic = self._topic_name(req.message_queue.topic)
+        self._authorize(account, topic=topic, group=group, need=SUB)
+        self._client(md, context, group=group)
+        gc = self._group_config(group)
+        if not gc.consume_enable:
+            raise Refusal(pb.FORBIDDEN, f"consumer group {group!r} may not consume (consumeEnable false)")
+        tc = self._topic_config(topic, create=False)
+        if not is_readable(tc.perm) or not is_readable(self.broker.config.broker_permission):
+            raise Refusal(pb.FORBIDDEN, f"topic {topic!r} is not readable")
+        batch = req.batch_size
+        if batch <= 0:
+            raise Refusal(pb.BAD_REQUEST, f"batch_size must be > 0, got {batch}")
+        batch = min(batch, MAX_RECEIVE_BATCH)
+        if req.HasField("invisible_duration"):
+            inv = req.invisible_duration.seconds * 1000 + req.invisible_duration.nanos // 1_000_000
+        else:
+            inv = cfg.default_invisible_ms
+        if not cfg.min_invisible_ms <= inv <= cfg.max_invisible_ms:
+            raise Refusal(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {inv} ms is outside "
+                          f"[{cfg.min_invisible_ms}, {cfg.max_invisible_ms}] ms")
+        if req.HasField("long_polling_timeout"):
+            lp = req.long_polling_timeout.seconds * 1000 + req.long_polling_timeout.nanos // 1_000_000
+        else:
+            lp = cfg.max_long_polling_ms
+        lp = min(max(lp, cfg.min_long_polling_ms), cfg.max_long_polling_ms)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            # answer before the client's deadline, with room for the answer to travel
+            lp = max(0, min(lp, int(remaining * 1000) - cfg.poll_margin_ms))
+        fe = req.filter_expression
+        tags = matcher = None
+        try:
+            if fe.type == pb.SQL:
+                matcher = compile_filter(fe.expression)
+            elif fe.expression.strip() not in ("", "*"):
+                tags = fe.expression
+        except FilterError as e:
+            raise Refusal(pb.ILLEGAL_FILTER_EXPRESSION, str(e)) from None
+        fifo = self.group_is_fifo(gc)
+        max_attempts = self.max_attempts(gc)
+        queue_ids = list(range(tc.read_queue_nums))
+        deadline = time.monotonic() + lp / 1000
+        ev = self._arrivals.setdefault(topic, asyncio.Event())
+        while True:
+            ev.clear()
+            popped = self.pop.pop(group, topic, queue_ids, batch, inv, fifo=fifo, max_attempts=max_attempts,
+                                  tags=tags, matcher=matcher)
+            if popped:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0 or context.cancelled() or self.server.stopping:
+                yield self._receive_status(pb.MESSAGE_NOT_FOUND, "no new message")
+                yield self._delivery_stamp()
+                return
+            try:
+                # woken by a send to the topic; otherwise look again soon (timer and delay deliveries, expiries)
+                await asyncio.wait_for(ev.wait(), timeout=min(left, cfg.poll_interval_ms / 1000))
+            except asyncio.TimeoutError:
+                pass
+        nbytes = sent = 0
+        try:
+            yield self._receive_status(pb.OK, "OK")
+            for p in popped:
+                r = pb.ReceiveMessageResponse()
+                r.message.CopyFrom(to_proto_message(p.message, topic=req.message_queue.topic.name,
+                                                    receipt_handle=p.handle.encode(), invisible_ms=inv,
+                                                    attempt=p.attempt))
+                r.message.topic.resource_namespace = req.message_queue.topic.resource_namespace
+                nbytes += len(r.message.body)
+                yield r
+                sent += 1
+        except BaseException:
+            # The client went away (or the write failed) before it had them all: what it did not get is visible
+            # again at once instead of after its invisible time (the proxy nacks a message it could not write).
+            self.pop.release(group, topic, [p.handle for p in popped[sent:]])
+            raise
+        self.events.on_messages_out(topic, group, len(popped), nbytes)
+        # The push consumer counts a receive as done at this response (ReceiveMessageResponseStreamWriter).
+        yield self._delivery_stamp()
+
+    @staticmethod
+    def _delivery_stamp():
+        r = pb.ReceiveMessageResponse()
+        ms = time.time_ns() // 1_000_000
+        r.delivery_timestamp.seconds = ms // 1000
+        r.delivery_timestamp.nanos = (ms % 1000) * 1_000_000
+        return r
+
+    # -- ack, invisible time, DLQ -----------------------------------------------------------------------------
+
+    def _consumer_call(self, req, md, context, account):
+        group = self._group_name(req.group)
+        topic = self._topic_name(req.topic)
+        self._authorize(account, topic=topic, group=group, need=SUB)
+        self._client(md, context, group=group)
+        return group, topic
+
+    @staticmethod
+    def _handle(text: str) -> ReceiptHandle:
+        try:
+            return ReceiptHandle.decode(text)
+        except ValueError as e:
+            raise Refusal(pb.INVALID_RECEIPT_HANDLE, str(e)) from None
+
+    async def AckMessage(self, req, resp, md, context, account):
+        group, topic = self._consumer_call(req, md, context, account)
+        if not req.entries:
+            raise Refusal(pb.BAD_REQUEST, "no entry to ack")
+        failed = acked = 0
+        for entry in req.entries:
+            out = resp.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle)
+            try:
+                error = self.pop.ack(group, topic, self._handle(entry.receipt_handle))
+            except Refusal as e:
+                _status(out.status, e.code, str(e))
+                failed += 1
+                continue
+            if error is None:
+                _status(out.status)
+                acked += 1
+            else:
+                _status(out.status, pb.INVALID_RECEIPT_HANDLE, error)
+                failed += 1
+        if acked:
+            self._wake(topic)           # a FIFO queue held by this batch may be free now
+        if failed == 0:
+            _status(resp.status)
+        elif len(req.entries) == 1:
+            resp.status.CopyFrom(resp.entries[0].status)
+        else:
+            _status(resp.status, pb.MULTIPLE_RESULTS, f"{failed} of {len(req.entries)} entries failed")
+
+    async def ChangeInvisibleDuration(self, req, resp, md, context, account):
+        group, topic = self._consumer_call(req, md, context, account)
+        handle = self._handle(req.receipt_handle)
+        inv = req.invisible_duration.seconds * 1000 + req.invisible_duration.nanos // 1_000_000
+        cfg = self.config
+        # the proxy lets a consumer shorten the time down to 0 (a nack); never past the max
+        if not 0 <= inv <= cfg.max_invisible_ms:
+            raise Refusal(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {inv} ms is outside [0, "
+                          f"{cfg.max_invisible_ms}] ms")
+        new, error = self.pop.change_invisible(group, topic, handle, inv)
+        if error is not None:
+            raise Refusal(pb.INVALID_RECEIPT_HANDLE, error)
+        resp.receipt_handle = new.encode()
+
+    async def ForwardMessageToDeadLetterQueue(self, req, resp, md, context, account):
+        group, topic = self._consumer_call(req, md, context, account)
+        error = self.pop.forward_to_dlq(group, topic, self._handle(req.receipt_handle))
+        if error is not None:
+            raise Refusal(pb.INVALID_RECEIPT_HANDLE, error)
+
+    # -- offsets ----------------------------------------------------------------------------------------------
+
+    def _offset_queue(self, mq):
+        topic = self._topic_name(mq.topic)
+        tc = self._topic_config(topic, create=False)
+        if not 0 <= mq.id < tc.read_queue_nums:
+            raise Refusal(pb.BAD_REQUEST, f"queue id {mq.id} is not one of topic {topic!r}'s "
+                                          f"{tc.read_queue_nums} read queues")
+        return topic, mq.id
+
+    async def UpdateOffset(self, req, resp, md, context, account):
+        group = self._group_name(req.group)
+        topic, qid = self._offset_queue(req.message_queue)
+        self._authorize(account, topic=topic, group=group, need=SUB)
+        try:
+            self.broker.commit_offset(group, topic, qid, req.offset)
+        except SubscriptionGroupNotExistError as e:
+            raise Refusal(pb.CONSUMER_GROUP_NOT_FOUND, str(e)) from None
+        except BrokerError as e:
+            raise Refusal(pb.ILLEGAL_OFFSET, str(e)) from None
+
+    async def GetOffset(self, req, resp, md, context, account):
+        group = self._group_name(req.group)
+        topic, qid = self._offset_queue(req.message_queue)
+        self._authorize(account, topic=topic, group=group, need=SUB)
+        off = self.broker.query_offset(group, topic, qid)
+        if off < 0:
+            raise Refusal(pb.OFFSET_NOT_FOUND, f"group {group!r} has no offset in {topic}/{qid}")
+        resp.offset = off
+
+    async def QueryOffset(self, req, resp, md, context, account):
+        topic, qid = self._offset_queue(req.message_queue)
+        self._authorize(account, topic=topic, need=SUB)
+        store = self.broker.store
+        policy = req.query_offset_policy
+        if policy == pb.BEGINNING:
+            resp.offset = max(0, store.min_offset(topic, qid))
+        elif policy == pb.END:
+            resp.offset = max(0, store.max_offset(topic, qid))
+        else:
+            ts = req.timestamp.seconds * 1000 + req.timestamp.nanos // 1_000_000
+            resp.offset = max(0, store.offset_by_time(topic, qid, ts))
+
+
+def wrap_namespace(namespace: str, name: str) -> str:
+    """NamespaceUtil.wrapNamespace: ``ns%name``; a retry or DLQ name keeps its prefix in front
+    (``%RETRY%ns%group``); a name already in the namespace, or no namespace, is left as it is."""
+    if not namespace or name.startswith(namespace + "%"):
+        return name
+    for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            return name if rest.startswith(namespace + "%") else f"{prefix}{namespace}%{rest}"
+    return f"{namespace}%{name}"
