@@ -17,7 +17,7 @@ if os.environ.get("RMQCORE_DEBUG"):
     LDFLAGS = []
 
 # Dotted names under rmqcore (broker._send is rmqcore/broker/_send.pyx).
-MODULES = ["_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send"]
+MODULES = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send"]
 HEADERS = sorted(glob.glob("include/*.h"))
 PXDS = sorted(glob.glob("rmqcore/*.pxd"))
 

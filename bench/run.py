@@ -181,7 +181,7 @@ def interleaved_best(variants: dict, rounds: int) -> dict:
 
 
 def case_codec(ctx: Ctx) -> None:
-    from rmqcore._codec import EncodeBuffer, MessageEncoder
+    from rmqcore._encoder import EncodeBuffer, MessageEncoder
     n = ctx.p.codec_records
     buf = W.record_buffer(n, base_dir=ctx.dir)
     nbytes = len(buf) - 8
