@@ -69,7 +69,7 @@ cdef bint find_property(const unsigned char *props, int32_t props_len, const cha
                         int32_t *value_pos, int32_t *value_len) noexcept nogil:
     # Mirrors MessageDecoder.string2messageProperties: a pair counts only with a non-empty name and value, and
     # the last pair of a name wins.
-    cdef int32_t index = 0, start, n, vp, vl
+    cdef int32_t index = 0, start, n, vp = 0, vl = 0   # zeroed: gcc cannot see next_pair always sets them
     cdef bint found = False
     while index < props_len:
         start = index

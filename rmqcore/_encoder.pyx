@@ -516,12 +516,12 @@ cdef class MessageEncoder:
         producer's UNIQ_KEY per row (``uniq_*``: it replaces a map's, else goes last), the born host per row as an
         index into ``host_table`` (20 bytes per host, ``host_len`` 8 or 20 of them used; -1: the store's host) and
         reconsume times."""
-        cdef Py_ssize_t r, t_n, b_n, tg_n, k, kn, vn, j, jj, nkeys, props_n, klen, vlen
+        cdef Py_ssize_t r, t_n, b_n, tg_n = 0, k, kn, vn, j, jj, nkeys, props_n, klen, vlen
         cdef const unsigned char *t_p
         cdef const unsigned char *prev_t = NULL
         cdef Py_ssize_t prev_n = -1
         cdef const unsigned char *b_p
-        cdef const unsigned char *tg_p
+        cdef const unsigned char *tg_p = NULL    # tg_n/tg_p zeroed: set and read only when has_tags, which gcc cannot see
         cdef const unsigned char *kp
         cdef const unsigned char *vp
         cdef bint has_tags, has_keys, map_tags, map_keys, map_uniq, dup

@@ -17,7 +17,7 @@ than ``MAX_PAIRS`` pairs, a timer property that reroutes the message again) is l
 is reported to the caller instead of being encoded, so order is kept.
 """
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MIN, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy
 
@@ -206,7 +206,7 @@ cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message
     return PLAN_FAST
 
 
-cdef int64_t _TIMER_NO_RECORD = -(1 << 63)
+cdef int64_t _TIMER_NO_RECORD = INT64_MIN    # not -(1 << 63): C reads that literal as an unsigned one
 
 
 def timer_out_times(const unsigned char[::1] units, list files not None, int64_t file_size,

@@ -34,6 +34,10 @@ _BLANK = ((-875286124) & 0xFFFFFFFF).to_bytes(4, "big")
 
 Progress = Callable[[int], None]
 
+# A walk tells its progress callback the bytes of records it has passed every this many bytes (and at each file's
+# end), so a bar moves in steps a person sees even through one 1 GiB file.
+PROGRESS_STEP = 1 << 20
+
 
 def lock_held(path: str) -> bool:
     """True when a process holds the store's lock file (a MessageStore is open on it). Probed with a shared,
@@ -354,12 +358,21 @@ class StoreReader:
         last = self.commit_log.mapped_file_queue.last()
         return last.file_from_offset + last.file_size if last is not None else 0
 
-    def walk(self, offset: int, check_crc: bool = True,
-             progress: Progress | None = None) -> Iterator[MessageExt | BadRecord]:
+    def data_bytes(self, offset: int | None = None) -> int:
+        """The commitlog bytes from ``offset`` (default: the first) to the end of data: what a walk passes, the
+        total of its progress (files' apparent sizes count their preallocated, unwritten tails too)."""
+        start = self.min_offset if offset is None else max(offset, self.min_offset)
+        return max(0, self.max_offset - start)
+
+    def walk(self, offset: int, check_crc: bool = True, progress: Progress | None = None,
+             step: int | None = None) -> Iterator[MessageExt | BadRecord]:
         """Records from ``offset`` (a record start) to the end of data: each a MessageExt, or a BadRecord for a
         damaged one, after which the walk resumes at the next place a whole valid record (magic code, sizes,
-        CRC with ``check_crc``, physicalOffset equal to its position) starts. ``progress(bytes)`` is told each
-        file's bytes as it is left."""
+        CRC with ``check_crc``, physicalOffset equal to its position) starts. ``progress(bytes)`` is told the
+        commitlog bytes passed, every ``step`` bytes and at each file's end; they add up to ``data_bytes(offset)``."""
+        step = step or PROGRESS_STEP
+        told = max(offset, self.min_offset)      # the commitlog offset progress has been told up to
+        data_end = self.max_offset
         for mf in self.commit_log.mapped_file_queue.mapped_files:
             end = mf.file_from_offset + mf.file_size
             if end <= offset:
@@ -383,12 +396,18 @@ class StoreReader:
                         pos = nxt
                         continue
                     pos += m.store_size
+                    if progress is not None and mf.file_from_offset + pos - told >= step:
+                        upto = min(mf.file_from_offset + pos, data_end)
+                        if upto > told:
+                            progress(upto - told)
+                            told = upto
                     yield m
                     del m
             finally:
                 view.release()
-            if progress is not None:
-                progress(mf.file_size - max(0, offset - mf.file_from_offset))
+            if progress is not None and min(end, data_end) > told:
+                progress(min(end, data_end) - told)
+                told = min(end, data_end)
 
     @staticmethod
     def _resync(view, start: int, base: int, check_crc: bool) -> int:
@@ -432,7 +451,11 @@ class StoreReader:
             finally:
                 view.release()
             if progress is not None:
-                progress(mf.file_size)
+                # The file's share of the data (its preallocated tail past the end of data is no work).
+                share = (min(mf.file_from_offset + mf.file_size, self.max_offset)
+                         - max(mf.file_from_offset, self.min_offset))
+                if share > 0:
+                    progress(share)
         # The files after the last one holding data are preallocated (empty) ones: the end-of-file rule applies
         # to the files before it.
         last_with_data = max((i for i, r in enumerate(results) if r["bytes"] or r["code"] != SEGMENT_END),
@@ -458,12 +481,12 @@ class StoreReader:
             out.append(rep)
         return out
 
-    def verify_parts(self) -> dict:
-        """recovery.verify_parts over this reader's files: units against records, keys against the index. A store
-        open in another process (``locked``) is judged up to what its dispatcher had done when the queues and index
-        were read (``report["judged_to"]``), not past it."""
+    def verify_parts(self, progress: Callable[[str, int, int], None] | None = None) -> dict:
+        """recovery.verify_parts over this reader's files: units against records, keys against the index;
+        ``progress(phase, done, total)`` as there. A store open in another process (``locked``) is judged up to what
+        its dispatcher had done when the queues and index were read (``report["judged_to"]``), not past it."""
         from .recovery import verify_parts
-        return verify_parts(self.commit_log, list(self.consume_queues.values()), self.index_service,
+        return verify_parts(self.commit_log, list(self.consume_queues.values()), self.index_service, progress,
                             index_enabled=self.config.message_index_enable, live=self.locked)
 
 

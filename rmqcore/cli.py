@@ -63,16 +63,25 @@ def table(rows: Sequence[Sequence[Any]], header: Sequence[str], out: TextIO) -> 
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr, drawn only on a terminal (never into pipes, logs or --json output)."""
+    """A one-line progress bar on stderr, drawn only on a terminal (never into pipes, logs or --json output).
 
-    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO | None = None):
+    ``total`` is the work in ``unit`` ("B": bytes actually to be processed, e.g. a store's data rather than its
+    files' apparent sizes; else a count such as "queues"); redrawn at most every ``INTERVAL`` seconds."""
+
+    INTERVAL = 0.1
+
+    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO | None = None, unit: str = "B",
+                 interval: float | None = None):
         self.stream = stream or sys.stderr
         self.total = max(total, 1)
         self.label = label
+        self.unit = unit
+        self.interval = self.INTERVAL if interval is None else interval
         self.done = 0
         self.enabled = enabled and self.stream.isatty()
         self.t0 = time.monotonic()
         self._last = 0.0
+        self._width = 0
         self.update(0)
 
     def update(self, n: int) -> None:
@@ -80,19 +89,31 @@ class ProgressBar:
         if not self.enabled:
             return
         now = time.monotonic()
-        if n and now - self._last < 0.1 and self.done < self.total:
+        if n and now - self._last < self.interval and self.done < self.total:
             return
         self._last = now
         frac = min(1.0, self.done / self.total)
         width = 30
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        rate = self.done / (now - self.t0) / 1e6 if now > self.t0 else 0.0
-        self.stream.write(f"\r{self.label} [{bar}] {frac:6.1%} {_fmt_bytes(self.done)} {rate:,.0f} MB/s ")
+        secs = now - self.t0
+        if self.unit == "B":
+            figures = (f"{_fmt_bytes(self.done)} of {_fmt_bytes(self.total)}"
+                       f"{f', {self.done / secs / 1e6:,.0f} MB/s' if secs > 0 and self.done else ''}")
+        else:
+            figures = f"{self.done:,} of {self.total:,} {self.unit}"
+        line = f"\r{self.label} [{bar}] {frac:6.1%} {figures} "
+        self._width = max(self._width, len(line))
+        self.stream.write(line.ljust(self._width))
         self.stream.flush()
+
+    def set(self, done: int, total: int) -> None:
+        """For a callback that tells where it is (done of total) rather than how much it just did."""
+        self.total = max(total, 1)
+        self.update(done - self.done)
 
     def close(self) -> None:
         if self.enabled:
-            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.write("\r" + " " * max(self._width, 100) + "\r")
             self.stream.flush()
 
 
@@ -201,6 +222,25 @@ def _demo_delayed_delivered(broker, sent) -> None:
           f"{m.store_timestamp - sent.store_timestamp} ms after its send (ScheduleMessageService)")
 
 
+def _demo_dir(path: str, force: bool) -> str:
+    """``--path`` for a demo: a missing or empty directory. A demo puts thousands of messages and then counts what
+    it reads back, so a directory holding a store (someone's data, or an earlier demo's) is refused unless
+    ``--force`` says to add to it; any other non-empty directory is refused outright (it is no store to add to)."""
+    from .geometry import is_store_dir
+    path = os.path.abspath(path)
+    if not os.path.exists(path):
+        return path
+    if not os.path.isdir(path):
+        raise CliError(f"--path {path} is a file, not a directory")
+    if is_store_dir(path):
+        if not force:
+            raise CliError(f"--path {path} holds a message store: the demo would add its messages to it (give "
+                           "--force to do so, or a missing or empty directory)")
+    elif os.listdir(path):
+        raise CliError(f"--path {path} is not empty and holds no message store: give a missing or empty directory")
+    return path
+
+
 def demo(args: argparse.Namespace) -> int:
     from . import Message, MessageStore, StoreConfig
     from .status import GetStatus
@@ -211,7 +251,7 @@ def demo(args: argparse.Namespace) -> int:
         if getattr(args, name) < (0 if name == "body_size" else 1):
             raise CliError(f"--{name.replace('_', '-')} must be >= {0 if name == 'body_size' else 1}, "
                            f"got {getattr(args, name)}")
-    root = args.path or tempfile.mkdtemp(prefix="rmqcore-demo-")
+    root = _demo_dir(args.path, args.force) if args.path else tempfile.mkdtemp(prefix="rmqcore-demo-")
     cfg = StoreConfig(mapped_file_size_commit_log=args.file_size, mapped_file_size_consume_queue=300000 * 20,
                       max_hash_slot_num=500_000, max_index_num=2_000_000)
     topics = [f"DemoTopic{i}" for i in range(args.topics)]
@@ -226,6 +266,8 @@ def demo(args: argparse.Namespace) -> int:
         # Started first, so that the delayed message's second passes while the store part runs.
         timed = _demo_timed_sends(timed_root)
         with MessageStore.open(root, cfg) as store:
+            # Where the demo's own messages begin in each queue (a --force store holds others).
+            start = {(t, q): store.max_offset(t, q) for t in topics for q in range(args.queues)}
             msgs = [Message(topics[i % len(topics)], body, (i // len(topics)) % args.queues, tags=f"Tag{i % 5}",
                             keys=[f"order-{i}"]) for i in range(n)]
             t0 = time.perf_counter()
@@ -267,7 +309,7 @@ def demo(args: argparse.Namespace) -> int:
             got_total = 0
             for t in topics:
                 for q in range(args.queues):
-                    off = 0
+                    off = start[(t, q)]
                     while True:
                         g = store.get_messages("demo-group", t, q, off, 32)
                         if g.status is not GetStatus.FOUND:
@@ -285,8 +327,10 @@ def demo(args: argparse.Namespace) -> int:
             probe_ids = range(0, n, stride)
             found = 0
             for i in probe_ids:
+                # The demo's own message, by its offset: the newest come first, so an older store's messages with
+                # the same key (a --force run) do not stand in for it.
                 hits = store.query_message(topics[i % len(topics)], f"order-{i}", 4)
-                found += any(h.keys == [f"order-{i}"] for h in hits)
+                found += any(h.commitlog_offset == results[i].commitlog_offset for h in hits)
             t_q = time.perf_counter() - t0
             probes = len(probe_ids)
             per_key = f"{t_q / probes * 1e6:10.1f} us/key" if probes else "       n/a"
@@ -317,7 +361,7 @@ def demo_broker(args: argparse.Namespace) -> int:
         from rmqcore.broker.demo import run
     except ImportError as e:
         raise CliError(f"the broker demo is not available in this build (rmqcore.broker.demo: {e})") from None
-    path = args.path or tempfile.mkdtemp(prefix="rmqcore-broker-demo-")
+    path = _demo_dir(args.path, args.force) if args.path else tempfile.mkdtemp(prefix="rmqcore-broker-demo-")
     try:
         return run(path, args.messages)
     finally:
@@ -421,8 +465,7 @@ def verify_cmd(args: argparse.Namespace) -> int:
         raise CliError(f"--limit must be >= 0, got {args.limit}")
     out = sys.stdout
     with _reader(args) as r:
-        total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
-        bar = ProgressBar(total, "verify commitlog", not (args.json or args.quiet))
+        bar = ProgressBar(r.data_bytes(), "verify commitlog", not (args.json or args.quiet))
         try:
             segments = r.verify_segments(check_crc=not args.no_crc, progress=bar.update)
         finally:
@@ -436,12 +479,11 @@ def verify_cmd(args: argparse.Namespace) -> int:
             # half written); with the queues and index checked, neither are those dispatch had not reached.
             report["judged_to"] = r.max_offset
         if not args.commitlog_only:
-            if not (args.json or args.quiet) and sys.stderr.isatty():
-                sys.stderr.write("verify consume queues and index ...\r")
-                sys.stderr.flush()
-            parts = r.verify_parts()
-            if not (args.json or args.quiet) and sys.stderr.isatty():
-                sys.stderr.write(" " * 40 + "\r")
+            bars = _PhaseBars(not (args.json or args.quiet))
+            try:
+                parts = r.verify_parts(progress=bars)
+            finally:
+                bars.close()
             report.update(cq_units=parts["cq_units"], cq_errors=parts["cq_errors"], keys=parts["keys"],
                           index_missing=[m._asdict() for m in parts["index_missing"]],
                           index_errors=parts["index_errors"], index_problems=parts["index_problems"],
@@ -481,11 +523,42 @@ def verify_cmd(args: argparse.Namespace) -> int:
     return EXIT_OK if report["ok"] else EXIT_PROBLEM
 
 
+class _PhaseBars:
+    """recovery.verify_parts' ``progress(phase, done, total)`` as one bar per phase: the records the units and keys
+    are checked against (bytes), the consume queues, the index files."""
+
+    LABELS = {"commitlog": ("verify units and keys: records", "B"), "consumequeue": ("verify consume queues", "queues"),
+              "index": ("verify index", "files")}
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.phase: str | None = None
+        self.bar: ProgressBar | None = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if phase != self.phase:
+            if self.bar is not None:
+                self.bar.close()
+            label, unit = self.LABELS.get(phase, (f"verify {phase}", ""))
+            self.phase, self.bar = phase, ProgressBar(total, label, self.enabled, unit=unit)
+        assert self.bar is not None
+        self.bar.set(done, total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 # -- get / query -----------------------------------------------------------------------------------------------------
 
 def get_cmd(args: argparse.Namespace) -> int:
     if args.count <= 0:
         raise CliError(f"--count must be > 0, got {args.count}")
+    ways = [name for name, given in (("--msg-id", args.msg_id is not None),
+                                     ("--commitlog-offset", args.commitlog_offset is not None),
+                                     ("--topic/--offset", args.topic is not None or args.offset is not None)) if given]
+    if len(ways) > 1:
+        raise CliError(f"{' and '.join(ways)} select messages in different ways: give one of them")
     with _reader(args) as r:
         if args.msg_id is not None:
             msgs = r.by_msg_id(args.msg_id)
@@ -639,8 +712,7 @@ def repair_cmd(args: argparse.Namespace) -> int:
 def stats_cmd(args: argparse.Namespace) -> int:
     per: dict[tuple[str, int], dict] = {}
     with _reader(args) as r:
-        total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
-        bar = ProgressBar(total, "stats", not args.json)
+        bar = ProgressBar(r.data_bytes(), "stats", not args.json)
         try:
             for m in r.iterate(progress=bar.update):
                 s = per.get((m.topic, m.queue_id))
@@ -702,8 +774,7 @@ def export_cmd(args: argparse.Namespace) -> int:
         raise CliError(f"{args.out} exists (use --force to overwrite)")
     count = 0
     with _reader(args) as r:
-        total = sum(mf.file_size for mf in r.commit_log.mapped_file_queue.mapped_files)
-        bar = ProgressBar(total, "export", args.out != "-")
+        bar = ProgressBar(r.data_bytes(), "export", args.out != "-")
         try:
             if fmt == "jsonl":
                 f = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
@@ -741,8 +812,9 @@ def export_cmd(args: argparse.Namespace) -> int:
                         w.write_table(pa.Table.from_pylist(rows, schema))
         finally:
             bar.close()
-    print(f"exported {count:,} messages to {'stdout' if args.out == '-' else args.out} ({fmt})", file=sys.stderr)
-    return EXIT_OK
+    print(f"exported {count:,} messages to {'stdout' if args.out == '-' else args.out} ({fmt})"
+          + ("" if count else ": no message matched the selection"), file=sys.stderr)
+    return EXIT_OK if count else EXIT_PROBLEM
 
 
 # -- topic / group / dlq: admin of the broker's topics, groups and dead letters --------------------------------------
@@ -947,9 +1019,9 @@ def _json_arg(p: argparse.ArgumentParser, what: str = "the result") -> None:
     p.add_argument("--json", action="store_true", help=f"print {what} as JSON (for scripts)")
 
 
-def _body_arg(p: argparse.ArgumentParser) -> None:
+def _body_arg(p: argparse.ArgumentParser, where: str = "--json") -> None:
     p.add_argument("--body", choices=("base64", "text"), default="base64",
-                   help="how --json shows message bodies: base64 (exact) or UTF-8 text (default: base64)")
+                   help=f"how {where} shows message bodies: base64 (exact) or UTF-8 text (default: base64)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -974,6 +1046,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="commitlog file size in bytes (default 64 MiB)")
     d.add_argument("--path", help="store directory (default: a temporary one, deleted afterwards)")
     d.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed first)")
+    d.add_argument("--force", action="store_true",
+                   help="write into the store at --path although it exists (refused otherwise)")
     d.set_defaults(func=demo)
     dsub = d.add_subparsers(dest="demo_cmd", metavar="{broker}")
     db = dsub.add_parser("broker", help="run the broker demo (rmqcore.broker) on a store",
@@ -982,6 +1056,8 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--path", help="store directory (default: a temporary one, deleted afterwards)")
     db.add_argument("--messages", type=int, default=10_000, help="messages to send (default 10,000)")
     db.add_argument("--keep", action="store_true", help="keep the temporary store")
+    db.add_argument("--force", action="store_true",
+                    help="write into the store at --path although it exists (refused otherwise)")
     db.set_defaults(func=demo_broker)
 
     i = sub.add_parser("inspect", help="the store at a glance: files, geometry, queues, time range, state",
@@ -1079,7 +1155,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--begin", help="stored at or after (ms or ISO 8601)")
     ex.add_argument("--end", help="stored at or before (ms or ISO 8601)")
     ex.add_argument("--force", action="store_true", help="overwrite OUT")
-    _body_arg(ex)
+    _body_arg(ex, "JSON lines output")
     ex.set_defaults(func=export_cmd)
 
     def admin_args(q: argparse.ArgumentParser, what: str, config: bool = True) -> None:

@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from . import recovery
 from .message import GetResult
 from .status import GetStatus, PutStatus
 from .transient_store_pool import TransientStorePool
+
+if TYPE_CHECKING:
+    from ._message import Message, MessageExt, PutResult
 
 log = logging.getLogger(__name__)
 # A topic the encoder takes (TopicValidator's characters, at most 127 bytes): a delayed message's real topic.
@@ -576,7 +579,7 @@ class MessageStore:
             self._reroute(copy)          # refuses what its delivery would not store
         self.check_delivery(copy, "")
 
-    def put(self, msg):
+    def put(self, msg: Message) -> PutResult:
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once a flush covers it, or
         FLUSH_DISK_TIMEOUT, unless the message's WAIT property is "false": see wait_flushed); raises
         MessageIllegalError (nothing written) for a message RocketMQ refuses."""
@@ -588,7 +591,7 @@ class MessageStore:
 
     _durable = None     # SYNC_FLUSH: put, put_async and aput below this frame (rmqcore._flush.DurablePuts)
 
-    def put_batch(self, messages, *, properties: dict[str, str] | None = None) -> list:
+    def put_batch(self, messages, *, properties: dict[str, str] | None = None) -> list[PutResult]:
         """Store many messages under one lock and one flush wait; all are validated before any is written.
 
         ``properties``: properties common to every message of the call (the broker's CLUSTER, say), validated and
@@ -870,7 +873,7 @@ class MessageStore:
         return pickup_store_timestamp(self.commit_log.mapped_file_queue.mapped_files,
                                       self.config.mapped_file_size_commit_log, offset, size)
 
-    def look_message(self, commitlog_offset: int):
+    def look_message(self, commitlog_offset: int) -> MessageExt | None:
         """The message whose record starts at ``commitlog_offset``, or None."""
         if self._closed or not self._running:
             self._check_running()
@@ -883,7 +886,8 @@ class MessageStore:
             _int_arg("commitlog_offset", commitlog_offset, LONG_MIN, LONG_MAX)    # names the bad argument
             raise
 
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None):
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int | None = None) -> list[MessageExt]:
         """Messages of ``topic`` with ``key`` among their KEYS or as UNIQ_KEY, newest index file first, stored
         between ``begin`` and ``end`` (ms; None: now + 1 s). Hash collisions are filtered out by comparing the key
         itself."""

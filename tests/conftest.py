@@ -1,6 +1,15 @@
+import glob
 import os
+import sys
 
 import pytest
+
+# An unpacked sdist holds rmqcore's sources uncompiled: `python -m pytest` run there puts them first on sys.path
+# (the working directory), where they would shadow the installed build. Without compiled modules beside the
+# tests, the sources are dropped from the path, so the tests import the installed package.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isdir(os.path.join(_ROOT, "rmqcore")) and not glob.glob(os.path.join(_ROOT, "rmqcore", "_codec.*.so")):
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != os.path.realpath(_ROOT)]
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=60, deadline=None,

@@ -40,7 +40,7 @@ def make_message(seed, gen):
 
 def main():
     spec = json.loads(sys.argv[1])
-    sys.path.insert(0, spec.get("src", os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    sys.path.insert(0, spec["src"])     # the rmqcore the test imports (installed or a source tree)
     from rmqcore import Message, MessageStore, PutStatus, StoreConfig
 
     if spec.get("fsize"):

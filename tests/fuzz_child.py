@@ -13,7 +13,8 @@ import sys
 import traceback
 import zlib
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# rmqcore comes from PYTHONPATH (set by test_fuzz.py to the rmqcore it imports): not from the sources beside
+# this file, which are uncompiled in an unpacked sdist.
 
 from rmqcore import MessageStore, StoreConfig  # noqa: E402
 from rmqcore.cli import main as cli_main  # noqa: E402

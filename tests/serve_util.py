@@ -37,6 +37,10 @@ class ServerProcess:
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         line = self.proc.stdout.readline()
+        self.console_url = None
+        if line.startswith("console on "):     # --http: the console's address comes first
+            self.console_url = line.split()[-1]
+            line = self.proc.stdout.readline()
         if not line.startswith("listening on "):
             self.proc.kill()
             raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()}")

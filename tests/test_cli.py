@@ -279,6 +279,29 @@ def test_export_json_lines_round_trip(store, tmp_path, capsys):
     assert code == 2 and "exists" in err
 
 
+def test_export_of_nothing_exits_1_and_its_help_names_only_its_options(store, tmp_path, capsys, monkeypatch):
+    path, _ = store
+    monkeypatch.setenv("COLUMNS", "1000")          # no option name broken across lines
+    code, _, err = run(capsys, "export", path, tmp_path / "none.jsonl", "--topic", "NoSuch")
+    assert code == 1 and "exported 0 messages" in err and "no message matched" in err
+    assert (tmp_path / "none.jsonl").read_text() == ""
+    from rmqcore.cli import build_parser
+    subs = [a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction"][0]
+    for name, p in subs.choices.items():
+        own = {o for a in p._actions for o in a.option_strings}
+        mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", p.format_help()))
+        assert mentioned <= own, f"rmqcore {name} --help mentions {sorted(mentioned - own)}"
+
+
+def test_get_refuses_two_ways_of_selecting(store, capsys):
+    path, results = store
+    for extra in (["--topic", "orders", "--offset", 0], ["--msg-id", results[0].msg_id]):
+        code, out, err = run(capsys, "get", path, "--commitlog-offset", results[1].commitlog_offset, *extra)
+        assert code == 2 and out == "" and "select messages in different ways" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "get", path, "--offset", 0, "--msg-id", results[0].msg_id)
+    assert code == 2 and out == ""
+
+
 def test_export_parquet(store, tmp_path, capsys):
     pq = pytest.importorskip("pyarrow.parquet")
     path, results = store
@@ -321,6 +344,28 @@ def test_demo_counts_what_it_pulls(tmp_path, capsys):
             "end_transaction(commit): FOUND (1 message, b'pay order 7')") in out
     waited = re.search(r"DemoReminders/0 now: FOUND, b'remind me in a second', stored (\d+) ms after its send", out)
     assert waited and 1000 <= int(waited.group(1)) < 3000, out
+
+
+def test_demo_refuses_a_directory_holding_a_store_unless_forced(store, tmp_path, capsys):
+    """A demo never writes into someone's store by accident: an existing store (or any non-empty directory) at
+    --path is refused with one line and left as it was; --force adds the demo's messages to a store, and the demo
+    then counts only its own."""
+    path, results = store
+    before = sorted((d, sorted(f)) for d, _, f in os.walk(path))
+    for argv in (("demo", "--messages", 10, "--path", path), ("demo", "broker", "--messages", 10, "--path", path)):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and "holds a message store" in err and "--force" in err and err.count("\n") == 1, err
+    assert sorted((d, sorted(f)) for d, _, f in os.walk(path)) == before
+    code, _, err = run(capsys, "get", path, "--topic", "orders", "--queue", 0, "--offset", 0, "--count", 1000)
+    assert code == 0
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "notes.txt").write_text("mine")
+    code, _, err = run(capsys, "demo", "--messages", 10, "--path", data, "--force")
+    assert code == 2 and "not empty and holds no message store" in err and os.listdir(data) == ["notes.txt"]
+    code, out, err = run(capsys, "demo", "--messages", 20, "--topics", 2, "--queues", 3, "--path", path, "--force")
+    assert code == 0, err
+    assert "(40 messages pulled by queue: 20 + 20)" in out and "(20/20 keys found)" in out
 
 
 def test_demo_broker_without_the_broker_module(capsys, monkeypatch):
@@ -369,3 +414,60 @@ def test_a_store_read_in_a_subprocess_as_a_user_would(store):
     assert "k-0" in r.stdout
     r = _python_m("inspect", "/nonexistent-root/x", check=False)
     assert r.returncode == 2 and r.stderr.strip() == "rmqcore inspect: error: /nonexistent-root/x: no such directory"
+
+
+# -- progress bars ---------------------------------------------------------------------------------------------------
+
+class _Terminal:
+    """A stderr that says it is a terminal and keeps what is drawn."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self):
+        return True
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+
+def test_a_walk_tells_progress_in_small_steps_adding_up_to_the_data(tmp_path):
+    from rmqcore.admin import StoreReader
+    make_store(tmp_path / "s", n=600)                     # several 64 KiB commitlog files, the last one partly used
+    with StoreReader(str(tmp_path / "s")) as r:
+        files = r.commit_log.mapped_file_queue.mapped_files
+        assert len(files) >= 3
+        steps = []
+        count = sum(1 for _ in r.walk(r.min_offset, False, steps.append, step=8192))
+        assert count == 600
+        assert sum(steps) == r.data_bytes() == r.max_offset - r.min_offset
+        assert r.data_bytes() < sum(mf.file_size for mf in files)      # not the files' apparent sizes
+        assert len(steps) > 2 * len(files) and max(steps) < 8192 + 16 * 1024
+        seg = []
+        r.verify_segments(False, seg.append)
+        assert sum(seg) == r.data_bytes()
+
+
+def test_progress_bars_count_the_data_in_every_phase(store, capsys, monkeypatch, tmp_path):
+    from rmqcore import admin, cli
+    path, _ = store
+    monkeypatch.setattr(cli.ProgressBar, "INTERVAL", 0.0)
+    monkeypatch.setattr(admin, "PROGRESS_STEP", 4096)
+    with admin.StoreReader(path) as r:
+        data = r.data_bytes()
+        queues = len(r.consume_queues)
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert main(["export", path, str(tmp_path / "all.jsonl")]) == 0
+    drawn = [ln for ln in re.split(r"\r", term.text) if ln.startswith("export [")]
+    shares = [float(re.search(r"\]\s+([\d.]+)%", ln).group(1)) for ln in drawn]
+    assert len(set(shares)) >= 4 and shares == sorted(shares) and shares[-1] == 100.0, drawn
+    assert f"of {cli._fmt_bytes(data)}" in drawn[-1]
+    term.text = ""
+    assert main(["verify", path]) == 0
+    shown = term.text
+    assert f"verify commitlog [" in shown and f"of {cli._fmt_bytes(data)}" in shown
+    assert f"{queues:,} of {queues:,} queues" in shown and "verify index [" in shown

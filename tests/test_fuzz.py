@@ -43,7 +43,12 @@ STORE_COUNT = int(os.environ.get("RMQCORE_FUZZ_COUNT", "2000"))
 RECORD_COUNT = int(os.environ.get("RMQCORE_FUZZ_RECORDS", "10000000" if LONG else "20000"))
 SEED = int(os.environ.get("RMQCORE_FUZZ_SEED", "20261124"))
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_child.py")
+import rmqcore  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The directory holding the rmqcore imported here (a source tree, or site-packages for an installed build):
+# child processes import that one, never the sources beside the tests (uncompiled in an unpacked sdist).
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
 
 CONFIG = dict(mapped_file_size_commit_log=8192, mapped_file_size_consume_queue=20 * 16, max_message_size=2048,
               max_hash_slot_num=7, max_index_num=24, warm_mapped_file_enable=False, flush_interval_commit_log=20,
@@ -224,7 +229,7 @@ def run_children(cases, work, timeout):
         json.dump({"config": CONFIG, "cases": [{"path": c["path"], "expect": c["expect"]} for c in cases]}, f)
     skip = {os.path.dirname(c["path"]) for c in cases}
     before = tree(os.path.dirname(work), {os.path.join(work, os.path.basename(s)) for s in skip} | {spec})
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     problems = []
     try:
         res = subprocess.run([sys.executable, CHILD, spec], capture_output=True, text=True, timeout=timeout,

@@ -101,3 +101,19 @@ def test_demo_description_matches_the_demo_defaults():
     text = section("Set up")
     assert f"puts {a.messages:,}\nmessages over {a.topics} topics × {a.queues} queues" in text
     assert f"pulls all {a.messages + min(a.messages, 50_000):,} by queue" in text
+
+
+def test_every_install_it_shows_works_from_a_clone():
+    """rmqcore is not on a package index yet: every pip install README shows installs the clone ('.' or
+    '.[extras]'), in the editable mode whose path type checkers and PySpark follow, and README sends a user to no
+    file outside the repository."""
+    text = readme()
+    installs = re.findall(r"pip install[^`\n]*", text)
+    assert installs
+    for line in installs:
+        words = shlex.split(line.split(" &&")[0])[2:]
+        targets = [w for w in words if not w.startswith("-") and "=" not in w]
+        assert targets and all(t == "." or t.startswith(".[") for t in targets), line
+        if "-e" in words:
+            assert "editable_mode=compat" in words, line
+    assert "../" not in text

@@ -22,13 +22,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import rmqcore
+
 from rmqcore import GetStatus, Message, MessageIllegalError, MessageStore, PutStatus, StoreConfig
 from rmqcore._codec import java_hash_code
 from rmqcore.errors import StoreLayoutError
 from rmqcore.schedule import (SCHEDULE_TOPIC, ScheduleMessageService, decode_delay_offsets, encode_delay_offsets,
                               rewrite_delay)
 
-SRC = str(Path(__file__).resolve().parent.parent)
+# The directory holding the rmqcore imported here (a source tree, or site-packages for an installed build):
+# child processes import that one, never the sources beside the tests (uncompiled in an unpacked sdist).
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
 LEVELS = "1s 5s 10s 30s 1m"
 
 

@@ -16,7 +16,12 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 from rmqcore import Message, StoreConfig  # noqa: E402
 from rmqcore.store import MessageStore  # noqa: E402
 
+import rmqcore  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The directory holding the rmqcore imported here (a source tree, or site-packages for an installed build):
+# Spark's Python workers and child processes import that one, never the sources beside the tests (uncompiled in an unpacked sdist).
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
 UTC = datetime.timezone.utc
 
 
@@ -42,9 +47,9 @@ def spark(tmp_path_factory):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
+        [PKG_PARENT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if PKG_PARENT not in sys.path:
+        sys.path.insert(0, PKG_PARENT)
     from pyspark.sql import SparkSession
     s = (SparkSession.builder.master("local[2]").appName("rmqcore-tests")
          .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
@@ -342,7 +347,7 @@ def test_stats_export_and_cli(spark, tmp_path, store, expected, capsys):
 def test_python_m_entry_point_runs():
     # The CLI parses without a JVM; a full run is covered above in-process (it reuses the session).
     r = subprocess.run([sys.executable, "-m", "rmqcore.spark", "--help"], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+                       env=dict(os.environ, PYTHONPATH=PKG_PARENT), timeout=60)
     assert r.returncode == 0 and "verify" in r.stdout and "rebuild" in r.stdout
 
 

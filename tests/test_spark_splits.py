@@ -22,7 +22,12 @@ from rmqcore.spark.layout import StoreInUseError, index_geometry  # noqa: E402
 from rmqcore.spark.schema import COLUMN_NAMES  # noqa: E402
 from rmqcore.spark.source import ReadOptions, _read_partition, plan_partitions  # noqa: E402
 
+import rmqcore  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The directory holding the rmqcore imported here (a source tree, or site-packages for an installed build):
+# child processes import that one, never the sources beside the tests (uncompiled in an unpacked sdist).
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
 FIELDS = [(c, True) for c in COLUMN_NAMES]
 
 
@@ -132,7 +137,7 @@ WRITER = textwrap.dedent("""
 
 def test_live_store_refused_by_default_and_snapshot_is_stable(tmp_path):
     path = str(tmp_path / "broker-live")
-    child = subprocess.Popen([sys.executable, "-c", WRITER.format(root=ROOT, path=path)], stdout=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, "-c", WRITER.format(root=PKG_PARENT, path=path)], stdout=subprocess.PIPE,
                              text=True)
     try:
         assert child.stdout.readline().strip() == "ready"

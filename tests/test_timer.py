@@ -4,6 +4,7 @@ in-memory wheel delivering each message once its time has passed (never early), 
 and a SIGKILL child: everything delivered after restart, none twice (deliveries past the persisted progress are
 found in the commitlog at the reopen)."""
 import json
+import os
 import random
 import signal
 import subprocess
@@ -15,10 +16,14 @@ from pathlib import Path
 
 import pytest
 
+import rmqcore
+
 from rmqcore import GetStatus, Message, MessageIllegalError, MessageStore, StoreConfig
 from rmqcore.timer import TIMER_TOPIC, TimerMessageService, decode_progress, rewrite_timer
 
-SRC = str(Path(__file__).resolve().parent.parent)
+# The directory holding the rmqcore imported here (a source tree, or site-packages for an installed build):
+# child processes import that one, never the sources beside the tests (uncompiled in an unpacked sdist).
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
 CONF = dict(mapped_file_size_commit_log=512 * 1024, mapped_file_size_consume_queue=20 * 100,
             max_message_size=16 * 1024, max_hash_slot_num=101, max_index_num=20000, warm_mapped_file_enable=False,
             schedule_message_service_enable=False, timer_wheel_enable=False)

@@ -24,12 +24,16 @@ from pathlib import Path
 
 import pytest
 
+import rmqcore
+
 from rmqcore import GetStatus, Message, MessageIllegalError, MessageStore, PutStatus, StoreConfig
 from rmqcore._codec import java_hash_code
 from rmqcore.broker.transaction import (CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_TOPIC, SYSTEM_GROUP,
                                         TransactionalMessageService, TransactionError)
 
-SRC = str(Path(__file__).resolve().parent.parent)
+# The directory holding the rmqcore imported here (a source tree, or site-packages for an installed build):
+# child processes import that one, never the sources beside the tests (uncompiled in an unpacked sdist).
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
 CONF = dict(mapped_file_size_commit_log=256 * 1024, mapped_file_size_consume_queue=20 * 50,
             max_message_size=16 * 1024, max_hash_slot_num=101, max_index_num=8000, warm_mapped_file_enable=False,
             schedule_message_service_enable=False)

@@ -146,3 +146,62 @@ def test_public_names_have_docstrings():
         # every field is followed by its docstring (meaning in RocketMQ, unit)
         assert re.search(rf"\n    {f}: [^\n]*\n    \"\"\"", src), f
     assert errors.RmqStoreError.__doc__
+
+
+# Each line must be an error to both checkers: the API's results are typed (not Any) and broker.store is a store.
+WRONG_RESULTS = '''
+from rmqcore import Message, MessageStore
+from rmqcore.broker import Broker
+store = MessageStore.open("/tmp/x")
+broker = Broker.open("/tmp/y")
+a: str = store.put(Message("t", b"x"))
+b: str = store.query_message("t", "k")
+c: str = broker.send(Message("t", b"x"))
+d: str = broker.store.max_offset("t", 0)
+e: str = store.look_message(0)
+'''
+
+
+def _installed_rmqcore_file(cwd) -> str:
+    """The rmqcore a program outside the source tree imports: what the install put on the interpreter's path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
+    r = subprocess.run([sys.executable, "-c", "import rmqcore; print(rmqcore.__file__)"], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=120)
+    return os.path.realpath(r.stdout.strip()) if r.returncode == 0 else ""
+
+
+def test_readme_snippets_check_clean_under_mypy_and_pyright_after_the_readme_install(tmp_path):
+    """After README's own install (an editable one whose path a type checker can follow), mypy and pyright run as a
+    user runs them, outside the source tree with no MYPYPATH, resolve ``import rmqcore`` and find no error in
+    README's Python snippets, and do find the errors of a script that misuses the results (so they are not Any)."""
+    if _installed_rmqcore_file(tmp_path) != os.path.realpath(rmqcore.__file__):
+        pytest.skip("the rmqcore tested here is not the one installed for this interpreter (another checkout)")
+    text = open(os.path.join(os.path.dirname(HERE), "README.md"), encoding="utf-8").read() \
+        if os.path.exists(os.path.join(os.path.dirname(HERE), "README.md")) else ""
+    if not text:
+        pytest.skip("needs README.md")
+    snippets = [s for s in re.findall(r"```python\n(.*?)```", text, re.S) if "from rmqcore" in s]
+    assert len(snippets) >= 2, "README.md's quick start and broker snippets"
+    files = {f"readme_{i}.py": s for i, s in enumerate(snippets)}
+    files["wrong_results.py"] = WRONG_RESULTS
+    for name, src in files.items():
+        (tmp_path / name).write_text(src)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
+    wrong_lines = [i + 1 for i, line in enumerate(WRONG_RESULTS.split("\n")) if re.match(r"[a-e]: str = ", line)]
+
+    r = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", sys.executable, "--no-incremental",
+                        "--config-file", os.devnull, "--show-error-codes", "--no-error-summary", *files],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    errors = [ln for ln in r.stdout.splitlines() if ": error:" in ln]
+    assert not [e for e in errors if not e.startswith("wrong_results.py:")], r.stdout + r.stderr
+    assert sorted({int(e.split(":")[1]) for e in errors}) == wrong_lines, r.stdout + r.stderr
+
+    pytest.importorskip("pyright", reason="pyright is in the test extra")
+    import json
+    r = subprocess.run([sys.executable, "-m", "pyright", "--pythonpath", sys.executable, "--outputjson", *files],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.stdout.strip().startswith("{"), r.stdout + r.stderr
+    diags = [d for d in json.loads(r.stdout)["generalDiagnostics"] if d["severity"] == "error"]
+    shown = "\n".join(f"{os.path.basename(d['file'])}:{d['range']['start']['line'] + 1}: {d['message']}" for d in diags)
+    assert not [d for d in diags if os.path.basename(d["file"]) != "wrong_results.py"], shown
+    assert sorted({d["range"]["start"]["line"] + 1 for d in diags}) == wrong_lines, shown

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from typing import TYPE_CHECKING
 
 from ..config import StoreConfig
 from ..flush import PeriodicService
@@ -42,9 +43,17 @@ log = logging.getLogger(__name__)
 
 MULTI_TAGS_FLAG = 0x2
 
+if TYPE_CHECKING:
+    from .._message import Message, PutResult
+    from ..store import MessageStore
+
 
 class Broker:
     """A broker over one store directory. Use ``Broker.open(path, config, store_config=...)``."""
+
+    # The broker's store, opened by start() (Broker.open starts the broker): typed as always there, since every use
+    # of a broker is after open; a Broker never started has no store attribute at all.
+    store: MessageStore
 
     def __init__(self, path: str, config: BrokerConfig | None = None, store_config: StoreConfig | None = None,
                  transaction_checker=None):
@@ -56,7 +65,6 @@ class Broker:
         # a broker asks the producer); the check service runs when one is given.
         self.transaction_checker = transaction_checker
         self.transactions = None
-        self.store = None
         self.topic_config_manager: TopicConfigManager | None = None
         self.subscription_group_manager: SubscriptionGroupManager | None = None
         self.consumer_offset_manager: ConsumerOffsetManager | None = None
@@ -228,7 +236,7 @@ class Broker:
         if queue_id < 0 or queue_id >= entry.queue_id_limit or entry.slow:
             self._send_slow(msg, entry)
 
-    def send(self, msg):
+    def send(self, msg: Message) -> PutResult:
         """Store ``msg`` as a broker's send does: check the broker's and the topic's permissions, create the topic
         on first send when ``auto_create_topic_enable`` is on, pick a random write queue when ``queue_id`` < 0,
         refuse a queue id past the topic's queues, divert a %RETRY% message retried too often to the DLQ, stamp the

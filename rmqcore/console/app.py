@@ -309,7 +309,7 @@ async def metrics(request):
 async def plotly_js(request):
     path = plotly_js_path()
     if path is None:
-        raise web.HTTPNotFound(text="plotly is not installed: pip install 'rmqcore[console]'")
+        raise web.HTTPNotFound(text="plotly is not installed (the console extra: pip install -e '.[console]' in a clone)")
     return web.FileResponse(path, headers={"Cache-Control": "public, max-age=86400"})
 
 

@@ -78,7 +78,7 @@ class Acl:
             try:
                 import yaml
             except ImportError:
-                raise ValueError(f"{path}: reading YAML needs PyYAML (pip install 'rmqcore[server]'), or give the "
+                raise ValueError(f"{path}: reading YAML needs PyYAML (the server extra: pip install -e '.[server]' in a clone), or give the "
                                  "same document as .json") from None
             doc = yaml.safe_load(text)
         if not isinstance(doc, dict) or not isinstance(doc.get("accounts"), list):

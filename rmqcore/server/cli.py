@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import grpc  # noqa: F401
     except ImportError:
-        print("rmqcore serve: error: needs grpcio and protobuf: pip install 'rmqcore[server]'", file=sys.stderr)
+        print("rmqcore serve: error: needs grpcio and protobuf, the server extra: pip install -e '.[server]' in a clone", file=sys.stderr)
         return 1
     from ..broker import Broker, BrokerConfig
     from ..config import StoreConfig

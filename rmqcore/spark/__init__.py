@@ -50,11 +50,23 @@ def register(spark, pushdown: bool = False) -> None:
     """Register ``rocketmq-store`` on ``spark``. ``pushdown=True`` also registers ``rocketmq-store-pushdown``
     (the reader with pushFilters) and turns on ``spark.sql.python.filterPushdown.enabled``, which Spark needs
     for any reader that has pushFilters."""
-    from .source import RocketMQStoreDataSource, RocketMQStorePushdownDataSource
-    spark.dataSource.register(RocketMQStoreDataSource)
+    from .source import FORMAT, RocketMQStoreDataSource, RocketMQStorePushdownDataSource
+    # Installed, the top-level pyspark_rmqcore module registers the format statically; registering it again
+    # would make Spark warn "replaced a statically registered data source" on every job.
+    if not _statically_registered(spark, FORMAT):
+        spark.dataSource.register(RocketMQStoreDataSource)
     if pushdown:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
         spark.dataSource.register(RocketMQStorePushdownDataSource)
+
+
+def _statically_registered(spark, name: str) -> bool:
+    """Does Spark already know data source ``name`` (PySpark's own lookup of the pyspark_* modules the workers'
+    interpreter can import)? False when that cannot be asked (a Spark Connect session has no JVM here)."""
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name))
+    except Exception:
+        return False
 
 
 def session(master: str = "local[*]", app_name: str = "rmqcore", conf: dict | None = None):
@@ -66,7 +78,10 @@ def session(master: str = "local[*]", app_name: str = "rmqcore", conf: dict | No
 
     from pyspark.sql import SparkSession
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    b = SparkSession.builder.master(master).appName(app_name).config("spark.ui.enabled", "false")
+    # hideTraceback: a data source's error (no such store, a live store) reaches the driver as its one line
+    # instead of a Python worker's traceback.
+    b = (SparkSession.builder.master(master).appName(app_name).config("spark.ui.enabled", "false")
+         .config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true"))
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")

@@ -6,7 +6,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+
+# The errors a user can act on (a path that is no store, a live store, a bad option, a damaged file): one line on
+# stderr, exit status 2. Anything else is a bug and keeps its traceback.
+_USER_ERRORS = ("FileNotFoundError", "NotADirectoryError", "PermissionError", "IsADirectoryError", "OSError",
+                "ValueError", "StoreInUseError", "CorruptSegmentError", "CorruptRecordError", "StoreLayoutError")
+
+
+def _one_line(e: BaseException) -> str | None:
+    """The message of a user error, also from inside a Spark exception (a data source's error, raised in a Python
+    worker, reaches the driver as text: its last "Name: message" line); None for anything else."""
+    if type(e).__name__ in _USER_ERRORS or isinstance(e, (OSError, ValueError)):
+        return str(e)
+    try:
+        from pyspark.errors import PySparkException
+    except ImportError:
+        return None
+    if not isinstance(e, PySparkException):
+        return None
+    inner = []
+    for line in str(e).splitlines():
+        # "rmqcore.spark.layout.StoreInUseError: ...", alone on a line (a traceback's last) or after Spark's prefix
+        for m in re.finditer(r"(?:\w+\.)*(\w+): ", line):
+            if m.group(1) in _USER_ERRORS:
+                inner.append(line[m.end():].split(" SQLSTATE: ")[0].strip())
+                break
+    return inner[-1] if inner else None
 
 
 def _stores(specs):
@@ -46,12 +73,28 @@ def main(argv=None) -> int:
         sp.add_argument("--snapshot", action="store_true",
                         help="read stores open by a broker (or with an abort file) up to the end of data now")
     a = p.parse_args(argv)
+    try:
+        return _run(a)
+    except Exception as e:
+        msg = _one_line(e)
+        if msg is None:
+            raise
+        print(f"{p.prog} {a.job}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+def _run(a: argparse.Namespace) -> int:
     live = "snapshot" if getattr(a, "snapshot", False) else "fail"
+    stores = _stores(a.stores)
+    if live == "fail":
+        # Refused here, before a JVM starts, with the same words the data source would use.
+        from .layout import check_not_live
+        for broker, root in stores:
+            check_not_live(broker, root)
 
     from pyspark.sql import SparkSession
 
     from . import jobs, register, session
-    stores = _stores(a.stores)
     existing = SparkSession.getActiveSession()
     if existing is not None:
         spark = existing            # called from a running application: use its session, leave it running

@@ -21,7 +21,7 @@ import time
 from .._codec import record_error
 from .._segment import SEGMENT_END, verify_segment
 from . import fs
-from .layout import check_not_live, list_segments, snapshot_end
+from .layout import check_not_live, check_store_root, list_segments, snapshot_end
 from .source import FORMAT
 
 
@@ -36,7 +36,10 @@ def normalize_stores(stores) -> list[tuple[str, str]]:
             else:
                 s = os.fspath(s)
                 pairs.append((fs.basename(s), s))
-    return [(b, fs.normalize(r)) for b, r in pairs]
+    out = [(b, fs.normalize(r)) for b, r in pairs]
+    for b, r in out:
+        check_store_root(b, r)
+    return out
 
 
 def brokers_option(stores) -> str:

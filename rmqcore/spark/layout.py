@@ -66,10 +66,16 @@ def parse_stores(options) -> list[tuple[str, str]]:
     out = []
     for b, root in stores:
         root = fs.normalize(root)
-        if not fs.isdir(fs.join(root, "commitlog")):
-            raise FileNotFoundError(f"{fs.display(root)} (broker {b}) is not a store root: no commitlog/ directory")
+        check_store_root(b, root)
         out.append((b, root))
     return out
+
+
+def check_store_root(broker: str, root: str) -> None:
+    """FileNotFoundError unless ``root`` (normalized) holds a commitlog/ directory: a missing or mistyped path is an
+    error, never an empty store with nothing wrong in it."""
+    if not fs.isdir(fs.join(root, "commitlog")):
+        raise FileNotFoundError(f"{fs.display(root)} (broker {broker}) is not a store root: no commitlog/ directory")
 
 
 def list_segments(root: str) -> list[str]:

@@ -1,0 +1,97 @@
+"""The console and /metrics on `rmqcore serve --http`, judged against what RocketMQ's official Python client did
+(issue 30): the in-flight, lag and DLQ figures a group shows equal what its SimpleConsumer received, acked and let
+expire, in the JSON API and in the Prometheus metrics alike."""
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+
+import pytest
+
+pytest.importorskip("rocketmq")
+pytest.importorskip("grpc")
+pytest.importorskip("aiohttp")
+from rocketmq import FilterExpression, Producer, SimpleConsumer  # noqa: E402
+from serve_util import FAST_CONF, ServerProcess, config, message, prepare, receive_all  # noqa: E402
+
+
+def get(url: str):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        body = r.read().decode()
+    return json.loads(body) if "/api/" in url else body
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf"{name}\{{(.*)\}} (\S+)$", line)
+        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
+
+
+def wait_for(fn, timeout=20.0):
+    end = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() > end:
+            return v
+        time.sleep(0.2)
+
+
+def test_group_figures_equal_what_the_official_client_did(tmp_path):
+    store = str(tmp_path / "store")
+    prepare(store, {"watch_t": ("NORMAL", 2)}, {"watch_g": {"retry_max_times": 1}})   # 2 delivery attempts
+    with ServerProcess(store, FAST_CONF, args=["--http", "127.0.0.1:0"]) as srv:
+        try:
+            api = srv.console_url + "/api/v1"
+            p = Producer(config(srv.endpoint), ("watch_t",))
+            p.startup()
+            try:
+                for i in range(10):
+                    p.send(message("watch_t", f"w{i}".encode(), keys=f"key-{i}"))
+            finally:
+                p.shutdown()
+            c = SimpleConsumer(config(srv.endpoint), "watch_g", {"watch_t": FilterExpression("*")}, 1)
+            c.startup()
+            try:
+                got = receive_all(c, 10, invisible=30, ack=False, deadline_s=20)
+                assert len(got) == 10
+                for m in got[:6]:
+                    c.ack(m)
+                # 4 received and not acked: in flight, as the consumer left them.
+                g = wait_for(lambda: (lambda g: g if g["inflight"] == 4 else None)(get(api + "/groups/watch_g")))
+                assert g is not None and g["inflight"] == 4, get(api + "/groups/watch_g")
+                text = get(srv.console_url + "/metrics")
+                assert metric(text, "rocketmq_consumer_inflight_messages", consumer_group="watch_g") == 4
+                assert metric(text, "rocketmq_messages_in_total", topic="watch_t") == 10
+                assert metric(text, "rocketmq_messages_out_total", topic="watch_t", consumer_group="watch_g") == 10
+                for m in got[6:9]:
+                    c.ack(m)
+                # The last one is never acked: its invisible time runs out, it comes back once (attempt 2), and
+                # is not acked again: after the group's 2 attempts the next receive moves it to %DLQ%watch_g, as
+                # the proxy does, instead of delivering it a third time.
+                again = receive_all(c, 1, invisible=1, ack=False, deadline_s=40)
+                assert [m.body for m in again] == [got[9].body]
+
+                def moved():
+                    assert c.receive(32, 1) == []
+                    g = get(api + "/groups/watch_g")
+                    return g if g["dlq_messages"] == 1 and g["inflight"] == 0 else None
+                g = wait_for(moved, timeout=40)
+                assert g is not None, get(api + "/groups/watch_g")
+                assert g["lag"] == 0 and g["sent_to_dlq"] == 1
+                text = get(srv.console_url + "/metrics")
+                assert metric(text, "rocketmq_send_to_dlq_messages_total", consumer_group="watch_g") == 1
+                assert metric(text, "rocketmq_consumer_inflight_messages", consumer_group="watch_g") == 0
+                # The message search finds a key the producer set, where the store holds it.
+                found = get(api + "/messages?topic=watch_t&key=key-3")
+                assert [m["body_preview"] if "body_preview" in m else m for m in found["items"]]
+                assert json.dumps(found["items"]).count("key-3") >= 1
+            finally:
+                c.shutdown()
+        finally:
+            assert srv.terminate() == 0
