@@ -105,6 +105,7 @@ if __package__ in (None, ""):      # run as a script (python bench/peers.py): ma
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import workloads as W  # noqa: E402
+from bench.machine import cpu_model  # noqa: E402
 
 STORES = ("rmqcore", "sqlite3", "lmdb", "rocksdict", "appendlog")
 TOPICS = tuple(f"PeerTopic{t}" for t in range(4))
@@ -796,7 +797,6 @@ def _version(name: str) -> str:
 
 
 def header_lines(n, durable, samples, warmup, started, load_start, load_end, names, notes, base_dir) -> list[str]:
-    from bench.run import cpu_model
     ran = [s for s in names if not notes.get(s, "").startswith("skipped")]
     mode = ("durable: every batch synced to disk before the next (rmqcore SYNC_FLUSH)" if durable else
             "no sync per batch: done = in the page cache and readable (rmqcore ASYNC_FLUSH, dispatched)")

@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass
 
 from bench import workloads as W
+from bench.machine import cpu_model
 
 MiB = W.MiB
 
@@ -180,7 +181,7 @@ def interleaved_best(variants: dict, rounds: int) -> dict:
 
 
 def case_codec(ctx: Ctx) -> None:
-    from rmqcore._codec import EncodeBuffer, MessageEncoder
+    from rmqcore._encoder import EncodeBuffer, MessageEncoder
     n = ctx.p.codec_records
     buf = W.record_buffer(n, base_dir=ctx.dir)
     nbytes = len(buf) - 8
@@ -927,17 +928,6 @@ def render(rows) -> str:
     for row in rows:
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def header(ctx: Ctx, quick: bool) -> str:

@@ -29,7 +29,7 @@ def test_scan_records_check_crc(benchmark, record_buf):
 
 @pytest.mark.benchmark(group="codec")
 def test_encode_batch_1000(benchmark):
-    from rmqcore._codec import EncodeBuffer, MessageEncoder
+    from rmqcore._encoder import EncodeBuffer, MessageEncoder
     enc = MessageEncoder()
     out = EncodeBuffer()
 

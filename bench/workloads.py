@@ -111,7 +111,7 @@ def warm_capacity(mfq) -> int:
 
 def record_size(body_size: int = BODY_SIZE, queues: int = 1) -> int:
     """Bytes one benchmark message takes in the commitlog (encoded with a generated UNIQ_KEY)."""
-    from rmqcore._codec import EncodeBuffer, MessageEncoder
+    from rmqcore._encoder import EncodeBuffer, MessageEncoder
     enc = MessageEncoder()
     buf = enc.encode_batch(make_messages(1, body_size=body_size, queues=queues))
     return buf.length(0)
@@ -227,7 +227,7 @@ def record_buffer(n: int, body_size: int = BODY_SIZE, base_dir: str | None = Non
 
 def decode_all(buf, check_crc: bool = False) -> int:
     """Decode every record of ``buf`` into MessageExt objects (RecordIterator); returns how many."""
-    from rmqcore._codec import RecordIterator
+    from rmqcore._message import RecordIterator
     it = RecordIterator(buf, 0, -1, check_crc, 0)
     n = 0
     for _ in it:

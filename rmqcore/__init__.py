@@ -1,18 +1,18 @@
 """rmqcore: Apache RocketMQ's message store, byte for byte, with a Cython core.
 
 Import direction is one way: store → services → commit_log / consume_queue / index_service → mapped_file_queue →
-_mapped_file / _codec / _crc.
+the compiled core (_commit_log, _pull → _encoder → _message → _codec; _mapped_file, _index_file, _crc).
 """
 from typing import TYPE_CHECKING
 
-from ._codec import Message, MessageExt, PutResult
+from ._message import Message, MessageExt, PutResult
 from .config import StoreConfig
 from .errors import (CorruptRecordError, MessageIllegalError, RmqStoreError, StoreClosedError, StoreLayoutError,
                      StoreLockedError)
 from .message import GetResult
 from .status import GetStatus, PutStatus
 
-__version__ = "0.1.0"
+__version__ = "0.3.0.dev0"
 
 __all__ = [
     "MessageStore", "CommitLog", "Message", "MessageExt", "PutResult", "GetResult", "PutStatus", "GetStatus",

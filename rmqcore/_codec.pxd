@@ -1,10 +1,9 @@
-# The commitlog record codec: RocketMQ's MessageExtEncoder / MessageDecoder / checkMessageAndReturnSize.
+# The commitlog record layout and codec: RocketMQ's MessageDecoder / checkMessageAndReturnSize.
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
-from rmqcore._c cimport rmq_dring, rmq_find_byte
+from rmqcore._c cimport rmq_find_byte
 
-from rmqcore._mapped_file cimport MappedFile
 
 cdef enum:
     MESSAGE_MAGIC_CODE = -626843481      # 0xDAA320A7, v1: 1-byte topic length
@@ -97,99 +96,12 @@ cdef class _Buffer:
     cdef void release(self)
 
 
-# The bytes a consume-queue unit points at in the commitlog's files (select_messages, check_units, the schedule and
-# timer services): the file by offset, within what is readable. Every file looked at stays held until release().
-cdef class _RecordFinder:
-    cdef list files
-    cdef list held                      # the buffers of the files looked at before the current one (or None)
-    cdef int64_t file_size, first_from
-    cdef Py_ssize_t nfiles, cur
-    cdef object cur_view                # the memoryview of file ``cur`` (None: unreadable)
-    cdef _Buffer cur_buf
-    cdef const unsigned char *cur_base
-    cdef int64_t cur_avail
-    cdef int _switch(self, Py_ssize_t findex) except -1
-    cdef const unsigned char *locate(self, int64_t offset, int32_t size) except? NULL
-    cdef const unsigned char *find(self, int64_t offset, int32_t size, RecordView *rv) except? NULL
-    cdef int release(self) except -1
-
-
-cdef class Message:
-    cdef public str topic
-    cdef public object body
-    # Java int/long fields, set through properties that check the range (MessageIllegalError naming the field)
-    cdef int _queue_id
-    cdef int _flag
-    cdef int _sys_flag
-    cdef int64_t _born_timestamp
-    cdef public object born_host
-    cdef int _reconsume_times
-    cdef int64_t _prepared_transaction_offset
-    cdef public dict properties
-    cdef _set_keys(self, value)
-
-
-cdef class MessageExt:
-    cdef object _src                    # the bytes or memoryview the record lives in (kept alive)
-    cdef Py_ssize_t _pos                # record start inside _src
-    cdef RecordView rv
-    cdef readonly str topic
-    cdef dict _props                    # parsed lazily
-    cdef const unsigned char *_ptr(self, _Buffer b) except NULL
-
-
-cdef struct EncodedRecord:
-    Py_ssize_t pos          # where the record starts in EncodeBuffer.data
-    int32_t length
-    int32_t tran_type
-    int32_t store_ts_pos    # 56, or 68 with an IPv6 born host
-    int32_t queue_id
-    bint record_crc         # ends with the 5.x __CRC32# property, filled in once the per-put fields are set
-    int32_t body_crc_pos    # > 0: the body (from here, body_crc_len bytes) still needs its CRC (deferred)
-    int32_t body_crc_len
-
-
-cdef class EncodeBuffer:
-    cdef unsigned char *data
-    cdef Py_ssize_t size
-    cdef Py_ssize_t capacity
-    cdef EncodedRecord *rec
-    cdef Py_ssize_t count
-    cdef Py_ssize_t rec_capacity
-    cdef list topics            # topic per record (with EncodedRecord.queue_id: the topic-queue key)
-    cdef list uniq_keys
-    cdef bint defer_body_crc    # encode_into leaves body CRCs to fill_body_crcs (put_batch: one GIL-free pass)
-    cdef int reserve(self, Py_ssize_t nbytes) except -1
-
-
-cdef class PutResult:
-    cdef readonly object status
-    cdef readonly int64_t commitlog_offset
-    cdef readonly int64_t queue_offset
-    cdef readonly int32_t wrote_bytes
-    cdef readonly int64_t store_timestamp
-    cdef readonly str uniq_key
-    cdef bytes _store_host
-    cdef PutResult with_status(self, status)
-
-
-# What the writer hands the dispatcher (include/rmq_dispatch_ring.h): each appended record without its body.
-cdef class DispatchRing:
-    cdef rmq_dring r
-
-
-cdef class AppendMessageCallback:
-    cdef dict _table            # topic → {queue_id → next queue offset}: no tuple per put
-    cdef object _last_topic     # the topic of the last assign and its queues dict (runs of one topic skip a lookup)
-    cdef object _last_queues
-    cdef bytes store_host_bytes
-    cdef int write_blank(self, MappedFile mf) except -1
-    cdef PutResult assign(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp,
-                          int64_t wrote)
-    cdef int64_t assign_raw(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp,
-                            int64_t wrote) except -1
-    cdef unassign(self, EncodeBuffer eb, Py_ssize_t i)
-    cdef PutResult do_append(self, MappedFile mf, EncodeBuffer eb, Py_ssize_t i, int64_t store_timestamp)
+# Shared with the modules above this one (the message types, the encoder): not part of the Python API.
+cdef dict _parse_properties(const unsigned char *props, int32_t props_len)
+cdef str _host_str(const unsigned char *p, int32_t n)
+cdef void _hex_into(char *o, const unsigned char *p, Py_ssize_t n) noexcept nogil
+cdef str _hex_upper(const unsigned char *p, Py_ssize_t n)
+cdef str _offset_msg_id(bytes store_host, int64_t offset)
 
 
 # -- small helpers every encoder of records shares (inline: _codec, _schedule) ------------------------------------

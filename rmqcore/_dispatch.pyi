@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rmqcore._codec import DispatchRing
+from rmqcore._commit_log import DispatchRing
 
 SCHEDULE_TOPIC: str
 

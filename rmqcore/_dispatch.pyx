@@ -20,8 +20,9 @@ from libc.string cimport memcmp, memcpy, memset
 from rmqcore._c cimport (rmq_atomic_load_i64, rmq_atomic_store_i64, rmq_dring, rmq_dring_entry, rmq_dring_entry_bytes,
                          rmq_dring_peek, rmq_java_hash_utf8, rmq_store_be32, rmq_store_be64)
 from rmqcore._mapped_file cimport MappedFile
-from rmqcore._codec cimport (DispatchProps, DispatchRing, RECORD_END, RECORD_OK, RecordView, TRANSACTION_ROLLBACK_TYPE, dispatch_properties,
-                             parse_record, record_dispatchable)
+from rmqcore._codec cimport (DispatchProps, RECORD_END, RECORD_OK, RecordView, TRANSACTION_ROLLBACK_TYPE,
+                             dispatch_properties, parse_record, record_dispatchable)
+from rmqcore._commit_log cimport DispatchRing
 
 cnp.import_array()
 

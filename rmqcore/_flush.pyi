@@ -7,7 +7,7 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
-from rmqcore._codec import Message, PutResult
+from rmqcore._message import Message, PutResult
 from rmqcore._mapped_file import MappedFile
 
 FLUSHED: int

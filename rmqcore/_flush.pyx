@@ -11,7 +11,7 @@ from libc.errno cimport EIO
 from libc.stdint cimport int64_t
 
 from rmqcore._mapped_file cimport MappedFile
-from rmqcore._codec cimport Message, PutResult
+from rmqcore._message cimport Message, PutResult
 from rmqcore._c cimport rmq_atomic_load_i64, rmq_now_ns
 
 cdef extern from "rmq_group_commit.h" nogil:

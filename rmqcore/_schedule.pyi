@@ -5,7 +5,7 @@ from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 import numpy as np
 import numpy.typing as npt
 
-from rmqcore._codec import EncodeBuffer, UniqKeyGenerator
+from rmqcore._encoder import EncodeBuffer, UniqKeyGenerator
 from rmqcore._mapped_file import MappedFile
 
 MAX_PAIRS: int

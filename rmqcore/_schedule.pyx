@@ -25,8 +25,9 @@ from rmqcore._c cimport rmq_crc32, rmq_find_byte, rmq_load_be32, rmq_load_be64, 
     rmq_store_be64
 from rmqcore._codec cimport (CRC32_RESERVED_LEN, FLAG_BORNHOST_V6, FLAG_STOREHOSTADDRESS_V6, MESSAGE_MAGIC_CODE,
                              cal_msg_length_c, next_pair, now_ms, put_crc_placeholder, put_pair,
-                             TRANSACTION_ROLLBACK_TYPE, EncodeBuffer, EncodedRecord, _RecordFinder, RecordView,
-                             find_property, parse_record)
+                             TRANSACTION_ROLLBACK_TYPE, RecordView, find_property, parse_record)
+from rmqcore._encoder cimport EncodeBuffer, EncodedRecord
+from rmqcore._pull cimport _RecordFinder
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize_ "PyUnicode_AsUTF8AndSize" (object s, Py_ssize_t *size) except NULL

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._codec import (RESULT_END, MessageExt, decode_message, decode_offset_msg_id, record_error,
-                     scan_records)
+from ._codec import RESULT_END, decode_offset_msg_id, record_error, scan_records
+from ._message import MessageExt, decode_message
 from ._segment import SEGMENT_END, verify_segment
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._codec import EncodeBuffer, host_to_bytes
+from ._codec import host_to_bytes
+from ._encoder import EncodeBuffer
 from .errors import MessageIllegalError
 from .status import PutStatus
 
@@ -324,7 +325,7 @@ def results_from_put_results(results):
 
 def messages(batch):
     """The Message objects of a batch's rows (the path for rows that reroute)."""
-    from ._codec import Message
+    from ._message import Message
     out = []
     for row in batch.to_pylist():
         props = dict(row.get("properties") or [])

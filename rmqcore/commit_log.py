@@ -14,8 +14,11 @@ import time
 
 import numpy as np
 
-from ._codec import (AppendMessageCallback, CommitLogWriter, EncodeBuffer, MessageEncoder, PutResult, RESULT_BLANK, RESULT_END, RecordIterator,
-                     look_record, record_error, scan_records)
+from ._codec import RESULT_BLANK, RESULT_END, record_error, scan_records
+from ._message import PutResult, RecordIterator
+from ._encoder import EncodeBuffer, MessageEncoder
+from ._commit_log import AppendMessageCallback, CommitLogWriter
+from ._pull import look_record
 from ._mapped_file import WriteRing
 from .config import StoreConfig
 from .errors import CorruptRecordError, StoreClosedError

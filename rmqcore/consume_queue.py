@@ -11,7 +11,8 @@ import os
 
 import numpy as np
 
-from ._codec import check_units, offset_in_queue_by_time, pickup_store_timestamp, topic_is_dispatchable
+from ._codec import topic_is_dispatchable
+from ._pull import check_units, offset_in_queue_by_time, pickup_store_timestamp
 from .mapped_file_queue import TMP_DIR, MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class ConsumeQueue:
 
     def cut_units_not_matching(self, commitlog_files: list, commitlog_file_size: int, min_phy_offset: int):
         """Recovery's cross-check of the units in the last three files (the ones ``recover`` scans): cut the queue
-        at the first unit that does not point at its own record (see _codec.check_units: no record there, another
+        at the first unit that does not point at its own record (see _pull.check_units: no record there, another
         size, topic, queue or queue offset). Returns the index cut at, or None when every unit matched."""
         files = self.mapped_file_queue.mapped_files
         topic = self.topic.encode("utf-8")

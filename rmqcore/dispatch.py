@@ -14,7 +14,8 @@ import threading
 import time
 
 from ._dispatch import ScanBuffers, drain_dispatch_ring, ring_next_offset, scan_for_dispatch
-from ._codec import RESULT_BLANK, RESULT_END, DispatchRing, record_error
+from ._codec import RESULT_BLANK, RESULT_END, record_error
+from ._commit_log import DispatchRing
 from ._mapped_file import WakeEvent
 
 log = logging.getLogger(__name__)

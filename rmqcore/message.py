@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._codec import Message, MessageExt, PutResult  # noqa: F401  (compiled value types)
+from ._message import Message, MessageExt, PutResult  # noqa: F401  (compiled value types)
 from .status import GetStatus, PutStatus  # noqa: F401
 
 __all__ = ["Message", "MessageExt", "PutResult", "PutStatus", "GetStatus", "GetResult"]

@@ -327,7 +327,7 @@ SELECT_FOUND, SELECT_NO_MATCHED_MESSAGE, SELECT_MESSAGE_WAS_REMOVING = 0, 1, 2
 def select_messages(units, files, file_size: int, max_count: int, max_transfer_bytes: int,
                     max_transfer_count: int, tag_codes=None, exact_tags=None):
     """DefaultMessageStore.getMessage's loop over consume-queue units as rmqcore runs it (the twin of
-    ``_codec.select_messages`` / ``select_queue``): ``(commitlog offsets found, units consumed, status, bytes,
+    ``_pull.select_messages`` / ``select_queue``): ``(commitlog offsets found, units consumed, status, bytes,
     max physical offset pulled)``.
 
     ``files``: the commitlog's files in order as ``(file_from_offset, readable bytes or None for a closed file)``.
@@ -609,7 +609,7 @@ def query_offset(index_files, key: str, max_num: int, begin: int, end: int) -> l
 
 def query_message(index_files, look, topic: str, key: str, max_num: int, begin: int, end: int,
                   max_batch: int = 64) -> list[int]:
-    """MessageStore.query_message as rmqcore answers it (the twin of ``_codec.query_messages``): the commitlog
+    """MessageStore.query_message as rmqcore answers it (the twin of ``_pull.query_messages``): the commitlog
     offsets of the messages found, in result order.
 
     ``index_files``: oldest first, objects with ``begin_timestamp``, ``end_timestamp``, ``is_time_matched`` and

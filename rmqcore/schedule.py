@@ -40,7 +40,9 @@ import time
 import numpy as np
 
 from . import fastjson
-from ._codec import EncodeBuffer, Message, select_messages
+from ._message import Message
+from ._encoder import EncodeBuffer
+from ._pull import select_messages
 from ._schedule import (FACT_BODY_CRC, FACT_BODY_LEN, FACT_BORN_TS, FACT_COLUMNS, FACT_FLAG, FACT_PHYS, FACT_SIZE,
                         PROVENANCE_DELAYED, record_keys, scan_provenance, time_up_into)
 from .config_manager import file2string, string2file

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._codec import (PROPERTIES_MAX_LENGTH, SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, SELECT_NO_MATCHED_MESSAGE,
-                     Message, current_millis,
-                     java_hash_code, look_record, pickup_store_timestamp, query_messages, select_queue)
+from ._codec import PROPERTIES_MAX_LENGTH, current_millis, java_hash_code
+from ._message import Message
+from ._pull import (SELECT_FOUND, SELECT_MESSAGE_WAS_REMOVING, SELECT_NO_MATCHED_MESSAGE, look_record,
+                    pickup_store_timestamp, query_messages, select_queue)
 from ._dispatch import queue_runs
 from ._flush import DurablePuts
 from .checkpoint import StoreCheckpoint
@@ -45,7 +46,7 @@ from .status import GetStatus, PutStatus
 from .transient_store_pool import TransientStorePool
 
 if TYPE_CHECKING:
-    from ._codec import Message, MessageExt, PutResult
+    from ._message import Message, MessageExt, PutResult
 
 log = logging.getLogger(__name__)
 # A topic the encoder takes (TopicValidator's characters, at most 127 bytes): a delayed message's real topic.
@@ -547,7 +548,7 @@ class MessageStore:
         queue id, properties, record size against max_message_size and the commitlog file) on a scratch copy.
         Used for the message a later delivery will put (a delayed or timed message's real topic) and by the
         broker for a message it will put on its own later (a transaction's commit)."""
-        from ._codec import EncodeBuffer, MessageEncoder
+        from ._encoder import EncodeBuffer, MessageEncoder
         from .errors import MessageIllegalError
         enc = self._probe_encoder
         if enc is None:

@@ -34,7 +34,9 @@ from array import array
 
 import numpy as np
 
-from ._codec import EncodeBuffer, Message, select_messages
+from ._message import Message
+from ._encoder import EncodeBuffer
+from ._pull import select_messages
 from ._schedule import (FACT_COLUMNS, FACT_PHYS, FACT_SIZE, FACT_STORE_TS, NO_RECORD, PROVENANCE_TIMED, record_keys,
                         timer_out_times)
 from .errors import MessageIllegalError, RmqStoreError, StoreClosedError, StoreLayoutError

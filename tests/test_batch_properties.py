@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rmqcore import Message, MessageIllegalError, MessageStore, StoreConfig
-from rmqcore._codec import MessageEncoder, decode_message
+from rmqcore._message import decode_message
+from rmqcore._encoder import MessageEncoder
 from rmqcore.status import PutStatus
 
 from strategies import property_text, without_store_time

@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from rmqcore import CorruptRecordError, Message, MessageIllegalError, PutStatus
 from rmqcore import _codec as C
+from rmqcore import _encoder, _message, _pull
 from rmqcore import reference as R
 from strategies import hosts, int32, int64, property_text, topics
 
@@ -13,7 +14,7 @@ STORE_HOST = "10.1.2.3:10911"
 
 
 def encode(msg, store_host=STORE_HOST, **kw):
-    enc = C.MessageEncoder(store_host, **kw)
+    enc = _encoder.MessageEncoder(store_host, **kw)
     return enc.encode(msg).record(0)
 
 
@@ -52,7 +53,7 @@ def test_ipv6_hosts_set_sysflag_bits_and_widen_fields():
     assert sys_flag & 0x10 and sys_flag & 0x20
     assert rec[48:64] == bytes(15) + b"\x01" and struct.unpack_from(">i", rec, 64)[0] == 7
     assert len(rec) == C.cal_msg_length(0x30, 1, 1, len(b"UNIQ_KEY\x01U\x02"))
-    m = C.decode_message(rec)
+    m = _message.decode_message(rec)
     assert m.born_host == "[::1]:7" and m.store_host == "[fe80::2]:10911"
 
 
@@ -69,7 +70,7 @@ def test_uniq_key_added_when_absent_like_the_producer():
     key = msg.uniq_key
     assert len(key) == 32 and key == key.upper() and int(key, 16) >= 0
     assert key.startswith("0A010203")                 # ip of the store host
-    assert C.decode_message(rec).uniq_key == key
+    assert _message.decode_message(rec).uniq_key == key
     given_key = Message("T", b"x", properties={"UNIQ_KEY": "MINE"})
     encode(given_key)
     assert given_key.uniq_key == "MINE"
@@ -84,10 +85,10 @@ def test_offset_msg_id_round_trip():
 
 def test_blank_record_and_end_of_data_are_not_messages():
     with pytest.raises(CorruptRecordError, match="blank"):
-        C.decode_message(R.blank_record(100) + bytes(92))
+        _message.decode_message(R.blank_record(100) + bytes(92))
     with pytest.raises(CorruptRecordError, match="end of data"):
-        C.decode_message(bytes(200))
-    it = C.RecordIterator(encode(Message("T", b"a")) + R.blank_record(64) + bytes(56))
+        _message.decode_message(bytes(200))
+    it = _message.RecordIterator(encode(Message("T", b"a")) + R.blank_record(64) + bytes(56))
     assert len(list(it)) == 1 and it.hit_blank
 
 
@@ -122,7 +123,7 @@ def test_encode_matches_reference_byte_for_byte(fields, store_host):
                   flag=fields["flag"], sys_flag=fields["sys_flag"], born_timestamp=fields["born_timestamp"],
                   born_host=fields["born_host"], reconsume_times=fields["reconsume_times"],
                   prepared_transaction_offset=fields["prepared_transaction_offset"])
-    ours = C.MessageEncoder(store_host, check_topic_chars=False).encode(msg).record(0)
+    ours = _encoder.MessageEncoder(store_host, check_topic_chars=False).encode(msg).record(0)
     ref = R.encode_message(store_host=store_host, **fields)
     assert ours == ref
 
@@ -133,7 +134,7 @@ def test_decode_matches_reference(fields, store_host, qoff, phys, store_ts, vers
     rec = R.encode_message(store_host=store_host, queue_offset=qoff, physical_offset=phys,
                            store_timestamp=store_ts, version=version, append_crc_property=crc_prop, **fields)
     ref = R.decode_message(rec, check_crc=True)
-    m = C.decode_message(rec, check_crc=True)
+    m = _message.decode_message(rec, check_crc=True)
     assert m.as_dict() == ref
     assert m.version == version
     assert m.tags_code == R.tags_code(ref["properties"].get("TAGS"))
@@ -149,10 +150,10 @@ def assert_same_verdict(buf):
         ref = R.decode_message(buf, check_crc=True)
     except CorruptRecordError as e:
         with pytest.raises(CorruptRecordError) as ours:
-            C.decode_message(buf, check_crc=True)
+            _message.decode_message(buf, check_crc=True)
         assert ours.value.field == e.field
     else:
-        assert C.decode_message(buf, check_crc=True).as_dict() == ref
+        assert _message.decode_message(buf, check_crc=True).as_dict() == ref
 
 
 @given(st.binary(max_size=400), st.integers(0, 399))
@@ -181,26 +182,26 @@ def test_port_is_read_signed_like_java_getint():
     # the body CRC does not cover the hosts, so a flipped high bit of a port decodes; Java shows it negative
     rec = bytearray(R.encode_message(topic="T", body=b"", born_host="10.0.0.1:9876"))
     rec[52] ^= 0x80
-    m = C.decode_message(bytes(rec), check_crc=True)
+    m = _message.decode_message(bytes(rec), check_crc=True)
     assert m.born_host == "10.0.0.1:%d" % (9876 - (1 << 31)) == R.decode_message(bytes(rec))["born_host"]
 
 
 def test_body_crc_mismatch_is_reported_by_field():
     rec = bytearray(encode(Message("T", b"payload", properties={"UNIQ_KEY": "U"})))
     rec[90] ^= 0xFF
-    C.decode_message(bytes(rec))                       # structure is fine without the CRC check
+    _message.decode_message(bytes(rec))                       # structure is fine without the CRC check
     with pytest.raises(CorruptRecordError) as e:
-        C.decode_message(bytes(rec), check_crc=True)
+        _message.decode_message(bytes(rec), check_crc=True)
     assert e.value.field == "bodyCRC"
 
 
 def test_v5_crc_property_is_verified():
     rec = bytearray(R.encode_message(topic="T", body=b"abc", properties={"A": "1"}, append_crc_property=True))
     assert rec[-20:-11] == b"__CRC32#\x01" and rec[-1] == 2
-    assert C.decode_message(bytes(rec), check_crc=True).properties["A"] == "1"
+    assert _message.decode_message(bytes(rec), check_crc=True).properties["A"] == "1"
     rec[50] ^= 1   # inside the born host: not covered by the body CRC
     with pytest.raises(CorruptRecordError) as e:
-        C.decode_message(bytes(rec), check_crc=True)
+        _message.decode_message(bytes(rec), check_crc=True)
     assert e.value.field == "__CRC32#"
 
 
@@ -236,7 +237,7 @@ def test_illegal_topics(topic, field):
 
 
 def test_topic_of_127_bytes_is_accepted():
-    assert C.decode_message(encode(Message("T" * 127, b"x"))).topic == "T" * 127
+    assert _message.decode_message(encode(Message("T" * 127, b"x"))).topic == "T" * 127
 
 
 def test_illegal_properties_and_sizes():
@@ -328,7 +329,7 @@ def test_pull_loop_is_the_reference(tmp_path_factory, case, max_count, max_bytes
             files[closed].close()
         ref_files = [(first_from + f * PULL_FILE, None if f == closed else data) for f, data in enumerate(datas)]
         want = R.select_messages(raw, ref_files, PULL_FILE, max_count, max_bytes, max_transfer_count, codes, exact)
-        msgs, *rest = C.select_messages(raw, files, PULL_FILE, max_count, max_bytes, max_transfer_count, codes, exact)
+        msgs, *rest = _pull.select_messages(raw, files, PULL_FILE, max_count, max_bytes, max_transfer_count, codes, exact)
         assert ([m.commitlog_offset for m in msgs], *rest) == (want[0], *want[1:])
         assert all(bytes(m.body) == R.decode_message(ref_files[(m.commitlog_offset - first_from) // PULL_FILE][1],
                                                      m.commitlog_offset % PULL_FILE)["body"] for m in msgs)
@@ -337,7 +338,7 @@ def test_pull_loop_is_the_reference(tmp_path_factory, case, max_count, max_bytes
         cq = MappedFile(str(root / "cq" / ("%020d" % 0)), 20 * 32, runway=0)
         if raw:
             assert cq.append(raw)
-        got = C.select_queue(cq, skip * 20, files, PULL_FILE, max_count, max_bytes, max_transfer_count, codes, exact)
+        got = _pull.select_queue(cq, skip * 20, files, PULL_FILE, max_count, max_bytes, max_transfer_count, codes, exact)
         tail = raw[skip * 20:]
         if not tail:
             assert got is None

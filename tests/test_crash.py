@@ -258,7 +258,8 @@ import ctypes, mmap, sys
 import numpy as np
 sys.path.insert(0, sys.argv[2])
 from rmqcore import Message
-from rmqcore._codec import AppendMessageCallback, MessageEncoder
+from rmqcore._encoder import MessageEncoder
+from rmqcore._commit_log import AppendMessageCallback
 from rmqcore._mapped_file import MappedFile
 page = mmap.PAGESIZE
 mf = MappedFile(sys.argv[1], 4 * page, pwrite_min=-1)     # the copy through the mapping (one message's path)

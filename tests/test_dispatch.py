@@ -181,7 +181,8 @@ from types import SimpleNamespace  # noqa: E402
 
 from rmqcore import Message, StoreConfig  # noqa: E402
 from rmqcore._dispatch import drain_dispatch_ring, ring_next_offset  # noqa: E402
-from rmqcore._codec import RESULT_END, DispatchRing  # noqa: E402
+from rmqcore._codec import RESULT_END  # noqa: E402
+from rmqcore._commit_log import DispatchRing  # noqa: E402
 from rmqcore.commit_log import CommitLog  # noqa: E402
 from rmqcore import dispatch as dispatch_module  # noqa: E402
 from rmqcore.dispatch import ReputMessageService  # noqa: E402

@@ -404,7 +404,7 @@ def test_put_async_and_aput_futures_get_flush_disk_timeout_when_no_flush_comes()
     # The futures' own path (complete_when_flushed): the PutResult with FLUSH_DISK_TIMEOUT in place of PUT_OK once
     # sync_flush_timeout passed; a future already cancelled is left alone; a done one is not completed twice.
     from concurrent.futures import Future
-    from rmqcore._codec import PutResult
+    from rmqcore._message import PutResult
     svc = GroupCommitService(_FakeCommitLog())
     svc.start()
     try:

@@ -31,6 +31,7 @@ from hypothesis import given, settings, strategies as st
 
 from rmqcore import Message, MessageStore, StoreConfig
 from rmqcore import _codec as C
+from rmqcore import _message
 from rmqcore import _segment as S
 from rmqcore import reference as R
 from rmqcore._dispatch import scan_for_dispatch
@@ -343,7 +344,7 @@ def mutate(rng, recs):
 
 def decode_all(buf, compare_reference):
     try:
-        ours = C.decode_message(buf, check_crc=True)
+        ours = _message.decode_message(buf, check_crc=True)
     except CorruptRecordError as e:
         ours = e
     if compare_reference:
@@ -356,7 +357,7 @@ def decode_all(buf, compare_reference):
             assert ours.as_dict() == ref
     elif not isinstance(ours, CorruptRecordError):
         ours.as_dict()
-    it = C.RecordIterator(buf, 0, -1, True)
+    it = _message.RecordIterator(buf, 0, -1, True)
     n = 0
     try:
         for m in it:

@@ -14,6 +14,7 @@ import pytest
 
 from rmqcore import GetStatus, Message, MessageIllegalError, MessageStore, StoreClosedError, StoreConfig
 from rmqcore import _codec as C
+from rmqcore import _message
 from rmqcore import reference as R
 from rmqcore.errors import CorruptRecordError
 from rmqcore.recovery import verify_store
@@ -115,7 +116,7 @@ def test_any_topic_length_java_reads_decodes_and_dispatchability_is_a_separate_q
         at = rec.index(b"\x01T") + 1          # the 1-byte topic length, then the topic
         rec[at - 1:at + 1] = bytes([len(topic)]) + topic
         struct.pack_into(">i", rec, 0, len(rec))
-        ours, ref = C.decode_message(bytes(rec), check_crc=True), R.decode_message(bytes(rec), check_crc=True)
+        ours, ref = _message.decode_message(bytes(rec), check_crc=True), R.decode_message(bytes(rec), check_crc=True)
         assert ours.topic == ref["topic"] == topic.decode("utf-8", "replace")
         assert C.topic_is_dispatchable(topic) is R.topic_is_dispatchable(topic) is dispatchable, topic
     # A v1 length byte of 128..255 is a negative length to Java's reader: damage, in both decoders.
@@ -123,13 +124,13 @@ def test_any_topic_length_java_reads_decodes_and_dispatchability_is_a_separate_q
     at = rec.index(b"\x01T")
     rec[at:at + 2] = b"\x80T"
     with pytest.raises(CorruptRecordError) as e1:
-        C.decode_message(bytes(rec))
+        _message.decode_message(bytes(rec))
     with pytest.raises(CorruptRecordError) as e2:
         R.decode_message(bytes(rec))
     assert e1.value.field in ("topicLength", "totalSize") and e2.value.field in ("topicLength", "totalSize")
     # v2 (5.x) records carry longer topics: up to Short.MAX_VALUE bytes (past NAME_MAX: kept, not dispatched).
     long = R.encode_message(topic="L" * 300, body=b"b", version=2)
-    assert C.decode_message(long).topic == "L" * 300
+    assert _message.decode_message(long).topic == "L" * 300
     assert not C.topic_is_dispatchable("L" * 300) and C.topic_is_dispatchable("L" * 255)
 
 
@@ -192,7 +193,7 @@ def test_a_negative_queue_id_read_from_a_file_never_becomes_a_consume_queue(tmp_
     if prop_crc:
         with pytest.raises(CorruptRecordError, match="__CRC32#"):
             with open(commitlog(path), "rb") as f:
-                C.decode_message(f.read(), b.commitlog_offset, check_crc=True)
+                _message.decode_message(f.read(), b.commitlog_offset, check_crc=True)
     crash_marker(path)
     with MessageStore.open(path, cfg(enabled_append_prop_crc=prop_crc)) as s:
         if prop_crc:                        # __CRC32# covers the queue id: damage, cut

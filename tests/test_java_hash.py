@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from rmqcore import _codec as C
+from rmqcore import _message
 from rmqcore import reference as R
 from rmqcore._index_file import index_key_hash
 
@@ -128,4 +129,4 @@ def test_malformed_utf8_tags_code_like_java(raw, expected, tags_first):
     rec = bytearray(R.encode_message(topic="TopicTest", body=b"body", properties=props))
     at = rec.index(b"TAGS\x01" + placeholder.encode()) + 5
     rec[at:at + len(raw)] = raw
-    assert C.decode_message(bytes(rec)).tags_code == expected
+    assert _message.decode_message(bytes(rec)).tags_code == expected

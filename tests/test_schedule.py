@@ -590,7 +590,9 @@ def test_sigkill_during_delivery_loses_nothing_and_duplicates_nothing(tmp_path, 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 from rmqcore import reference  # noqa: E402
-from rmqcore._codec import EncodeBuffer, decode_message, select_messages  # noqa: E402
+from rmqcore._message import decode_message  # noqa: E402
+from rmqcore._encoder import EncodeBuffer  # noqa: E402
+from rmqcore._pull import select_messages  # noqa: E402
 from rmqcore._mapped_file import MappedFile  # noqa: E402
 from rmqcore._schedule import NO_RECORD, time_up_into, timer_out_times  # noqa: E402
 from rmqcore.timer import TimerMessageService, rewrite_timer  # noqa: E402

@@ -16,7 +16,7 @@ mypy_api = pytest.importorskip("mypy.api", reason="mypy is in the test extra")
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The directory holding the rmqcore package that is imported (a source tree, or site-packages for a wheel).
 PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
-COMPILED = ["_crc", "_codec", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send"]
+COMPILED = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send"]
 
 USER_SCRIPT = '''
 from rmqcore import GetResult, GetStatus, Message, MessageExt, MessageStore, PutResult, PutStatus, StoreConfig
@@ -104,7 +104,7 @@ def test_readme_snippet_and_a_user_script_type_check(tmp_path):
         if name not in ("wrong", "reveal"):
             assert errors[name] == [], f"{name}: {errors[name]}"
     # MessageStore is the real class to a checker, and the module has no __getattr__ it could see
-    assert "rmqcore.store.MessageStore" in out and "rmqcore._codec.Message" in out, out
+    assert "rmqcore.store.MessageStore" in out and "rmqcore._message.Message" in out, out
     assert [e for e in errors["reveal"] if 'Module has no attribute "NoSuchThing"' in e], out
     wrong = errors["wrong"]
     wrong_lines = sorted({int(e.split(":")[1]) for e in wrong})

@@ -3,7 +3,7 @@
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rmqcore._codec import Message
+from rmqcore._message import Message
 
 class SendEntry:
     """The checks of a send that depend on its topic alone, cached per topic by the broker."""

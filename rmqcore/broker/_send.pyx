@@ -15,7 +15,7 @@ from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_GET_LENGTH
 
-from rmqcore._codec cimport Message
+from rmqcore._message cimport Message
 
 from rmqcore.broker import mix_all
 from rmqcore.broker.errors import NoPermissionError

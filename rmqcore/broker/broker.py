@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 MULTI_TAGS_FLAG = 0x2
 
 if TYPE_CHECKING:
-    from .._codec import Message, PutResult
+    from .._message import Message, PutResult
     from ..store import MessageStore
 
 

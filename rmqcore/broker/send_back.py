@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from .._codec import Message
+from .._message import Message
 from .mix_all import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC,
                       PROPERTY_WAIT_STORE_MSG_OK, get_dlq_topic, get_retry_topic)
 

@@ -20,7 +20,8 @@ import threading
 import time
 from collections import deque
 
-from .._codec import Message, decode_offset_msg_id
+from .._codec import decode_offset_msg_id
+from .._message import Message
 from ..broker.errors import PutFailedError
 from ..broker.mix_all import (DLQ_GROUP_TOPIC_PREFIX, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_RETRY_TOPIC,
                               RETRY_GROUP_TOPIC_PREFIX, get_dlq_topic, get_retry_topic)
