@@ -111,7 +111,7 @@ def warm_capacity(mfq) -> int:
 
 def record_size(body_size: int = BODY_SIZE, queues: int = 1) -> int:
     """Bytes one benchmark message takes in the commitlog (encoded with a generated UNIQ_KEY)."""
-    from rmqcore._encoder import EncodeBuffer, MessageEncoder
+    from rmqcore._encoder import MessageEncoder
     enc = MessageEncoder()
     buf = enc.encode_batch(make_messages(1, body_size=body_size, queues=queues))
     return buf.length(0)

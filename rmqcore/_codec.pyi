@@ -5,9 +5,7 @@ them against the module with mypy's stubtest.
 """
 
 from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
-import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from typing import Any, final
+from collections.abc import Mapping
 
 from rmqcore.errors import CorruptRecordError as CorruptRecordError
 

@@ -6,8 +6,8 @@ them against the module with mypy's stubtest.
 
 from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from typing import Any, final
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from rmqcore._encoder import EncodeBuffer, MessageEncoder
 from rmqcore._mapped_file import MappedFile, WakeEvent

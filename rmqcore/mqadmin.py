@@ -13,13 +13,14 @@ import argparse
 import base64
 import contextlib
 import json
+import os
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
 
-PERMS = {"RW": 6, "R": 4, "W": 2, "-": 0, "6": 6, "4": 4, "2": 2, "0": 0}
+from .cli import EXIT_OK, EXIT_PROBLEM, _emit_json, table
+
 
 
 class AdminError(Exception):
@@ -156,3 +157,268 @@ def run_admin(op):
         raise AdminError(str(e)) from None
     except RmqStoreError as e:
         raise AdminError(f"{type(e).__name__}: {e}") from None
+
+
+# -- the commands ------------------------------------------------------------------------------------------------
+# On a store no server holds (STORE: the broker is opened here, its lock taken) or on a running server (--server URL:
+# its console's JSON API); both answer with the same views (mqadmin.topic_view / group_view).
+
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+
+
+def _admin_broker(args: argparse.Namespace, create: bool = False):
+    """A Broker over STORE for one admin change: the store's lock is taken (a running server holds it: the command
+    fails with one line), the schedule and timer services stay off (an admin command delivers nothing), and
+    --config's broker.conf gives the broker's name and switches, so the system topics written are the server's."""
+    from .admin import check_store_path
+    from .broker import Broker, BrokerConfig
+    from .config import StoreConfig
+    path = os.path.abspath(args.store) if create else check_store_path(args.store)
+    broker_config, store_config = BrokerConfig(), StoreConfig()
+    if args.config:
+        from .broker.broker_conf import load_broker_conf
+        broker_config, store_config, unknown = load_broker_conf(args.config)
+        if unknown:
+            print(f"rmqcore {args.cmd}: warning: {args.config}: keys rmqcore does not use: {', '.join(unknown)}",
+                  file=sys.stderr)
+    store_config = store_config.replace(schedule_message_service_enable=False, timer_wheel_enable=False)
+    return Broker.open(path, broker_config, store_config=store_config)
+
+
+def _admin_target(args: argparse.Namespace):
+    """None for STORE, else the RemoteAdmin of --server; refuses both or neither."""
+    if args.server and args.store:
+        raise AdminError("give STORE or --server URL, not both")
+    if not args.server and not args.store:
+        raise AdminError("give STORE (a store no server holds) or --server URL (a running server's console)")
+    if args.server and getattr(args, "config", None):
+        raise AdminError("--config is for STORE: a running server has its own broker.conf")
+    return RemoteAdmin(args.server, args.user) if args.server else None
+
+
+def _all_pages(fetch) -> list:
+    items, offset = [], 0
+    while True:
+        page = fetch(offset)
+        items += page["items"]
+        offset += len(page["items"])
+        if not page["items"] or offset >= page["total"]:
+            return items
+
+
+def _not_found(e) -> bool:
+    return str(e).startswith("404:")
+
+
+def _console_view(args: argparse.Namespace, op) -> int:
+    """show / reset-offset / dlq resend: what the console computes, over STORE or through --server, as JSON."""
+    remote = _admin_target(args)
+    if remote is not None:
+        _emit_json(op(remote), sys.stdout)
+    else:
+        with local_admin(args.store) as admin:
+            _emit_json(run_admin(lambda: op(admin)), sys.stdout)
+    return EXIT_OK
+
+
+def topic_cmd(args: argparse.Namespace) -> int:
+    action = args.topic_cmd
+    if action == "show":
+        return _console_view(args, lambda a: a.topic(args.name))
+    if action == "create":
+        from .broker.topic_validator import validate_topic
+        validate_topic(args.name)         # before the store is opened (or made): a typo creates nothing
+    remote = _admin_target(args)
+    if remote is not None:
+        if action == "create":
+            body = {"topic": args.name, "queue_nums": args.queues}
+            if args.type:
+                body["message_type"] = args.type
+            r = remote.update_topic(body)
+            view, existed = r["topic"]["config"], not r["created"]
+        elif action == "delete":
+            try:
+                remote.delete_topic(args.name)
+            except AdminError as e:
+                if not _not_found(e):
+                    raise
+                print(f"rmqcore topic: no topic {args.name} on {args.server}", file=sys.stderr)
+                return EXIT_PROBLEM
+        else:
+            rows = [i["config"] for i in _all_pages(lambda o: remote.topics("", o, 200, args.all))]
+    else:
+        with _admin_broker(args, create=action == "create") as broker:
+            if action == "create":
+                existed = args.name in broker.topics()
+                view = topic_view(broker.create_topic(args.name, args.queues, message_type=args.type), False)
+            elif action == "delete":
+                if args.name not in broker.topics():
+                    print(f"rmqcore topic: no topic {args.name} in {broker.path}", file=sys.stderr)
+                    return EXIT_PROBLEM
+                broker.delete_topic(args.name)
+            else:
+                system = broker.topic_config_manager.system_topics
+                rows = [topic_view(tc, name in system) for name, tc in sorted(broker.topics().items())
+                        if args.all or name not in system]
+    if action == "create":
+        if args.json:
+            _emit_json(view, sys.stdout)
+        else:
+            print(f"{'updated' if existed else 'created'} topic {view['name']}: {view['write_queue_nums']} queues, "
+                  f"type {view['message_type']}")
+    elif action == "delete":
+        if args.json:
+            _emit_json({"deleted": args.name}, sys.stdout)
+        else:
+            print(f"deleted topic {args.name} (its messages stay in the store until cleaned)")
+    elif args.json:
+        _emit_json(rows, sys.stdout)
+    else:
+        table([(r["name"], r["message_type"], r["read_queue_nums"], r["write_queue_nums"], r["perm_string"],
+                "yes" if r["order"] else "-") for r in rows],
+              ("topic", "type", "read", "write", "perm", "order"), sys.stdout)
+    return EXIT_OK
+
+
+def group_cmd(args: argparse.Namespace) -> int:
+    action = args.group_cmd
+    if action == "show":
+        return _console_view(args, lambda a: a.group(args.name))
+    if action == "reset-offset":
+        return _console_view(args, lambda a: a.reset_offset(args.name, {"timestamp": args.time, "topic": args.topic}))
+    if action == "create":
+        from .broker.topic_validator import validate_group
+        validate_group(args.name)
+    remote = _admin_target(args)
+    if remote is not None:
+        if action == "create":
+            body = {"group": args.name, "fifo": args.fifo}
+            if args.max_delivery_attempts is not None:
+                body["max_delivery_attempts"] = args.max_delivery_attempts
+            r = remote.update_group(body)
+            view, existed = r["group"]["config"], not r["created"]
+        elif action == "delete":
+            try:
+                remote.delete_group(args.name)
+            except AdminError as e:
+                if not _not_found(e):
+                    raise
+                print(f"rmqcore group: no group {args.name} on {args.server}", file=sys.stderr)
+                return EXIT_PROBLEM
+        else:
+            rows = [i["config"] for i in _all_pages(lambda o: remote.groups("", o, 200, args.all))]
+    else:
+        with _admin_broker(args, create=action == "create") as broker:
+            if action == "create":
+                existed = args.name in broker.groups()
+                view = group_view(broker.create_group(args.name, fifo=args.fifo,
+                                                      max_delivery_attempts=args.max_delivery_attempts), False)
+            elif action == "delete":
+                if args.name not in broker.groups():
+                    print(f"rmqcore group: no group {args.name} in {broker.path}", file=sys.stderr)
+                    return EXIT_PROBLEM
+                broker.delete_group(args.name)
+            else:
+                from .broker import SubscriptionGroupManager
+                system = set(SubscriptionGroupManager(broker.path, broker.config).subscription_group_table)
+                rows = [group_view(g, name in system) for name, g in sorted(broker.groups().items())
+                        if args.all or name not in system]
+    if action == "create":
+        if args.json:
+            _emit_json(view, sys.stdout)
+        else:
+            print(f"{'updated' if existed else 'created'} group {view['name']}: "
+                  f"{'FIFO' if view['fifo'] else 'concurrent'}, max delivery attempts {view['max_delivery_attempts']}")
+    elif action == "delete":
+        if args.json:
+            _emit_json({"deleted": args.name}, sys.stdout)
+        else:
+            print(f"deleted group {args.name} and its offsets")
+    elif args.json:
+        _emit_json(rows, sys.stdout)
+    else:
+        table([(r["name"], "FIFO" if r["fifo"] else "-", r["max_delivery_attempts"], r["retry_queue_nums"],
+                "yes" if r["consume_enable"] else "no") for r in rows],
+              ("group", "fifo", "max attempts", "retry queues", "consume"), sys.stdout)
+    return EXIT_OK
+
+
+def dlq_cmd(args: argparse.Namespace) -> int:
+    return _console_view(args, lambda a: a.resend_dlq(args.offset))
+
+
+def _admin_args(q: argparse.ArgumentParser, what: str, config: bool = True) -> None:
+    q.add_argument("store", nargs="?", help="store directory no server holds (or --server URL instead)")
+    q.add_argument("--server", metavar="URL", help="a running server's console instead of STORE, e.g. "
+                                                   "http://127.0.0.1:8080 (rmqcore serve --http)")
+    q.add_argument("--user", metavar="AK:SK", help="with --server: HTTP Basic account (accessKey:secretKey)")
+    if config:
+        q.add_argument("--config", metavar="FILE", help="with STORE: a RocketMQ broker.conf (brokerName, "
+                                                        "autoCreateTopicEnable, ...) the server runs with")
+    q.add_argument("--json", action="store_true", help=f"print {what} as JSON (for scripts)")
+
+
+def add_commands(sub) -> None:
+    """The topic, group and dlq commands on rmqcore's command line (cli.build_parser)."""
+    where = ("STORE (a store no server holds: its lock is taken) or --server URL (a running server, through its "
+             "console's JSON API); the same options and answers either way.")
+    tp = sub.add_parser("topic", help="create, list, show or delete topics (STORE or --server URL)",
+                        description="Admin of the broker's topics (config/topics.json), on " + where)
+    tsub = tp.add_subparsers(dest="topic_cmd", required=True, metavar="{create,list,show,delete}",
+                             help="create or update, list, show, delete")
+    tc = tsub.add_parser("create", help="create or update a topic",
+                         description="Create (or update) NAME with --queues read and write queues. --type is 5.x's "
+                                     "TopicMessageType, kept as the topic's message.type attribute.")
+    _admin_args(tc, "the topic")
+    tc.add_argument("name", help="topic name (^[%%|a-zA-Z0-9_-]+$, at most 127 characters)")
+    tc.add_argument("--queues", type=int, default=4, help="read and write queues (default 4)")
+    tc.add_argument("--type", choices=MESSAGE_TYPES, help="message type (default: none written, read as NORMAL)")
+    tl = tsub.add_parser("list", help="list topics (system topics with --all)")
+    _admin_args(tl, "the topics")
+    tl.add_argument("--all", action="store_true", help="include the broker's system topics")
+    ts = tsub.add_parser("show", help="a topic's queues, offsets and the groups consuming it (JSON)")
+    _admin_args(ts, "the topic", config=False)
+    ts.add_argument("name", help="topic name")
+    td = tsub.add_parser("delete", help="delete a topic's config and every group's offsets in it; exit 1 if none")
+    _admin_args(td, "the result")
+    td.add_argument("name", help="topic name")
+    tp.set_defaults(func=topic_cmd)
+
+    gp = sub.add_parser("group", help="create, list, show, delete consumer groups, reset their offsets",
+                        description="Admin of the broker's subscription groups (config/subscriptionGroup.json, as "
+                                    "a 5.x broker writes them), on " + where)
+    gsub = gp.add_subparsers(dest="group_cmd", required=True, metavar="{create,list,show,delete,reset-offset}",
+                             help="create or update, list, show, delete, reset-offset")
+    gc = gsub.add_parser("create", help="create or update a group",
+                         description="Create (or update) group NAME. --fifo sets consumeMessageOrderly (FIFO "
+                                     "consumption for 5.x clients); --max-delivery-attempts N sets retryMaxTimes to "
+                                     "N - 1, as the 5.x proxy gives clients retryMaxTimes + 1 attempts.")
+    _admin_args(gc, "the group")
+    gc.add_argument("name", help="group name (^[%%|a-zA-Z0-9_-]+$, at most 255 characters)")
+    gc.add_argument("--fifo", action="store_true", help="consume in order (consumeMessageOrderly)")
+    gc.add_argument("--max-delivery-attempts", type=int, metavar="N",
+                    help="deliveries before the DLQ (default 17: retryMaxTimes 16)")
+    gl = gsub.add_parser("list", help="list groups (system groups with --all)")
+    _admin_args(gl, "the groups")
+    gl.add_argument("--all", action="store_true", help="include the broker's system groups")
+    gs = gsub.add_parser("show", help="a group's lag and in-flight per queue, retry and DLQ counts, clients (JSON)")
+    _admin_args(gs, "the group", config=False)
+    gs.add_argument("name", help="group name")
+    gd = gsub.add_parser("delete", help="delete a group's config and its offsets; exit 1 if none")
+    _admin_args(gd, "the result")
+    gd.add_argument("name", help="group name")
+    gr = gsub.add_parser("reset-offset", help="move the group's queues to the first message stored at or after a "
+                                              "time (RocketMQ's resetOffsetByTime)")
+    _admin_args(gr, "the result", config=False)
+    gr.add_argument("name", help="group name")
+    gr.add_argument("--time", required=True, help="milliseconds since the epoch or ISO 8601 (UTC without zone)")
+    gr.add_argument("--topic", help="only this topic (default: every topic the group has offsets in)")
+    gp.set_defaults(func=group_cmd)
+
+    dq = sub.add_parser("dlq", help="resend a dead letter to its group (STORE or --server URL)",
+                        description="Store a %%DLQ%% message again in its group's retry topic, on " + where)
+    dsub = dq.add_subparsers(dest="dlq_cmd", required=True, metavar="{resend}", help="resend")
+    dr = dsub.add_parser("resend", help="resend the dead letter at a commitlog offset")
+    _admin_args(dr, "the result", config=False)
+    dr.add_argument("offset", type=int, help="the dead letter's commitlog offset")
+    dq.set_defaults(func=dlq_cmd)

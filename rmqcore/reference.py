@@ -245,7 +245,6 @@ def decode_message(buf, offset: int = 0, check_crc: bool = False) -> dict:
     pos += tlen_size
     if pos + topic_len > total:
         bad("topicLength", "past the record")
-    topic_pos = pos
     topic = rec[pos:pos + topic_len].decode("utf-8", "replace")
     pos += topic_len
     if pos + 2 > total:
