@@ -440,13 +440,6 @@ cdef class IndexFile:
                     munmap(p, <size_t>size)
                     raise OSError(err, f"allocate: {os.strerror(err)}", name)
                 self._allocated = min(size, self._allocated + runway)
-            if made is not name:
-                try:
-                    os.rename(made, name)
-                    fsync_dir(os.path.dirname(name) or ".")
-                except BaseException:
-                    munmap(p, <size_t>size)
-                    raise
         except BaseException:
             c_close(fd)
             if created:
@@ -481,6 +474,15 @@ cdef class IndexFile:
             # RocketMQ leaves indexCount@36 at 0 until the first put or flush (load() reads <= 0 as 1); writing the
             # whole header now makes a fresh file read back the same either way.
             self._write_header()
+            if made is not name:
+                # Into place only now, header written: a reader (a live verify) never sees a file without one.
+                try:
+                    os.rename(made, name)
+                    fsync_dir(os.path.dirname(name) or ".")
+                except BaseException:
+                    self.close()
+                    os.unlink(made)
+                    raise
         else:
             # IndexHeader.load
             self._begin_timestamp = <int64_t>rmq_load_be64(self.base)
