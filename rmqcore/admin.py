@@ -55,6 +55,19 @@ def lock_held(path: str) -> bool:
     return False
 
 
+def parse_time_ms(text: str) -> int:
+    """Milliseconds since the epoch from a digit string, or from an ISO 8601 time (UTC when it has no zone; a
+    trailing Z too). ValueError for anything else: callers name their field."""
+    import datetime
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=datetime.timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
 def check_store_path(path: str) -> str:
     """``path`` made absolute, or FileNotFoundError / StoreLayoutError saying why it is not a store."""
     path = os.path.abspath(path)

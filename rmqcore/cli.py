@@ -158,17 +158,13 @@ def _print_messages(msgs: list, args: argparse.Namespace, out: TextIO) -> int:
 
 def _parse_time(value: str | None, name: str) -> int | None:
     """Milliseconds since the epoch, or an ISO 8601 time (UTC when no zone is given)."""
+    from .admin import parse_time_ms
     if value is None:
         return None
-    if value.lstrip("-").isdigit():
-        return int(value)
     try:
-        dt = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_time_ms(value)
     except ValueError:
         raise CliError(f"{name}: {value!r} is neither milliseconds nor an ISO 8601 time") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=datetime.timezone.utc)
-    return int(dt.timestamp() * 1000)
 
 
 # -- demo ------------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 
+from ..admin import parse_time_ms
 from .._codec import decode_offset_msg_id
 from .._message import Message
 from ..broker.errors import PutFailedError
@@ -82,15 +83,10 @@ def parse_time(value, field: str) -> int | None:
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
     try:
-        dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_time_ms(text)
     except ValueError:
         raise ConsoleError(f"{field}: {text[:60]!r} is neither milliseconds nor an ISO 8601 time") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=datetime.timezone.utc)
-    return int(dt.timestamp() * 1000)
 
 
 def int_arg(value, field: str, lo: int, hi: int, default: int | None = None) -> int:
