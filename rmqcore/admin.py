@@ -21,7 +21,7 @@ from ._segment import SEGMENT_END, verify_segment
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
-from .consume_queue import ConsumeQueue
+from .consume_queue import ConsumeQueue, queue_dirs
 from .errors import CorruptRecordError, StoreLayoutError
 from .geometry import Geometry, is_store_dir, read_geometry
 from .index_service import IndexService
@@ -146,17 +146,14 @@ class StoreReader:
         root = self._p("consumequeue")
         if not os.path.isdir(root):
             return
-        for topic in sorted(os.listdir(root)):
-            tdir = os.path.join(root, topic)
-            if not os.path.isdir(tdir):
-                raise StoreLayoutError(f"{tdir}: consumequeue/ holds a file where a topic directory belongs")
-            for qid in sorted(os.listdir(tdir), key=lambda q: (len(q), q)):
-                if not qid.isdigit():
-                    raise StoreLayoutError(f"{os.path.join(tdir, qid)}: queue directories are named by queue id")
-                cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue, read_only=True)
-                self.consume_queues[(topic, int(qid))] = cq      # registered first: close() releases a failed load
-                cq.load()
-                cq.recover()
+        # The directories an open loads, by the same rule (consume_queue.queue_dirs): a topic directory whose name
+        # no record could be dispatched to (a control character, ...) or a queue directory not named by its id is
+        # skipped and logged, never joined to a path.
+        for topic, qid in queue_dirs(root):
+            cq = ConsumeQueue(topic, qid, root, self.config.mapped_file_size_consume_queue, read_only=True)
+            self.consume_queues[(topic, qid)] = cq      # registered first: close() releases a failed load
+            cq.load()
+            cq.recover()
 
     def close(self) -> None:
         for cq in self.consume_queues.values():

@@ -483,7 +483,9 @@ def verify_cmd(args: argparse.Namespace) -> int:
             report.update(cq_units=parts["cq_units"], cq_errors=parts["cq_errors"], keys=parts["keys"],
                           index_missing=[m._asdict() for m in parts["index_missing"]],
                           index_errors=parts["index_errors"], index_problems=parts["index_problems"],
-                          damaged_queues=[list(q) for q in parts["damaged_queues"]])
+                          damaged_queues=[list(q) for q in parts["damaged_queues"]],
+                          undispatchable=parts["undispatchable"],
+                          undispatchable_offsets=parts["undispatchable_offsets"])
             if parts["judged_to"] is not None:
                 report["judged_to"] = parts["judged_to"]
                 report["not_judged"] = parts["not_judged"]
@@ -506,6 +508,9 @@ def verify_cmd(args: argparse.Namespace) -> int:
               f"{report['commitlog_files']} file(s), {len(report['commitlog_errors'])} bad", file=out)
         for b in report["commitlog_errors"][:args.limit]:
             print(f"    {b['message']}", file=out)
+        if report.get("undispatchable"):
+            print(f"  {report['undispatchable']:,} record(s) kept but not dispatched (topic or queue id names no "
+                  f"directory), first at {', '.join(map(str, report['undispatchable_offsets'][:5]))}", file=out)
         if "cq_units" in report:
             print(f"  consume queues {report['cq_units']:,} units, {len(report['cq_errors'])} wrong", file=out)
             for e in report["cq_errors"][:args.limit]:

@@ -13,6 +13,7 @@ topic.v1|%-0/1``; 1,500 to ``orders-0/1``; then ten to ``bad/0`` and ``bad/1`` (
 longer loads: its consume-queue directories nest). ``java-read.tsv`` is every message Java read back from its
 consume queues before the ``bad/`` ones, with each unit's size and tagsCode.
 """
+import json
 import os
 import shutil
 import tarfile
@@ -240,3 +241,18 @@ def test_put_keeps_refusing_topics_outside_the_brokers_rule(tmp_path, props):
                 s.put(Message(topic, b"x", 0, properties=dict(props)))
         assert s.commit_log.max_offset == 0
         assert s.put(Message("ok-Topic_1", b"x", 0, properties=dict(props))).ok
+
+
+def test_the_command_line_reads_a_java_store_whatever_its_topics(java_store, capsys):
+    # The offline tools (files mapped read-only) list consume queues by the rule an open uses: Java's directory for
+    # the control-character topic is skipped, never a traceback; verify reports the undispatchable records.
+    from rmqcore.cli import main
+    path, rows = java_store
+    assert main(["verify", path, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["undispatchable"] == 15 and report["records"] == 2565
+    assert main(["stats", path, "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert sum(q["messages"] for q in stats) == 2565
+    assert main(["query", path, "--topic", "支付0", "--key", "k0"]) == 0
+    assert "支付0" in capsys.readouterr().out
