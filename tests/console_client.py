@@ -11,6 +11,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import rmqcore
+
 HOST_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "console_host.py")
 
 
@@ -19,8 +21,10 @@ class HostProcess:
         args = [sys.executable, HOST_SCRIPT, store]
         if acl:
             args += ["--acl", acl]
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     cwd=os.path.dirname(os.path.dirname(HOST_SCRIPT)))
+        # the host imports the rmqcore this test imported (never an unpacked sdist's uncompiled sources)
+        pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=pkg_parent,
+                                     env={**os.environ, "PYTHONPATH": pkg_parent})
         line = self.proc.stdout.readline()
         if not line:
             self.proc.wait(10)

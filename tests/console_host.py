@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import threading
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rmqcore import Message, StoreConfig  # noqa: E402
 from rmqcore.broker import Broker, BrokerConfig, SubscriptionGroupConfig  # noqa: E402

@@ -8,7 +8,12 @@ import subprocess
 import sys
 import time
 
+import rmqcore
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Child processes start where the rmqcore this test imported lives (an unpacked sdist's sources are never on
+# their path: they would shadow the installed build).
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
 
 # Short times so tests run in seconds (the proxy's defaults are 10 s invisible time and 5-20 s long polls).
 FAST_CONF = {
@@ -34,7 +39,7 @@ class ServerProcess:
                 f.write("".join(f"{k}={v}\n" for k, v in conf.items()))
             cmd += ["--config", self.conf_path]
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        self.proc = subprocess.Popen(cmd, cwd=PKG_PARENT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         line = self.proc.stdout.readline()
         self.console_url = None

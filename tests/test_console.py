@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+import rmqcore
+
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -239,7 +241,7 @@ def test_standalone_console_serves_and_stops_on_sigterm(tmp_path):
     store = str(tmp_path / "store")
     proc = subprocess.Popen([sys.executable, "-m", "rmqcore.console", store, "--http", "127.0.0.1:0",
                              "--admin", "root:pw"],
-                            stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+                            stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__))))
     try:
         line = proc.stdout.readline()
         url = re.search(r"(http://127\.0\.0\.1:\d+)/", line).group(1)

@@ -12,11 +12,14 @@ import pytest
 pytest.importorskip("aiohttp")
 from console_client import HostProcess  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import rmqcore
+
+# where the imported rmqcore lives: an unpacked sdist's sources never shadow the installed build in the child
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
 
 
 def rmq(*args) -> tuple[int, str, str]:
-    r = subprocess.run([sys.executable, "-m", "rmqcore", *args], capture_output=True, text=True, cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "rmqcore", *args], capture_output=True, text=True, cwd=PKG_PARENT,
                        timeout=120)
     return r.returncode, r.stdout, r.stderr
 
