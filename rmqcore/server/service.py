@@ -85,7 +85,7 @@ class MessagingService:
         self.telemetry: dict[str, Telemetry] = {}
         self._rr = itertools.count()
         self._arrivals: dict[str, asyncio.Event] = {}
-        self._seen: dict[str, float] = {}
+        self._seen: dict[str, tuple[float, dict]] = {}      # client id -> (last told ServerEvents, what an RPC said)
         self._topics_ok: set[str] = set()
 
     # -- plumbing ---------------------------------------------------------------------------------------------
@@ -134,9 +134,11 @@ class MessagingService:
         if cid:
             # A client sending thousands of RPCs a second is "heard from" once a second: the console's last-seen
             # needs no more, and the event's lock and peer lookup stay off the per-message path.
+            # (What an RPC says of the client, its kind or group, counts as news only when it changed.)
             now = time.monotonic()
-            if info or now - self._seen.get(cid, 0.0) > 1.0:
-                self._seen[cid] = now
+            seen = self._seen.get(cid)
+            if seen is None or now - seen[0] > 1.0 or (info and seen[1] != info):
+                self._seen[cid] = (now, info or (seen[1] if seen else info))
                 self.events.on_client(cid, address=context.peer(), version=md.get("x-mq-client-version"),
                                       language=md.get("x-mq-language"), **info)
         return cid
