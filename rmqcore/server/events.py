@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -56,9 +57,7 @@ class ServerEvents:
     def on_rpc(self, method: str, status: str, seconds: float) -> None:
         """An RPC ended: ``method`` as the protocol names it (``SendMessage``), ``status`` a Code name (``OK``)."""
         key = (method, status)
-        i = 0
-        while i < len(RPC_LATENCY_BUCKETS) and seconds > RPC_LATENCY_BUCKETS[i]:
-            i += 1
+        i = bisect_left(RPC_LATENCY_BUCKETS, seconds)          # the first bucket whose bound is >= seconds
         with self._lock:
             self.rpc_count[key] += 1
             buckets = self.rpc_latency.get(key)
@@ -71,13 +70,12 @@ class ServerEvents:
         """Messages stored for ``topic`` (one entry per message: its body size); type NORMAL/FIFO/DELAY/TRANSACTION."""
         with self._lock:
             self.messages_in[(topic, message_type)] += len(sizes)
+            total = sum(sizes)
+            self.bytes_in[topic] += total
+            self.message_size_sum += total
+            hist = self.message_size
             for n in sizes:
-                self.bytes_in[topic] += n
-                self.message_size_sum += n
-                j = 0
-                while j < len(MESSAGE_SIZE_BUCKETS) and n > MESSAGE_SIZE_BUCKETS[j]:
-                    j += 1
-                self.message_size[j] += 1
+                hist[bisect_left(MESSAGE_SIZE_BUCKETS, n)] += 1
 
     def on_messages_out(self, topic: str, group: str, count: int, nbytes: int) -> None:
         """Messages handed to a consumer of ``group`` (each delivery counts, redeliveries included)."""

@@ -35,6 +35,7 @@ from .pop import ReceiptHandle
 log = logging.getLogger(__name__)
 
 SERVICE = "apache.rocketmq.v2.MessagingService"
+CODE_NAMES = {v: k for k, v in pb.Code.items()}        # pb.Code.Name without its per-call Python
 MESSAGE_TYPE_NAMES = {pb.NORMAL: "NORMAL", pb.FIFO: "FIFO", pb.DELAY: "DELAY", pb.TRANSACTION: "TRANSACTION"}
 TOPIC_TYPES = {"NORMAL": [pb.NORMAL], "FIFO": [pb.FIFO], "DELAY": [pb.DELAY], "TRANSACTION": [pb.TRANSACTION],
                "MIXED": [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]}
@@ -87,6 +88,9 @@ class MessagingService:
         self._arrivals: dict[str, asyncio.Event] = {}
         self._seen: dict[str, tuple[float, dict]] = {}      # client id -> (last told ServerEvents, what an RPC said)
         self._topics_ok: set[str] = set()
+        # SYNC_FLUSH with a group commit: a send's answer waits for the flush that covers it (see _put)
+        self._sync = (self.broker.store_config.flush_disk_type == "SYNC_FLUSH"
+                      and self.broker.store.group_commit is not None)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -127,7 +131,7 @@ class MessagingService:
 
     @staticmethod
     def _metadata(context) -> dict:
-        return {k: v for k, v in (context.invocation_metadata() or ())}
+        return dict(context.invocation_metadata() or ())
 
     def _client(self, md: dict, context, **info) -> str:
         cid = md.get("x-mq-client-id", "")
@@ -175,7 +179,8 @@ class MessagingService:
             log.exception("%s failed", name)
             resp.ClearField("status")
             _status(resp.status, pb.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
-        self.events.on_rpc(name, pb.Code.Name(resp.status.code), time.perf_counter() - t0)
+        code = resp.status.code
+        self.events.on_rpc(name, CODE_NAMES.get(code) or str(code), time.perf_counter() - t0)
         return resp
 
     def _endpoints(self, requested=None) -> "pb.Endpoints":
@@ -429,7 +434,7 @@ class MessagingService:
         once and asks for a flush) and the answer waits in the loop for the group commit to cover the last
         record: concurrent sends share flushes without a thread each."""
         store = self.broker.store
-        if self.broker.store_config.flush_disk_type != "SYNC_FLUSH" or store.group_commit is None:
+        if not self._sync:
             return fn(arg)
         for m in (arg if isinstance(arg, list) else (arg,)):
             m.properties["WAIT"] = "false"
@@ -449,61 +454,72 @@ class MessagingService:
 
     async def SendMessage(self, req, resp, md, context, account):
         self._client(md, context, kind="PRODUCER")
-        if not req.messages:
+        messages = req.messages
+        if not messages:
             raise Refusal(pb.BAD_REQUEST, "no message in the request")
-        topic = self._topic_name(req.messages[0].topic)
-        if any(m.topic.name != req.messages[0].topic.name
-               or m.topic.resource_namespace != req.messages[0].topic.resource_namespace for m in req.messages):
-            raise Refusal(pb.BAD_REQUEST, "messages of one request must have the same topic")
-        self._authorize(account, topic=topic, need=PUB)
+        first = messages[0]
+        resource = first.topic
+        topic = self._topic_name(resource)
+        many = len(messages) > 1
+        if many:
+            name, ns = resource.name, resource.resource_namespace
+            for m in messages:
+                if m.topic.name != name or m.topic.resource_namespace != ns:
+                    raise Refusal(pb.BAD_REQUEST, "messages of one request must have the same topic")
+        if account is not None:
+            self.acl.check(account, topic=topic, need=PUB)
         limit = self.broker.store_config.max_message_size
-        for m in req.messages:
+        for m in messages:
             if not m.body:
                 raise Refusal(pb.MESSAGE_BODY_EMPTY, "message body is empty")
             if len(m.body) > limit:
                 raise Refusal(pb.MESSAGE_BODY_TOO_LARGE, f"message body is {len(m.body)} bytes, more than "
                               f"{limit} (max_message_size)")
         try:
-            converted = [to_store_message(m) for m in req.messages]
+            converted = [to_store_message(m) for m in messages]
         except InvalidMessage as e:
             raise Refusal(e.code, str(e)) from None
-        if req.messages[0].topic.resource_namespace:
+        if resource.resource_namespace:
             for m, mtype in converted:
                 m.topic = topic
                 if mtype == pb.TRANSACTION:
                     m.properties["PGROUP"] = topic
-        max_delay = self.broker.store_config.timer_max_delay_sec * 1000
-        now = time.time_ns() // 1_000_000
+        now = None
         for m, _t in converted:
             deliver = m.properties.get("TIMER_DELIVER_MS")
-            if deliver is not None and int(deliver) - now > max_delay:
-                raise Refusal(pb.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {deliver} is more than "
-                              f"timer_max_delay_sec ({max_delay // 1000} s) ahead")
+            if deliver is not None:
+                max_delay = self.broker.store_config.timer_max_delay_sec * 1000
+                now = now or time.time_ns() // 1_000_000
+                if int(deliver) - now > max_delay:
+                    raise Refusal(pb.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {deliver} is more than "
+                                  f"timer_max_delay_sec ({max_delay // 1000} s) ahead")
         tc = self._topic_config(topic, create=True)
         if not is_writeable(tc.perm):
             raise Refusal(pb.FORBIDDEN, f"topic {topic!r} is not writeable (perm {tc.perm})")
-        accepted = TOPIC_TYPES[topic_type(tc)]
-        for _msg, mtype in converted:
-            if mtype not in accepted and self.config.enable_topic_message_type_check:
-                raise Refusal(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                              f"topic {topic!r} is {topic_type(tc)}, the message is "
-                              f"{MESSAGE_TYPE_NAMES.get(mtype, mtype)}")
-        first_group = req.messages[0].system_properties.message_group \
-            if req.messages[0].system_properties.HasField("message_group") else None
-        queue_id = self._queue_for(tc, first_group)
-        simple = len(converted) > 1 and all(t in (pb.NORMAL, pb.FIFO) for _m, t in converted)
+        if self.config.enable_topic_message_type_check:
+            accepted = TOPIC_TYPES[topic_type(tc)]
+            for _msg, mtype in converted:
+                if mtype not in accepted:
+                    raise Refusal(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                  f"topic {topic!r} is {topic_type(tc)}, the message is "
+                                  f"{MESSAGE_TYPE_NAMES.get(mtype, mtype)}")
+        sp = first.system_properties
+        queue_id = self._queue_for(tc, sp.message_group if sp.HasField("message_group") else None)
         try:
-            if simple:
+            if not many:
+                msg = converted[0][0]
+                msg.queue_id = queue_id
+                results = [self.broker.send(msg) if not self._sync else await self._put(self.broker.send, msg)]
+            elif all(t in (pb.NORMAL, pb.FIFO) for _m, t in converted):
                 msgs = [m for m, _t in converted]
                 for m in msgs:
                     m.queue_id = queue_id
                 results = await self._put(self.broker.send_batch, msgs)
             else:
                 results = []
-                for (m, mtype), src in zip(converted, req.messages):
-                    g = src.system_properties.message_group if src.system_properties.HasField("message_group") \
-                        else None
-                    m.queue_id = self._queue_for(tc, g) if len(converted) > 1 else queue_id
+                for (m, mtype), src in zip(converted, messages):
+                    sp = src.system_properties
+                    m.queue_id = self._queue_for(tc, sp.message_group if sp.HasField("message_group") else None)
                     results.append(await self._put(self.broker.send, m))
         except MessageIllegalError as e:
             raise Refusal(pb.BAD_REQUEST, str(e)) from None
@@ -515,7 +531,7 @@ class MessagingService:
             raise Refusal(pb.BAD_REQUEST, str(e)) from None
         sizes = []
         worst = pb.OK
-        for (m, mtype), src, r in zip(converted, req.messages, results):
+        for (m, mtype), src, r in zip(converted, messages, results):
             e = resp.entries.add()
             e.message_id = src.system_properties.message_id
             if r.status is PutStatus.PUT_OK:
