@@ -82,7 +82,14 @@ class GroupCommitService(threading.Thread):
 
     @property
     def requests_served(self) -> int:
+        """Blocking waits that ended flushed (MessageStore.put under SYNC_FLUSH)."""
         return self.core.served
+
+    @property
+    def requests(self) -> int:
+        """Flush requests ever made: blocking waits and requests nobody waits for in the caller (put_async, aput,
+        when_flushed, as the gRPC server's sends ask)."""
+        return self.core.arrivals
 
     @property
     def store_timestamp(self) -> int:

@@ -95,3 +95,31 @@ def test_group_figures_equal_what_the_official_client_did(tmp_path):
                 c.shutdown()
         finally:
             assert srv.terminate() == 0
+
+
+def test_sync_flush_puts_per_flush_counts_the_servers_sends(tmp_path):
+    # The server's sends ask for their flush without a thread waiting in put (group commit's when_flushed): the
+    # flush-request counter and the console's puts per flush must count them (they read 0 while only blocking
+    # waits were counted).
+    store = str(tmp_path / "store")
+    prepare(store, {"sync_t": ("NORMAL", 2)})
+    with ServerProcess(store, dict(FAST_CONF, flushDiskType="SYNC_FLUSH"), args=["--http", "127.0.0.1:0"]) as srv:
+        p = Producer(config(srv.endpoint), ("sync_t",))
+        p.startup()
+        try:
+            for i in range(20):
+                p.send(message("sync_t", f"s{i}".encode()))
+        finally:
+            p.shutdown()
+        text = get(srv.console_url + "/metrics")
+        requests = flushes = None
+        for line in text.splitlines():
+            if re.match(r"rmqcore_flush_requests(_total)?(\{.*\})? ", line):
+                requests = float(line.rsplit(" ", 1)[1])
+            elif re.match(r"rmqcore_flushes(_total)?(\{.*\})? ", line):
+                flushes = float(line.rsplit(" ", 1)[1])
+        assert requests is not None and flushes is not None, "flush counters missing from /metrics"
+        assert requests >= 20 and 1 <= flushes <= requests
+        flush = get(srv.console_url + "/api/v1/overview")["flush"]
+        assert flush["type"] == "SYNC_FLUSH" and flush["flush_requests"] >= 20
+        assert flush["puts_per_flush"] is not None and flush["puts_per_flush"] >= 1.0

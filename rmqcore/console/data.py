@@ -278,7 +278,7 @@ class ConsoleData:
         clients = self.server.events.clients()
         gc = getattr(self.store, "group_commit", None)
         flushes = gc.flushes if gc is not None else None
-        served = gc.requests_served if gc is not None else None
+        served = gc.requests if gc is not None else None       # every flush request, waited for or not
         return {
             "broker_name": info["broker_name"], "cluster": info["broker_cluster_name"],
             "store_path": info["store_path"], "listen": f"{self.server.host}:{self.server.port}",

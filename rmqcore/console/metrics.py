@@ -270,9 +270,11 @@ class RocketMQCollector(Collector):
         yield counter("rmqcore_put_calls", "Put calls on the commitlog writer", info["put_calls"])
         gc = getattr(store, "group_commit", None)
         if gc is not None:
-            # SYNC_FLUSH: requests served / flushes is the puts per flush (group commit's batching).
+            # SYNC_FLUSH: flush requests / flushes is the puts per flush (group commit's batching). Requests, not
+            # blocking waits: the gRPC server's sends ask for their flush without a thread waiting in put.
             yield counter("rmqcore_flushes", "Group-commit flushes (SYNC_FLUSH)", gc.flushes)
-            yield counter("rmqcore_flush_requests", "Puts whose flush a group commit served", gc.requests_served)
+            yield counter("rmqcore_flush_requests", "Flush requests (SYNC_FLUSH puts, waited for in put or not)",
+                          gc.requests)
         yield gauge("rmqcore_topics", "Topics configured", info["topics"])
         yield gauge("rmqcore_subscription_groups", "Subscription groups configured", info["subscription_groups"])
         yield gauge("rmqcore_uptime_seconds", "Seconds since the store opened", info["uptime_s"])
