@@ -72,6 +72,7 @@ class Ctx:
         self.r: dict = {}          # measurement name -> value
         self.notes: list[str] = []
         self.load_start = _loadavg()
+        self.quick = False         # --quick (self.p is a copy of QUICK, never QUICK itself)
 
 
 def log(msg: str) -> None:
@@ -707,7 +708,7 @@ print(json.dumps(out))
 def case_peers(ctx: Ctx) -> None:
     """rmqcore against the Python stores a user would otherwise pick (bench/peers.py): the same workload on each."""
     from bench import peers
-    ctx.r["peers_rows"] = peers.run_peers(ctx.p.peer_msgs, ctx.p is QUICK)
+    ctx.r["peers_rows"] = peers.run_peers(ctx.p.peer_msgs, ctx.quick)
     ctx.r["peers_n"] = ctx.p.peer_msgs
 
 
@@ -715,7 +716,7 @@ def case_serve(ctx: Ctx) -> None:
     """`rmqcore serve` through the official client and a raw stub, against a no-op server (bench/serve_bench.py);
     needs rmqcore[server] and rocketmq-python-client."""
     from bench import serve_bench
-    ctx.r["serve_rows"] = serve_bench.run(ctx.p is QUICK)
+    ctx.r["serve_rows"] = serve_bench.run(ctx.quick)
 
 
 CASES = [
@@ -985,6 +986,7 @@ def main(argv=None) -> int:
     if args.dir:
         os.makedirs(args.dir, exist_ok=True)
     ctx = Ctx(params, args.dir)
+    ctx.quick = args.quick
     failures = []
     t_all = time.perf_counter()
     # "put" runs the three put variants interleaved; "put_batch" / "put_2threads" alone run just those
