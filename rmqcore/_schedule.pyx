@@ -12,9 +12,9 @@ born time and host, reconsume times kept; prepared offset 0; the store's host; t
 queue offset, physical offset, store time and record CRC are set by the writer at append, as for every put.
 
 A record this cannot rebuild exactly the way that path does (no or unparsable REAL_TOPIC / REAL_QID, the half
-topic, a topic the store refuses (empty or over 127 bytes; any characters are taken, as put_delivered takes them),
-a value the encoder refuses, a size over a limit, properties that are not UTF-8 or have more
-than ``MAX_PAIRS`` pairs, a timer property that reroutes the message again) is left to that path: a run of them
+topic, a topic the store refuses (over 127 bytes; any characters are taken, as put_delivered takes them), a
+value the encoder refuses, a size over a limit, properties that are not UTF-8 or have more than ``MAX_PAIRS``
+pairs, a timer property that reroutes the message again) is left to that path: a run of them
 is reported to the caller instead of being encoded, so order is kept.
 """
 from cpython.unicode cimport PyUnicode_DecodeUTF8
