@@ -338,15 +338,16 @@ cdef class CommitLogWriter:
         self._arrived(1)
         return r
 
-    cpdef list put_batch(self, messages, dict properties=None):
+    cpdef list put_batch(self, messages, dict properties=None, bint broker_topic_rule=True):
         # ``properties``: common to every message, encoded once (MessageEncoder.batch_properties), before the
-        # buffer is taken so a refusal leaves nothing to give back.
+        # buffer is taken so a refusal leaves nothing to give back. ``broker_topic_rule`` False: the store's topic
+        # rule only (MessageEncoder.encode_into), for the deliveries of the schedule and timer services.
         cdef BatchProperties batch = self.encoder.batch_properties(properties) if properties else None
         cdef EncodeBuffer b = self._take()
         cdef list out = []
         b.defer_body_crc = True
         for m in messages:
-            self.encoder.encode_into(<Message?>m, b, batch)
+            self.encoder.encode_into(<Message?>m, b, batch, broker_topic_rule)
         b.defer_body_crc = False
         self._check(b, True)
         with nogil:

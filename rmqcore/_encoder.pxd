@@ -80,13 +80,15 @@ cdef class MessageEncoder:
     cdef bint check_topic_chars
     # reroute(msg): called before a message carrying a delay or timer property (DELAY, __STARTDELIVERTIME,
     # TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) is encoded, to move it to the schedule or timer topic as
-    # RocketMQ's CommitLog.putMessage does; None (a bare commit log) stores such messages as they are.
+    # RocketMQ's CommitLog.putMessage does; None (a bare commit log) stores such messages as they are. A delivery
+    # (encode_into's broker_topic_rule False) calls reroute(msg, False): its later delivery is one too.
     cdef public object reroute
     # RocketMQ 5's enabledAppendPropCRC: every record ends with a __CRC32# property holding the CRC of the record
     # before it, so damage anywhere in it is caught (the v1 body CRC covers the body only).
     cdef public bint append_prop_crc
-    cdef int _check_topic(self, topic) except -1
-    cpdef int encode_into(self, Message msg, EncodeBuffer out, BatchProperties batch=*) except -1
+    cdef int _check_topic(self, topic, bint broker_rule=*) except -1
+    cpdef int encode_into(self, Message msg, EncodeBuffer out, BatchProperties batch=*,
+                          bint broker_topic_rule=*) except -1
 
 
 cdef void fill_body_crcs(EncodeBuffer b) noexcept nogil

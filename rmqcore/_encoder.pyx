@@ -269,8 +269,11 @@ cdef class MessageEncoder:
         self.uniq_keys = UniqKeyGenerator(self.store_host_bytes[:len(self.store_host_bytes) - 4])
         self.check_topic_chars = check_topic_chars
 
-    cdef int _check_topic(self, topic) except -1:
-        # put's topic rule: 1..127 UTF-8 bytes, each in the broker's ^[%|a-zA-Z0-9_-]+$ (check_topic_chars).
+    cdef int _check_topic(self, topic, bint broker_rule=True) except -1:
+        # put's topic rule: 1..127 UTF-8 bytes (the store's: a v1 record's topic length is one signed byte), each
+        # in the broker's ^[%|a-zA-Z0-9_-]+$ (check_topic_chars) unless ``broker_rule`` is False: a delivery of
+        # the schedule or timer service, whose real topic another broker's send path may have accepted by other
+        # rules (RocketMQ's store checks only the length; TopicValidator runs in the broker's send processor).
         cdef Py_ssize_t topic_n, i
         cdef const char *topic_u
         if topic is None or not isinstance(topic, str):
@@ -281,7 +284,7 @@ cdef class MessageEncoder:
         if topic_n > TOPIC_MAX_LENGTH:
             raise MessageIllegalError("topic", f"{topic_n} UTF-8 bytes, longer than {TOPIC_MAX_LENGTH}",
                                       TOPIC_MAX_LENGTH)
-        if self.check_topic_chars:
+        if broker_rule and self.check_topic_chars:
             for i in range(topic_n):
                 if (<unsigned char>topic_u[i]) >= 128 or not _valid_topic_char[<unsigned char>topic_u[i]]:
                     raise MessageIllegalError(
@@ -289,9 +292,12 @@ cdef class MessageEncoder:
                         "^[%|a-zA-Z0-9_-]+$")
         return 0
 
-    cpdef int encode_into(self, Message msg, EncodeBuffer out, BatchProperties batch=None) except -1:
+    cpdef int encode_into(self, Message msg, EncodeBuffer out, BatchProperties batch=None,
+                          bint broker_topic_rule=True) except -1:
         """Validate ``msg`` and append its record to ``out``; ``batch``: properties common to a put_batch's
-        messages, applied as BatchProperties says (encoded once, copied into each record)."""
+        messages, applied as BatchProperties says (encoded once, copied into each record). ``broker_topic_rule``
+        False: the topic is held to the store's rule only (1..127 UTF-8 bytes), for the schedule and timer
+        services' deliveries (MessageStore.put_delivered); every send keeps the broker's."""
         cdef Py_ssize_t topic_n, body_n, props_n = 0, kn, vn, i
         cdef Py_ssize_t n_over = 0     # the message's own property names the batch's override
         cdef Py_ssize_t j
@@ -323,10 +329,13 @@ cdef class MessageEncoder:
                 batch = None
             # The topic the message is for is checked before it moves to the schedule or timer topic: a topic the
             # broker would refuse must not be acknowledged now and refused at delivery.
-            self._check_topic(msg.topic)
-            self.reroute(msg)
+            self._check_topic(msg.topic, broker_topic_rule)
+            if broker_topic_rule:
+                self.reroute(msg)
+            else:
+                self.reroute(msg, False)       # what it checks of the later delivery: the store's rule too
         topic = msg.topic
-        self._check_topic(topic)
+        self._check_topic(topic, broker_topic_rule)
         topic_u = PyUnicode_AsUTF8AndSize(topic, &topic_n)     # the str's cached UTF-8: no copy
         if msg._queue_id < 0:
             raise MessageIllegalError("queue_id", f"{msg._queue_id} is negative", 0)

@@ -3,7 +3,7 @@
 builds them, straight into an EncodeBuffer that the commitlog writer then appends (no Python object per message).
 
 ``time_up_into`` reads each due unit's raw record from the commitlog files and writes the record that
-``ScheduleMessageService``'s per-message path (decode into a MessageExt, ``Message(...)``, ``put_batch``) writes
+``ScheduleMessageService``'s per-message path (decode into a MessageExt, ``Message(...)``, ``put_delivered``) writes
 for it, byte for byte: the same v1 record, topic and queue from REAL_TOPIC / REAL_QID, the properties in the same
 order (``MessageDecoder.string2messageProperties``'s map: a name keeps its first place and takes its last value;
 pairs with an empty name or value dropped) without DELAY, TIMER_DELIVER_MS and TIMER_DELAY_SEC, a generated
@@ -12,8 +12,9 @@ born time and host, reconsume times kept; prepared offset 0; the store's host; t
 queue offset, physical offset, store time and record CRC are set by the writer at append, as for every put.
 
 A record this cannot rebuild exactly the way that path does (no or unparsable REAL_TOPIC / REAL_QID, the half
-topic, a topic or value the encoder refuses, a size over a limit, properties that are not UTF-8 or have more
-than ``MAX_PAIRS`` pairs, a timer property that reroutes the message again) is left to that path: a run of them
+topic, a topic the store refuses (over 127 bytes; any characters are taken, as put_delivered takes them), a
+value the encoder refuses, a size over a limit, properties that are not UTF-8 or have more than ``MAX_PAIRS``
+pairs, a timer property that reroutes the message again) is left to that path: a run of them
 is reported to the caller instead of being encoded, so order is kept.
 """
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -45,11 +46,6 @@ cdef enum:
     PLAN_FAST = 0        # rebuilt here
     PLAN_SLOW = 1        # the per-message path must handle it
     PLAN_MISSING = 2     # no whole valid record of the unit's size there: skipped, as select_messages skips it
-
-cdef bint _topic_char[256]
-for _c in range(256):
-    _topic_char[_c] = _c < 128 and ((chr(_c).isascii() and chr(_c).isalnum()) or chr(_c) in "%|_-")
-
 
 cdef struct Plan:
     const unsigned char *rec          # the source record
@@ -190,11 +186,12 @@ cdef int _plan(Plan *pl, bint append_prop_crc, bint reroute, int32_t max_message
         return PLAN_SLOW
     value = props + pl.pairs[pl.topic_pair][2]
     vlen = pl.pairs[pl.topic_pair][3]
+    # The store's topic rule, as MessageStore.put_delivered applies it (not the broker's characters: another
+    # broker's send path may have taken the real topic by its own rules, and RocketMQ's store checks only the
+    # length): 1..127 bytes (an empty value makes no pair), valid UTF-8 (checked above with the properties). A
+    # topic that names no directory is written all the same; dispatch keeps its record undispatchable.
     if vlen > TOPIC_MAX_LENGTH or _is(value, vlen, "RMQ_SYS_TRANS_HALF_TOPIC", 24):
         return PLAN_SLOW
-    for j in range(vlen):
-        if not _topic_char[value[j]]:
-            return PLAN_SLOW
     if not _java_int(props + pl.pairs[qid_pair][2], pl.pairs[qid_pair][3], &pl.queue_id) or pl.queue_id < 0:
         return PLAN_SLOW
     if append_prop_crc:

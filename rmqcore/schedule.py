@@ -24,7 +24,12 @@ Differences from the Java service, on purpose:
 - At open, the deliveries made after delayOffset.json was last written are found in the commitlog and each level
   moves past them (``recover_progress``): Java delivers them again after a kill (everything of the last 10 s).
 - A record whose REAL_TOPIC / REAL_QID is missing or unparsable is logged and skipped; Java's messageTimeup throws
-  there and the level stays stuck on that record for good.
+  there and the level stays stuck on that record for good. So is a message the store refuses (MESSAGE_ILLEGAL: a
+  real topic over 127 bytes, a record over a size limit), which Java's syncDeliver retries forever.
+- The delivery is held to the store's topic rule, as Java's messageTimeup re-puts through the store's putMessage
+  (which checks only the topic's length), not to the broker's ^[%|a-zA-Z0-9_-]+$ (the send processor's): a delayed
+  message another broker stored for ``支付`` or ``odd topic.v1`` reaches that topic (``MessageStore.put_delivered``);
+  one whose real topic names no directory (``a/b``) is stored and kept undispatchable, as every such record.
 - The delivered record's properties no longer hold DELAY (nor 5.x's TIMER_DELIVER_MS / TIMER_DELAY_SEC), as
   messageTimeup clears them. (Java freezes the properties string before it clears them, so a Java broker's
   delivered record still carries DELAY in its bytes; the in-memory message it builds does not.)
@@ -221,17 +226,18 @@ def flush_past(store, end: int) -> bool:
 
 
 def put_in_order(store, batch) -> tuple[int, int, int]:
-    """Re-put ``batch`` in order through ``store.put_batch``; when the store refuses a message as illegal (the whole
+    """Re-put ``batch`` in order through ``store.put_delivered`` (the store's topic rule, as RocketMQ's delivery
+    puts through its store, not the broker's send check); when the store refuses a message as illegal (the whole
     batch is then refused), one by one, logging and skipping the illegal ones. Returns (how many leading messages
     are done, commitlog end of the last one put, how many were skipped as illegal); it stops at the first put that
     does not answer PUT_OK, so that one and the rest are retried."""
     try:
-        results = store.put_batch(batch)
+        results = store.put_delivered(batch)
     except MessageIllegalError:
         done = end = illegal = 0
         for msg in batch:
             try:
-                r = store.put(msg)
+                r = store.put_delivered([msg])[0]
             except MessageIllegalError as e:
                 log.error("re-put to %s/%d refused by the store (%s); skipped", msg.topic, msg.queue_id, e)
                 illegal += 1

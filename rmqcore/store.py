@@ -489,12 +489,13 @@ class MessageStore:
     def _count_units(self) -> int:
         return sum(cq.max_offset_in_queue - cq.min_offset_in_queue for cq in self._all_consume_queues())
 
-    def _reroute(self, msg) -> None:
+    def _reroute(self, msg, broker_topic_rule: bool = True) -> None:
         # Called by the encoder only for messages that carry a delay or timer property. A message the schedule or
         # timer service could not deliver later (its real topic illegal, the delivered record too large: under its
         # real topic a record is larger than under the 19-byte schedule topic) is refused now, as RocketMQ's
         # checkMessage refuses it on the real topic before the rewrite, instead of being acknowledged and then
-        # skipped at delivery (issue 28). A refused message is left as it was.
+        # skipped at delivery (issue 28). A refused message is left as it was. ``broker_topic_rule`` False: the
+        # message is itself a delivery (put_delivered), held to the store's topic rule, and so is its next one.
         topic, queue_id = msg.topic, msg.queue_id
         if self._surely_deliverable(topic, msg):
             if self.config.timer_wheel_enable:
@@ -517,7 +518,8 @@ class MessageStore:
         try:
             self.check_delivery(Message(topic, msg.body, queue_id, properties=props, flag=msg.flag,
                                         sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
-                                        born_host=msg.born_host, reconsume_times=msg.reconsume_times))
+                                        born_host=msg.born_host, reconsume_times=msg.reconsume_times),
+                                broker_topic_rule=broker_topic_rule)
         except BaseException:
             msg.topic, msg.queue_id = topic, queue_id
             msg.properties.clear()
@@ -528,7 +530,8 @@ class MessageStore:
         """A cheap bound, on the message before its rewrite, that clears almost every delayed message without
         encoding it again: a legal topic and a record that fits even with every character of its properties at 4
         UTF-8 bytes, plus what the rewrite adds (REAL_TOPIC, REAL_QID, TIMER_OUT_MS), a UNIQ_KEY, the CRC property
-        and a header with IPv6 hosts."""
+        and a header with IPv6 hosts. (A topic outside the broker's rule is left to check_delivery, which knows
+        whether the message is a delivery held to the store's rule.)"""
         if type(topic) is not str or _LEGAL_TOPIC.fullmatch(topic) is None:
             return False
         try:
@@ -542,12 +545,13 @@ class MessageStore:
 
     _probe_encoder = None
 
-    def check_delivery(self, msg, what: str = "delivery") -> None:
+    def check_delivery(self, msg, what: str = "delivery", *, broker_topic_rule: bool = True) -> None:
         """Raise MessageIllegalError (field prefixed ``delivery: ``) when the store would refuse ``msg`` as it
         stands, without the delay/timer rewrite and without writing anything: the checks of a put (topic,
         queue id, properties, record size against max_message_size and the commitlog file) on a scratch copy.
         Used for the message a later delivery will put (a delayed or timed message's real topic) and by the
-        broker for a message it will put on its own later (a transaction's commit)."""
+        broker for a message it will put on its own later (a transaction's commit). ``broker_topic_rule`` False:
+        the topic is held to the store's rule only, as put_delivered holds it."""
         from ._encoder import EncodeBuffer, MessageEncoder
         from .errors import MessageIllegalError
         enc = self._probe_encoder
@@ -562,7 +566,7 @@ class MessageStore:
                        sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
                        reconsume_times=msg.reconsume_times)
         try:
-            enc.encode_into(copy, EncodeBuffer())
+            enc.encode_into(copy, EncodeBuffer(), None, broker_topic_rule)
         except MessageIllegalError as e:
             raise MessageIllegalError(f"{what}: {e.field}" if what else e.field, str(e).split(": ", 1)[-1],
                                       e.limit, e.status) from None
@@ -600,9 +604,23 @@ class MessageStore:
         them in order: the batch's value wins over a message's own, as RocketMQ's reader sees a batch record. The
         messages' dicts are left as they were (but a delayed or timed message's, which its reroute rewrites: it gets
         them set in its dict first). A delay or timer property is refused here (it is per message)."""
+        return self._put_batch(messages, properties, True)
+
+    def put_delivered(self, messages) -> list[PutResult]:
+        """put_batch for the messages the schedule and timer services deliver to their real topics (rmqcore.schedule
+        and rmqcore.timer), held to RocketMQ's store-level topic rule, not the broker's: 1..127 UTF-8 bytes, any
+        characters. A delayed or timer message another broker stored may name a topic its own send path took
+        (``支付``, ``odd topic.v1``) that ^[%|a-zA-Z0-9_-]+$ refuses; RocketMQ's delivery re-puts it through
+        DefaultMessageStore.putMessage, which checks the length only (4.9.7 checkMessage; 5.x
+        HookUtils.checkBeforePutMessage), and so does this. A topic that names no directory (``a/b``) is stored
+        all the same and kept undispatchable, as every such record. Every other check of a put applies; sends
+        (put, put_batch, put_arrow) keep the broker's rule."""
+        return self._put_batch(messages, None, False)
+
+    def _put_batch(self, messages, properties, broker_topic_rule: bool) -> list[PutResult]:
         if not self._running:
             self._check_running()
-        results = self._writer.put_batch(messages, properties)
+        results = self._writer.put_batch(messages, properties, broker_topic_rule)
         if self._sync_flush and results and results[-1].status is PutStatus.PUT_OK:
             wait = properties.get("WAIT") if properties else None      # a batch's WAIT is every message's
             if (wait == "false" if wait is not None
