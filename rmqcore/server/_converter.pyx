@@ -100,10 +100,14 @@ cdef inline bint _has_separator(str s):
 
 
 cdef inline bint _printable(str s):
-    # str.isprintable, character by character (the same test CPython makes).
+    # str.isprintable, character by character (the same test CPython makes); ASCII (a message id's alphabet)
+    # without the call: of it, exactly ' '..'~' is printable.
     cdef Py_UCS4 ch
     for ch in s:
-        if not Py_UNICODE_ISPRINTABLE(ch):
+        if ch < 128:
+            if ch < 32 or ch == 127:
+                return False
+        elif not Py_UNICODE_ISPRINTABLE(ch):
             return False
     return True
 
