@@ -4,20 +4,23 @@
 Python, the reference these are tested against (tests/test_server_converter.py: equal Messages, property order and
 record bytes; equal errors, code and text; equal responses).
 
-What made the Python one cost ~4-5 us a message was mostly Python around the protobuf calls: generator
-expressions over each text, ``items()`` of the user properties (an ItemsView), a HasField for every optional field,
-building the Message through its keyword constructor, and for the answer an ``entries.add()`` and five attribute
-sets per entry. Here the texts are scanned in C, an optional string is asked for HasField only when it reads empty
-(set-but-empty is an error, unset is not), the Message is made with its fields set directly, and the answer's
-entries are encoded in protobuf's wire format and merged in one ``MergeFromString``.
+What made the Python one cost ~5 us a message (1 KiB body, a tag, a key) was Python around the protobuf calls
+(generator expressions over each text, ``items()`` of the user properties, building the Message through its
+keyword constructor) and the protobuf calls themselves: ~20 attribute reads and HasFields, each ~40-100 ns in upb's
+attribute lookup. Here the system properties are read from their wire form (one SerializePartialToString, parsed
+in C; by attribute when it holds what the reader cannot skip), the texts are scanned in C, the Message is made with
+its fields set directly, and the answer's entries are encoded in protobuf's wire format and merged in one
+``MergeFromString`` (an ``entries.add()`` and five attribute sets per entry cost ten times as much).
 
 Imports neither grpc nor protobuf (only in the ``server`` extra; the core builds and imports without them): the
 messages are taken duck-typed and the protocol's enum values (rmqcore/server/messaging.proto) are constants here.
 """
-from cpython.bytes cimport PyBytes_FromStringAndSize
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.unicode cimport Py_UNICODE_ISPRINTABLE, Py_UNICODE_ISSPACE, PyUnicode_AsUTF8AndSize
-from libc.stdint cimport int64_t, uint64_t
+from cpython.unicode cimport (Py_UNICODE_ISPRINTABLE, Py_UNICODE_ISSPACE, PyUnicode_AsUTF8AndSize,
+                              PyUnicode_DecodeUTF8)
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
@@ -144,6 +147,217 @@ cdef object _born_host(str host):
     return None
 
 
+@cython.freelist(8)
+cdef class _Sys:
+    """The system properties a conversion reads, and which of the optional ones are set."""
+    cdef bint has_tag, has_group, has_trace, has_delivery, has_orphaned, has_born
+    cdef str tag, message_id, group, trace, born_host
+    cdef list keys
+    cdef int32_t body_encoding, message_type
+    cdef int64_t delivery_s, born_s, orphaned_s
+    cdef int32_t delivery_n, born_n
+
+    def __cinit__(self):
+        self.tag = self.message_id = self.group = self.trace = self.born_host = u""
+        self.keys = None
+
+
+cdef _Sys _read_attributes(sp):
+    """The system properties by attribute (what _read_wire falls back to)."""
+    cdef _Sys f = _Sys.__new__(_Sys)
+    # An optional string that reads non-empty is set; only an empty one needs HasField.
+    f.tag = sp.tag
+    f.has_tag = bool(f.tag) or sp.HasField("tag")
+    keys = sp.keys
+    if len(keys):
+        f.keys = list(keys)
+    f.message_id = sp.message_id
+    f.message_type = sp.message_type
+    f.group = sp.message_group
+    f.has_group = bool(f.group) or sp.HasField("message_group")
+    if sp.HasField("delivery_timestamp"):
+        f.has_delivery = True
+        f.delivery_s = sp.delivery_timestamp.seconds
+        f.delivery_n = sp.delivery_timestamp.nanos
+    if sp.HasField("orphaned_transaction_recovery_duration"):
+        f.has_orphaned = True
+        f.orphaned_s = sp.orphaned_transaction_recovery_duration.seconds
+    f.trace = sp.trace_context
+    f.has_trace = bool(f.trace) or sp.HasField("trace_context")
+    f.body_encoding = sp.body_encoding
+    if sp.HasField("born_timestamp"):
+        f.has_born = True
+        f.born_s = sp.born_timestamp.seconds
+        f.born_n = sp.born_timestamp.nanos
+    f.born_host = sp.born_host
+    return f
+
+
+# SystemProperties' field numbers (messaging.proto), and Timestamp's and Duration's (seconds 1, nanos 2).
+cdef enum:
+    SP_TAG = 1
+    SP_KEYS = 2
+    SP_MESSAGE_ID = 3
+    SP_BODY_ENCODING = 5
+    SP_MESSAGE_TYPE = 6
+    SP_BORN_TIMESTAMP = 7
+    SP_BORN_HOST = 8
+    SP_DELIVERY_TIMESTAMP = 11
+    SP_MESSAGE_GROUP = 17
+    SP_TRACE_CONTEXT = 18
+    SP_ORPHANED_DURATION = 19
+    WIRE_VARINT = 0
+    WIRE_I64 = 1
+    WIRE_LEN = 2
+    WIRE_I32 = 5
+
+
+cdef inline const unsigned char *_get_varint(const unsigned char *p, const unsigned char *end,
+                                             uint64_t *out) noexcept nogil:
+    """The varint at p into *out; the byte after it, or NULL when it runs past ``end`` or past 10 bytes."""
+    cdef uint64_t v = 0
+    cdef int shift = 0
+    while p < end and shift < 70:
+        v |= <uint64_t>(p[0] & 0x7F) << shift
+        if p[0] < 0x80:
+            out[0] = v
+            return p + 1
+        p += 1
+        shift += 7
+    return NULL
+
+
+cdef inline const unsigned char *_skip(const unsigned char *p, const unsigned char *end, int wire) noexcept nogil:
+    """Past one field's value of wire type ``wire``; NULL when it cannot be skipped here (groups: the caller reads
+    by attribute instead)."""
+    cdef uint64_t v
+    if wire == WIRE_VARINT:
+        return _get_varint(p, end, &v)
+    if wire == WIRE_I64:
+        return p + 8 if end - p >= 8 else NULL
+    if wire == WIRE_I32:
+        return p + 4 if end - p >= 4 else NULL
+    if wire == WIRE_LEN:
+        p = _get_varint(p, end, &v)
+        return p + v if p != NULL and v <= <uint64_t>(end - p) else NULL
+    return NULL
+
+
+cdef int _read_seconds_nanos(const unsigned char *p, const unsigned char *end, int64_t *seconds,
+                             int32_t *nanos) noexcept nogil:
+    """A Timestamp or Duration, merged into *seconds and *nanos as protobuf merges a repeated message field (a
+    field it holds replaces the value); -1 when it does not parse."""
+    cdef uint64_t key, v
+    cdef int wire
+    while p < end:
+        p = _get_varint(p, end, &key)
+        if p == NULL:
+            return -1
+        wire = <int>(key & 7)
+        if wire == WIRE_VARINT and ((key >> 3) == 1 or (key >> 3) == 2):
+            p = _get_varint(p, end, &v)
+            if p == NULL:
+                return -1
+            if (key >> 3) == 1:
+                seconds[0] = <int64_t>v
+            else:
+                nanos[0] = <int32_t>v           # int32: the low 32 bits of the (sign-extended) varint
+        else:
+            p = _skip(p, end, wire)             # unknown to this reader: kept by protobuf, never read
+        if p == NULL:
+            return -1
+    return 0
+
+
+cdef str _utf8(const unsigned char *p, uint64_t n):
+    return PyUnicode_DecodeUTF8(<const char *>p, <Py_ssize_t>n, NULL)
+
+
+cdef _Sys _read_wire(sp):
+    """The system properties from their wire form: one SerializePartialToString where reading them by attribute
+    takes a dozen attribute reads and a HasField for each optional field that is empty (the whole of a
+    conversion's cost, nearly, by perf). Field presence is in the wire form itself: protobuf writes an optional
+    field that is set even when empty, a message field that is set even when it holds nothing, and never a
+    scalar that is not set and zero. Fields this reader does not know are skipped, as are known numbers in the
+    wrong wire type (protobuf's parser kept those as unknown fields, so they never were the field). None when the
+    wire form holds what this reader cannot skip, or text that is not UTF-8: the caller reads by attribute."""
+    cdef bytes data = sp.SerializePartialToString()
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
+    cdef const unsigned char *end = p + PyBytes_GET_SIZE(data)
+    cdef const unsigned char *v
+    cdef uint64_t key, n
+    cdef int wire, field
+    cdef int32_t orphaned_n = 0
+    cdef _Sys f = _Sys.__new__(_Sys)
+    try:
+        while p < end:
+            p = _get_varint(p, end, &key)
+            if p == NULL:
+                return None
+            wire = <int>(key & 7)
+            field = <int>(key >> 3) if (key >> 3) < 64 else 64
+            if wire == WIRE_LEN and field in (SP_TAG, SP_KEYS, SP_MESSAGE_ID, SP_BORN_TIMESTAMP, SP_BORN_HOST,
+                                              SP_DELIVERY_TIMESTAMP, SP_MESSAGE_GROUP, SP_TRACE_CONTEXT,
+                                              SP_ORPHANED_DURATION):
+                p = _get_varint(p, end, &n)
+                if p == NULL or n > <uint64_t>(end - p):
+                    return None
+                v = p
+                p += n
+                if field == SP_TAG:
+                    f.has_tag = True
+                    f.tag = _utf8(v, n)
+                elif field == SP_KEYS:
+                    if f.keys is None:
+                        f.keys = []
+                    f.keys.append(_utf8(v, n))
+                elif field == SP_MESSAGE_ID:
+                    f.message_id = _utf8(v, n)
+                elif field == SP_BORN_HOST:
+                    f.born_host = _utf8(v, n)
+                elif field == SP_MESSAGE_GROUP:
+                    f.has_group = True
+                    f.group = _utf8(v, n)
+                elif field == SP_TRACE_CONTEXT:
+                    f.has_trace = True
+                    f.trace = _utf8(v, n)
+                elif field == SP_BORN_TIMESTAMP:
+                    f.has_born = True
+                    if _read_seconds_nanos(v, p, &f.born_s, &f.born_n):
+                        return None
+                elif field == SP_DELIVERY_TIMESTAMP:
+                    f.has_delivery = True
+                    if _read_seconds_nanos(v, p, &f.delivery_s, &f.delivery_n):
+                        return None
+                else:                                           # SP_ORPHANED_DURATION
+                    f.has_orphaned = True
+                    if _read_seconds_nanos(v, p, &f.orphaned_s, &orphaned_n):   # (its seconds only are read)
+                        return None
+            elif wire == WIRE_VARINT and (field == SP_BODY_ENCODING or field == SP_MESSAGE_TYPE):
+                p = _get_varint(p, end, &n)
+                if p == NULL:
+                    return None
+                if field == SP_BODY_ENCODING:       # enums are int32, as the varint's low 32 bits
+                    f.body_encoding = <int32_t>n
+                else:
+                    f.message_type = <int32_t>n
+            else:
+                p = _skip(p, end, wire)
+            if p == NULL:
+                return None
+    except UnicodeDecodeError:
+        return None
+    if f.keys is not None and not f.keys:
+        f.keys = None
+    return f
+cdef object _millis(int64_t seconds, int32_t nanos):
+    # seconds * 1000 + nanos // 1_000_000 as Python computes it: floor division (nanos may be negative), and in
+    # Python ints where seconds * 1000 would pass 2**63.
+    if -9_000_000_000_000_000 < seconds < 9_000_000_000_000_000:
+        return seconds * 1000 + nanos // 1000000
+    return <object>seconds * 1000 + <object>nanos // 1000000
+
+
 cdef tuple _convert(m, bytes body):
     """converter.to_store_message, check for check in the same order (the first error found is the same one), the
     properties inserted in the same order (it decides the record's bytes); ``body`` is ``m.body``, read once by
@@ -168,70 +382,57 @@ cdef tuple _convert(m, bytes body):
         if size > MAX_USER_PROPERTY_SIZE:
             raise InvalidMessage(MESSAGE_PROPERTIES_TOO_LARGE,
                                  f"user properties are {size} bytes, more than {MAX_USER_PROPERTY_SIZE}")
-    # An optional string that reads non-empty is set; only an empty one needs HasField (set but empty is blank,
-    # an error; unset is nothing).
-    text = sp.tag
-    if text or sp.HasField("tag"):
+    cdef _Sys f = _read_wire(sp)
+    if f is None:
+        f = _read_attributes(sp)
+    if f.has_tag:
+        text = f.tag
         _check_text(text, ILLEGAL_MESSAGE_TAG, "tag")
         if u'|' in text or len(text) > MAX_TAG_LENGTH:
             raise InvalidMessage(ILLEGAL_MESSAGE_TAG, f"tag {text[:64]!r} holds '|' or is too long")
         props[PROPERTY_TAGS] = text
-    keys = sp.keys
-    if len(keys):
-        keys = keys[:]              # a list: a repeated field's iteration costs more than its slice
-        for k in keys:
+    if f.keys is not None:
+        for k in f.keys:
             _check_text(k, ILLEGAL_MESSAGE_KEY, "key")
-        props[PROPERTY_KEYS] = u" ".join(keys)
-    text = sp.message_id
+        props[PROPERTY_KEYS] = u" ".join(f.keys)
+    text = f.message_id
     if not text:
         raise InvalidMessage(ILLEGAL_MESSAGE_ID, "message_id is empty")
     if len(text) > MAX_MESSAGE_ID_LENGTH or not _printable(text):
         raise InvalidMessage(ILLEGAL_MESSAGE_ID, f"message_id {text[:64]!r} is not a message id")
     props[PROPERTY_UNIQ_KEY] = text
-    mtype = sp.message_type
-    text = sp.message_group
-    if text or sp.HasField("message_group"):
+    if f.has_group:
+        text = f.group
         _check_text(text, ILLEGAL_MESSAGE_GROUP, "message group")
         if len(text) > MAX_MESSAGE_GROUP_SIZE:
             raise InvalidMessage(ILLEGAL_MESSAGE_GROUP, f"message group is {len(text)} characters, more than "
                                  f"{MAX_MESSAGE_GROUP_SIZE}")
         props[PROPERTY_SHARDING_KEY] = text
-    if sp.HasField("delivery_timestamp"):
-        ts = sp.delivery_timestamp
-        ms = ts.seconds * 1000 + ts.nanos // 1000000       # Python ints: seconds * 1000 may pass 2**63
+    if f.has_delivery:
+        ms = _millis(f.delivery_s, f.delivery_n)
         if ms <= 0:
             raise InvalidMessage(ILLEGAL_DELIVERY_TIME, f"delivery timestamp {ms} is not a time")
         props[PROPERTY_TIMER_DELIVER_MS] = str(ms)
     topic = m.topic.name
-    if mtype == TRANSACTION:
+    if f.message_type == TRANSACTION:
         props[PROPERTY_TRANSACTION_PREPARED] = "true"
         # converter.to_store_message says why: a gRPC producer's group is its topic.
         props[PROPERTY_PRODUCER_GROUP] = topic
-        if sp.HasField("orphaned_transaction_recovery_duration"):
-            props[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(sp.orphaned_transaction_recovery_duration.seconds)
-    text = sp.trace_context
-    if text or sp.HasField("trace_context"):
-        props[PROPERTY_TRACE_CONTEXT] = text
-    if sp.body_encoding == GZIP:
+        if f.has_orphaned:
+            props[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(f.orphaned_s)
+    if f.has_trace:
+        props[PROPERTY_TRACE_CONTEXT] = f.trace
+    if f.body_encoding == GZIP:
         try:
             body = gzip.decompress(body)
         except (OSError, EOFError, zlib.error) as e:
             raise InvalidMessage(MESSAGE_CORRUPTED, f"gzip body does not decompress: {e}") from None
-    # A timestamp that reads non-zero is set; only a zero one needs HasField (set: born at 0; unset: now).
-    ts = sp.born_timestamp
-    seconds = ts.seconds
-    nanos = ts.nanos
-    if seconds or nanos:
-        born = seconds * 1000 + nanos // 1000000
-    elif sp.HasField("born_timestamp"):
-        born = 0
-    else:
-        born = time.time_ns() // 1000000
-    host = _born_host(sp.born_host)
+    born = _millis(f.born_s, f.born_n) if f.has_born else time.time_ns() // 1000000
+    host = _born_host(f.born_host)
     PyLong_AsLongLongAndOverflow(born, &overflow)
     if overflow:
         # Not a Java long: Message's own constructor raises the error naming born_timestamp.
-        return Message(topic, body, -1, properties=props, born_timestamp=born, born_host=host), mtype
+        return Message(topic, body, -1, properties=props, born_timestamp=born, born_host=host), f.message_type
     # Message(topic, body, -1, properties=props, born_timestamp=born, born_host=host) without its keyword call and
     # its copy of props (a fresh dict here); every other field keeps its default, 0.
     msg = Message.__new__(Message)
@@ -241,7 +442,7 @@ cdef tuple _convert(m, bytes body):
     msg._born_timestamp = born
     msg.born_host = host
     msg.properties = props
-    return msg, mtype
+    return msg, f.message_type
 
 
 def to_store_message(m):
