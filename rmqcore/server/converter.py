@@ -1,54 +1,24 @@
 """Between the protocol's Message and the store's records (the proxy's GrpcConverter and SendMessageActivity's
-message building): which protocol fields become which RocketMQ properties, and back."""
+message building): which protocol fields become which RocketMQ properties, and back.
+
+``to_store_message``, ``to_store_messages`` and ``fill_send_entries`` here are the reference the compiled ones in
+``_converter.pyx`` (what SendMessage runs) are tested against, result for result and error for error."""
 from __future__ import annotations
 
+import gzip
 import time
 import zlib
 
 from ..message import Message
+from ..status import PutStatus
 from . import messaging_pb2 as pb
-
-# MessageConst property names the protocol carries in system properties.
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"            # MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
-PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_TRACE_CONTEXT = "TRACE_CONTEXT"
-PROPERTY_BORN_HOST_NAME = "__BORNHOST"
-PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
-PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
-PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-
-# MessageConst.STRING_HASH_SET: names a user property may not take, and that never come back as user properties.
-SYSTEM_PROPERTIES = frozenset({
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
-    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
-    "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
-    "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
-    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
-    "MSG_TYPE", "TIMER_DELAY_LEVEL", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS",
-    "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "__STARTDELIVERTIME",
-    PROPERTY_UNIQ_KEY, PROPERTY_SHARDING_KEY, "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "SHARDING_KEY",
-    "__BORNHOST", "__RMQ.TRANSIENT.TRACE_CONTEXT", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRACE_CONTEXT",
-    "__CRC32#", "INNER_NUM", "INNER_BASE", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET",
-})
-
-# Limits the proxy checks before a message reaches the broker (ProxyConfig defaults).
-MAX_USER_PROPERTY_SIZE = 16 * 1024        # maxUserPropertySize
-MAX_MESSAGE_GROUP_SIZE = 64               # maxMessageGroupSize
-MAX_TAG_LENGTH = 1024
-
-
-class InvalidMessage(ValueError):
-    """A message the proxy refuses before storing it: ``code`` is the protocol's Code for it."""
-
-    def __init__(self, code: int, text: str):
-        super().__init__(text)
-        self.code = code
+# The names and limits both converters share (protobuf-free, for the compiled one), re-exported here.
+from .message_const import (MAX_MESSAGE_GROUP_SIZE, MAX_MESSAGE_ID_LENGTH, MAX_TAG_LENGTH,  # noqa: F401
+                            MAX_USER_PROPERTY_SIZE, PROPERTY_BORN_HOST_NAME, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+                            PROPERTY_DLQ_ORIGIN_MESSAGE_ID, PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_KEYS,
+                            PROPERTY_PRODUCER_GROUP, PROPERTY_SHARDING_KEY, PROPERTY_TAGS, PROPERTY_TIMER_DELIVER_MS,
+                            PROPERTY_TIMER_OUT_MS, PROPERTY_TRACE_CONTEXT, PROPERTY_TRANSACTION_CHECK_TIMES,
+                            PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, SYSTEM_PROPERTIES, InvalidMessage)
 
 
 def _check_text(value: str, code: int, what: str) -> None:
@@ -56,7 +26,7 @@ def _check_text(value: str, code: int, what: str) -> None:
         raise InvalidMessage(code, f"{what} {value[:64]!r} is blank or holds a control character")
 
 
-def to_store_message(m: "pb.Message", topic_type_check=None) -> tuple[Message, int]:
+def to_store_message(m: "pb.Message") -> tuple[Message, int]:
     """A protocol Message → (store Message with queue_id -1, MessageType). Raises InvalidMessage."""
     sp = m.system_properties
     props: dict[str, str] = {}
@@ -83,7 +53,7 @@ def to_store_message(m: "pb.Message", topic_type_check=None) -> tuple[Message, i
         props[PROPERTY_KEYS] = " ".join(sp.keys)
     if not sp.message_id:
         raise InvalidMessage(pb.ILLEGAL_MESSAGE_ID, "message_id is empty")
-    if len(sp.message_id) > 128 or not sp.message_id.isprintable():
+    if len(sp.message_id) > MAX_MESSAGE_ID_LENGTH or not sp.message_id.isprintable():
         raise InvalidMessage(pb.ILLEGAL_MESSAGE_ID, f"message_id {sp.message_id[:64]!r} is not a message id")
     props[PROPERTY_UNIQ_KEY] = sp.message_id
     mtype = sp.message_type
@@ -105,21 +75,64 @@ def to_store_message(m: "pb.Message", topic_type_check=None) -> tuple[Message, i
         # and the orphan check goes to a producer of that topic.
         props[PROPERTY_PRODUCER_GROUP] = m.topic.name
         if sp.HasField("orphaned_transaction_recovery_duration"):
-            props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(sp.orphaned_transaction_recovery_duration.seconds)
+            props[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(sp.orphaned_transaction_recovery_duration.seconds)
     if sp.HasField("trace_context"):
         props[PROPERTY_TRACE_CONTEXT] = sp.trace_context
     body = m.body
     if sp.body_encoding == pb.GZIP:
-        import gzip
         try:
             body = gzip.decompress(body)
-        except (OSError, EOFError) as e:
+        # zlib.error: a gzip header over a deflate stream that is not one (BadGzipFile is an OSError, a cut
+        # stream an EOFError).
+        except (OSError, EOFError, zlib.error) as e:
             raise InvalidMessage(pb.MESSAGE_CORRUPTED, f"gzip body does not decompress: {e}") from None
     born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField(
         "born_timestamp") else time.time_ns() // 1_000_000
     msg = Message(m.topic.name, body, -1, properties=props, born_timestamp=born,
                   born_host=_born_host(sp.born_host))
     return msg, mtype
+
+
+def to_store_messages(messages, max_body: int) -> list[tuple[Message, int]]:
+    """A SendMessage request's messages → [(store Message, MessageType)], every body checked first (empty, or
+    longer than ``max_body``: the store's max_message_size) so a bad one anywhere refuses the request before any is
+    converted. Raises InvalidMessage."""
+    for m in messages:
+        if not m.body:
+            raise InvalidMessage(pb.MESSAGE_BODY_EMPTY, "message body is empty")
+        if len(m.body) > max_body:
+            raise InvalidMessage(pb.MESSAGE_BODY_TOO_LARGE, f"message body is {len(m.body)} bytes, more than "
+                                 f"{max_body} (max_message_size)")
+    return [to_store_message(m) for m in messages]
+
+
+def fill_send_entries(resp: "pb.SendMessageResponse", messages, converted, results) -> tuple[list[int], int, str]:
+    """SendMessage's answer, one SendResultEntry per message appended to ``resp.entries``: ``messages`` the
+    request's, ``converted`` what to_store_messages made of them, ``results`` their PutResults. Returns (the body
+    sizes of the messages stored, for the events; the code and text for the response's status: OK, or those of the
+    last entry that failed)."""
+    sizes = []
+    worst = pb.OK
+    text = "OK"
+    for (_m, mtype), src, r in zip(converted, messages, results):
+        e = resp.entries.add()
+        e.message_id = src.system_properties.message_id
+        if r.status is PutStatus.PUT_OK:
+            e.status.code = pb.OK
+            e.status.message = "OK"
+            e.offset = r.queue_offset
+            sizes.append(len(src.body))
+            if mtype == pb.TRANSACTION:
+                e.transaction_id = r.msg_id or f"{r.commitlog_offset:032X}"
+        elif r.status is PutStatus.FLUSH_DISK_TIMEOUT:
+            worst, text = pb.MASTER_PERSISTENCE_TIMEOUT, "stored, but no flush covered it in time"
+            e.status.code = worst
+            e.status.message = text
+        else:
+            worst, text = pb.INTERNAL_SERVER_ERROR, f"put failed: {r.status.name}"
+            e.status.code = worst
+            e.status.message = text
+    return sizes, worst, text
 
 
 def _born_host(host: str) -> str | None:
@@ -129,7 +142,8 @@ def _born_host(host: str) -> str | None:
     if ":" in host and host.count(":") == 1:
         return host
     parts = host.split(".")
-    if len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts):
+    # ASCII digits only: str.isdigit also takes "²" (which int() refuses) and "١" (no IPv4 address).
+    if len(parts) == 4 and all(p.isascii() and p.isdigit() and int(p) < 256 for p in parts):
         return f"{host}:0"
     return None
 

@@ -1,0 +1,50 @@
+"""What a protocol message may carry into the store, without protobuf: MessageConst's property names the protocol
+maps, its STRING_HASH_SET (names a user property may not take), the proxy's limits on a message (ProxyConfig
+defaults), and ``InvalidMessage``, the refusal of a message that breaks them. Shared by the Python converter
+(converter.py, which needs protobuf) and the compiled one (_converter.pyx, which must import without it: grpcio
+and protobuf are only in the ``server`` extra)."""
+from __future__ import annotations
+
+# MessageConst property names the protocol carries in system properties.
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"            # MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_TRACE_CONTEXT = "TRACE_CONTEXT"
+PROPERTY_BORN_HOST_NAME = "__BORNHOST"
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+
+# MessageConst.STRING_HASH_SET: names a user property may not take, and that never come back as user properties.
+SYSTEM_PROPERTIES = frozenset({
+    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
+    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
+    "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+    "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
+    "MSG_TYPE", "TIMER_DELAY_LEVEL", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS",
+    "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "__STARTDELIVERTIME",
+    PROPERTY_UNIQ_KEY, PROPERTY_SHARDING_KEY, "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "SHARDING_KEY",
+    "__BORNHOST", "__RMQ.TRANSIENT.TRACE_CONTEXT", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRACE_CONTEXT",
+    "__CRC32#", "INNER_NUM", "INNER_BASE", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET",
+})
+
+# Limits the proxy checks before a message reaches the broker (ProxyConfig defaults).
+MAX_USER_PROPERTY_SIZE = 16 * 1024        # maxUserPropertySize
+MAX_MESSAGE_GROUP_SIZE = 64               # maxMessageGroupSize
+MAX_TAG_LENGTH = 1024
+MAX_MESSAGE_ID_LENGTH = 128
+
+
+class InvalidMessage(ValueError):
+    """A message the proxy refuses before storing it: ``code`` is the protocol's Code for it."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(text)
+        self.code = code
