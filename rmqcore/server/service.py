@@ -28,7 +28,8 @@ from ..reference import java_hash_code
 from ..status import PutStatus
 from . import messaging_pb2 as pb
 from .auth import PUB, SUB, AuthError
-from .converter import InvalidMessage, to_proto_message, to_store_message
+from ._converter import fill_send_entries, to_store_messages
+from .converter import InvalidMessage, to_proto_message
 from .filter import FilterError, compile_filter
 from .pop import ReceiptHandle
 
@@ -468,15 +469,9 @@ class MessagingService:
                     raise Refusal(pb.BAD_REQUEST, "messages of one request must have the same topic")
         if account is not None:
             self.acl.check(account, topic=topic, need=PUB)
-        limit = self.broker.store_config.max_message_size
-        for m in messages:
-            if not m.body:
-                raise Refusal(pb.MESSAGE_BODY_EMPTY, "message body is empty")
-            if len(m.body) > limit:
-                raise Refusal(pb.MESSAGE_BODY_TOO_LARGE, f"message body is {len(m.body)} bytes, more than "
-                              f"{limit} (max_message_size)")
         try:
-            converted = [to_store_message(m) for m in messages]
+            # the bodies' checks, then each message converted (compiled; converter.to_store_messages is the reference)
+            converted = to_store_messages(messages, self.broker.store_config.max_message_size)
         except InvalidMessage as e:
             raise Refusal(e.code, str(e)) from None
         if resource.resource_namespace:
@@ -529,27 +524,11 @@ class MessagingService:
             raise Refusal(pb.FORBIDDEN, str(e)) from None
         except (IllegalNameError, ValueError) as e:
             raise Refusal(pb.BAD_REQUEST, str(e)) from None
-        sizes = []
-        worst = pb.OK
-        for (m, mtype), src, r in zip(converted, messages, results):
-            e = resp.entries.add()
-            e.message_id = src.system_properties.message_id
-            if r.status is PutStatus.PUT_OK:
-                _status(e.status)
-                e.offset = r.queue_offset
-                sizes.append(len(src.body))
-                if mtype == pb.TRANSACTION:
-                    e.transaction_id = r.msg_id or f"{r.commitlog_offset:032X}"
-            elif r.status is PutStatus.FLUSH_DISK_TIMEOUT:
-                _status(e.status, pb.MASTER_PERSISTENCE_TIMEOUT, "stored, but no flush covered it in time")
-                worst = e.status.code
-            else:
-                _status(e.status, pb.INTERNAL_SERVER_ERROR, f"put failed: {r.status.name}")
-                worst = e.status.code
+        sizes, worst, text = fill_send_entries(resp, messages, converted, results)
         if sizes:
             self.events.on_messages_in(topic, sizes, MESSAGE_TYPE_NAMES.get(converted[0][1], "NORMAL"))
             self._wake(topic)
-        _status(resp.status, worst, "OK" if worst == pb.OK else resp.entries[-1].status.message)
+        _status(resp.status, worst, text)
 
     # -- transactions -----------------------------------------------------------------------------------------
 
