@@ -36,6 +36,7 @@ class ReputMessageService(threading.Thread):
         self._topics: list = []
         self._lock = threading.Lock()   # one pass at a time (the thread, or a caller draining on close)
         self.dispatched = 0
+        self.passes = 0                 # passes the thread ran (productive or not): what each costs is per pass
         # Records kept in the commitlog but given no unit or key: a topic that is no safe directory name, or a
         # negative queue id (records RocketMQ's store can hold; put never writes them). Counted, first ones listed.
         self.undispatchable = 0
@@ -64,6 +65,7 @@ class ReputMessageService(threading.Thread):
         writer = self.store.commit_log.writer
         while not self._stopped.is_set():
             seen = None
+            self.passes += 1
             try:
                 n = self.do_reput()
                 seen = self.store.commit_log.max_offset
