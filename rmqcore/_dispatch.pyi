@@ -79,7 +79,8 @@ def drain_dispatch_ring(ring: DispatchRing, from_offset: int, readable_end: int,
 def ring_next_offset(ring: DispatchRing, from_offset: int) -> int:
     """The commitlog offset of the ring's first entry at or after ``from_offset`` (-1: none); older ones dropped."""
 def queue_runs(b: DispatchBatch, unit_dtype: np.dtype[Any],
-               find_queue: Callable[[str, int], Any] | None = None) -> list[
+               find_queue: Callable[[str, int], Any] | None = None,
+               queues: dict[str, dict[int, Any]] | None = None) -> list[
         tuple[str, int, npt.NDArray[np.void], npt.NDArray[np.int64], npt.NDArray[np.int64], bool, int]]:
     """The batch's consumable records per (topic, queue id): (topic, queue_id, units, queue_offsets, ends,
     contiguous, last_store_ts); with ``find_queue``, the runs that continue their queue's last file are appended

@@ -541,7 +541,7 @@ cdef int _append_run(object cq, const unsigned char *units, int64_t count, int64
     return 1
 
 
-def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None):
+def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None, dict queues=None):
     """The batch's consumable records (not prepared, not rolled back) split per (topic, queue id), each run in
     commitlog order: a list of ``(topic, queue_id, units, queue_offsets, ends, contiguous, last_store_ts)`` with
     ``units`` the consume-queue units (``unit_dtype``: 20 bytes, big-endian offset, size, tagsCode), ``queue_offsets``
@@ -552,7 +552,8 @@ def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None):
     units the queue lacks and fits it is appended there directly (one copy, the file's wrote position and store
     time published, the queue's max physical offset moved) and left out of the list; the rest (a new file, a
     rebuild after recovery, a gap) are returned for ConsumeQueue.append_units. Per run that saves the Python
-    frames that cost ~6 us (16 queues, passes of 256 records: ~400 ns a record with the GIL held).
+    frames that cost ~6 us (16 queues, passes of 256 records: ~400 ns a record with the GIL held). ``queues``
+    (the store's {topic: {queue_id: queue}}): the queues found there without a call of ``find_queue``.
 
     Plain C loops that keep the GIL: numpy's sorts and ufuncs release and retake it on arrays of a few hundred
     items, and every retake waits for the producer's switch interval (5 ms), which left the dispatcher behind a
@@ -645,10 +646,16 @@ def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None):
         for g in range(ng):
             j = start[g]
             topic = b.topics[tix[first[g]]]
-            if find_queue is not None and contiguous[g] and _append_run(
-                    find_queue(topic, qid[first[g]]), unit_buf + j * CQ_UNIT_SIZE, count[g], qo_buf[j],
-                    end_buf + j, last_ts[g]):
-                continue
+            if find_queue is not None and contiguous[g]:
+                cq = None
+                if queues is not None:
+                    per_topic = queues.get(topic)
+                    if per_topic is not None:
+                        cq = per_topic.get(qid[first[g]])
+                if cq is None:
+                    cq = find_queue(topic, qid[first[g]])
+                if _append_run(cq, unit_buf + j * CQ_UNIT_SIZE, count[g], qo_buf[j], end_buf + j, last_ts[g]):
+                    continue
             units = np.empty(count[g], unit_dtype)
             queue_offsets = np.empty(count[g], np.int64)
             ends = np.empty(count[g], np.int64)

@@ -749,7 +749,7 @@ class MessageStore:
         # every retake waits out a switch interval (see _dispatch.queue_runs). The runs that continue their
         # queue's last file were appended by queue_runs itself; these are the others.
         for topic, queue_id, units, queue_offsets, ends, contiguous, last_ts in queue_runs(
-                batch, CQ_DTYPE, self.find_consume_queue):
+                batch, CQ_DTYPE, self.find_consume_queue, self._consume_queues):
             cq = self.find_consume_queue(topic, queue_id)
             # Units the queue already holds (a rebuild after recovery) are a prefix of the run: commitlog order.
             built = cq.max_physic_offset
