@@ -105,12 +105,14 @@ class ReputMessageService(threading.Thread):
                 # One record a millisecond or more after the last: a slow producer. Sleep until its next put
                 # pokes, as after an empty pass: a poked wake-up costs this thread less than a timed one, and the
                 # record is dispatched at once. (Should that put come soon, its pass is paced again, above.)
-                idle = 0.0
-            # Nothing (or an error, or the one record above): sleep until a put pokes (the writer's
-            # ``dispatcher_idle``), backing off 2 ms .. 50 ms while nothing comes; each wake-up takes the GIL from
-            # whoever runs (reads and queries showed it in their p99).
+                idle = 2 * self.PACE
+            else:
+                # Nothing (or an error): the same sleep, backing off 1 ms .. 50 ms while nothing comes (records
+                # appended but not yet committed, with write buffers or SYNC_FLUSH, get no poke when they become
+                # readable: the first look comes after 1 ms, as RocketMQ's); each wake-up takes the GIL from
+                # whoever runs (reads and queries showed it in their p99).
+                idle = min(idle * 2, self.MAX_IDLE) if idle else self.PACE
             seen = max_offset() if n >= 0 else None
-            idle = min(idle * 2, self.MAX_IDLE) if idle else 2 * self.PACE
             writer.dispatcher_idle(True)
             # A put between the pass and the flag did not poke: then look again at once. (Not behind(): a pass
             # stuck at a bad record is always behind, and must still back off.)
