@@ -7,7 +7,8 @@ of records. The pass, not the record, is what costs there, so this reports per m
 
 For each rate, two runs on a fresh ASYNC_FLUSH store (1 KiB bodies with a tag and a key, one queue):
 - "no reader": the producer alone. The dispatcher thread's CPU per message (its own CPU clock,
-  ``pthread_getcpuclockid``), its passes per second (``ReputMessageService.passes``) and records per productive pass.
+  ``pthread_getcpuclockid``), its passes per second (``ReputMessageService.passes``), and the producer's mean put
+  call (wall time: a put that pokes a sleeping dispatcher pays for the poke).
 - "long-poll reader": a consumer thread long-polls ``get_messages(wait=1)`` at the next offset; the same figures,
   plus put -> readable latency p50/p99 (from just before ``put`` to the reader's return with the message).
 
@@ -84,6 +85,7 @@ def paced_run(root: str, rate: int, seconds: float, reader: bool) -> dict:
         clock = time.perf_counter
         interval = 1.0 / rate
         cpu0, passes0, disp0 = thread_cpu_s(reput), reput.passes, reput.dispatched
+        put_s = 0.0
         with W.gc_paused():
             t0 = clock()
             for i in range(n):
@@ -91,8 +93,9 @@ def paced_run(root: str, rate: int, seconds: float, reader: bool) -> dict:
                 now = clock()
                 if due > now:
                     time.sleep(due - now)
-                put_t[i] = clock()
+                put_t[i] = t = clock()
                 put(msgs[i])
+                put_s += clock() - t
             t_put = clock()
             if not store.wait_dispatched(30):
                 raise RuntimeError("dispatch did not catch up within 30 s")
@@ -110,6 +113,7 @@ def paced_run(root: str, rate: int, seconds: float, reader: bool) -> dict:
             "cpu_us_per_msg": (cpu1 - cpu0) / n * 1e6,
             "passes_per_s": (passes1 - passes0) / (t_end - t0),
             "cpu_us_per_pass": (cpu1 - cpu0) / max(1, passes1 - passes0) * 1e6,
+            "put_us": put_s / n * 1e6,      # the producer's put call, wall time (a poke of the dispatcher is in it)
         }
         if reader:
             lat = [(s - p) * 1000 for s, p in zip(seen_t, put_t) if s > 0]
@@ -135,7 +139,7 @@ def run(rates=(1000, 4000), seconds: float = 4.0, base_dir: str | None = None, r
     results = []
     for (rate, reader), runs in rounds.items():
         r = {k: statistics.median(x[k] for x in runs) for k in ("rate", "cpu_us_per_msg", "passes_per_s",
-                                                                  "cpu_us_per_pass")}
+                                                                  "cpu_us_per_pass", "put_us")}
         if reader:
             mid = sorted(runs, key=lambda x: x["p50_ms"])[len(runs) // 2]
             r["p50_ms"], r["p99_ms"] = mid["p50_ms"], mid["p99_ms"]
@@ -151,7 +155,8 @@ def rows(results: list[dict]) -> list[tuple[str, str, str, str]]:
         extra = (f"; put -> readable p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms" if r["reader"] else "")
         out.append((f"dispatcher CPU per message, single puts at {r['target']:,}/s ({who})",
                     f"{r['cpu_us_per_msg']:.1f}", "µs",
-                    f"{r['passes_per_s']:,.0f} passes/s, {r['cpu_us_per_pass']:.1f} µs a pass{extra}"))
+                    f"{r['passes_per_s']:,.0f} passes/s, {r['cpu_us_per_pass']:.1f} µs a pass, put call "
+                    f"{r['put_us']:.1f} µs{extra}"))
     return out
 
 

@@ -75,11 +75,8 @@ class ReputMessageService(threading.Thread):
         max_offset = self.store.commit_log.mapped_file_queue.get_max_offset
         wait = self._wake.wait
         stopped = self._stopped.is_set
-        clock = time.monotonic
-        took_at = -1.0                      # when the last pass that took records began
         while not stopped():
             self.passes += 1
-            began = clock()
             try:
                 n = self.do_reput()
             except Exception as e:  # keep the service alive; the store reports the error in runtime_info
@@ -90,29 +87,22 @@ class ReputMessageService(threading.Thread):
                 n = -1
             if n > self.SMALL_PASS:
                 idle = 0.0
-                took_at = began
                 continue
             if n > 0:
-                gap, took_at = began - took_at, began
-                if n > 1 or gap < 0.75 * self.PACE:
-                    # A few records, or one soon after the last: the next pass in a millisecond, with what arrives
-                    # meanwhile. Not straight away: each pass, even an empty one, costs its wake-up and the GIL
-                    # taken from whoever runs, which at a few thousand single puts a second was most of this
-                    # thread's time (a pass of 1-8 records cost ~30 us, and an empty one followed each).
-                    idle = 0.0
-                    wait(self.PACE)
-                    continue
-                # One record a millisecond or more after the last: a slow producer. Sleep until its next put
-                # pokes, as after an empty pass: a poked wake-up costs this thread less than a timed one, and the
-                # record is dispatched at once. (Should that put come soon, its pass is paced again, above.)
-                idle = 2 * self.PACE
-            else:
-                # Nothing (or an error): the same sleep, backing off 1 ms .. 50 ms while nothing comes (records
-                # appended but not yet committed, with write buffers or SYNC_FLUSH, get no poke when they become
-                # readable: the first look comes after 1 ms, as RocketMQ's); each wake-up takes the GIL from
-                # whoever runs (reads and queries showed it in their p99).
-                idle = min(idle * 2, self.MAX_IDLE) if idle else self.PACE
-            seen = max_offset() if n >= 0 else None
+                # A few records: the next pass in a millisecond, with what arrives meanwhile, and no empty pass
+                # first: each pass costs its wake-up and the GIL taken from whoever runs, which at a few thousand
+                # single puts a second was most of this thread's time (a pass of 1-8 records cost ~30 us, and an
+                # empty one followed each). Not woken by puts meanwhile: a woken pass per put moved the cost into
+                # the put (a poke, and the dispatcher taking the GIL right after it: +4-6 us a put at 1,000/s).
+                idle = 0.0
+                wait(self.PACE)
+                continue
+            # Nothing (or an error): sleep until a put pokes (the writer's ``dispatcher_idle``), backing off
+            # 1 ms .. 50 ms while nothing comes (records appended but not yet committed, with write buffers or
+            # SYNC_FLUSH, get no poke when they become readable: the first look is 1 ms away, as RocketMQ's);
+            # each wake-up takes the GIL from whoever runs (reads and queries showed it in their p99).
+            idle = min(idle * 2, self.MAX_IDLE) if idle else self.PACE
+            seen = max_offset() if n == 0 else None
             writer.dispatcher_idle(True)
             # A put between the pass and the flag did not poke: then look again at once. (Not behind(): a pass
             # stuck at a bad record is always behind, and must still back off.)
