@@ -434,6 +434,15 @@ def case_dispatch(ctx: Ctx) -> None:
             store.close()
 
 
+def case_reput(ctx: Ctx) -> None:
+    """Single puts paced at 1,000 and 4,000 msgs/s, as `rmqcore serve` drives the store: the dispatcher thread's
+    CPU per message and per pass, and put -> readable latency for a long-polling reader (bench/dispatch_bench.py)."""
+    from bench import dispatch_bench
+    quick = ctx.p is QUICK
+    ctx.r["reput_rows"] = dispatch_bench.rows(dispatch_bench.run(
+        (1000, 4000), 2.0 if quick else 4.0, ctx.dir, 1 if quick else 3))
+
+
 def case_sync_flush(ctx: Ctx) -> None:
     """SYNC_FLUSH puts (each returns once a group-commit msync covers it) with 1, 4 and 16 producer threads, and
     the one-fdatasync-per-message loop, interleaved round by round; a fresh store per variant and round."""
@@ -727,6 +736,7 @@ CASES = [
     ("get", case_get),
     ("query", case_query),
     ("dispatch", case_dispatch),
+    ("reput", case_reput),
     ("store", case_store),
     ("sync_flush", case_sync_flush),
     ("recovery", case_recovery),
@@ -830,6 +840,7 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
         rows.append(("dispatch max lag under full-speed put_batch", _n(r["live_max_lag_ms"]), "ms",
                      f"max backlog {r['live_max_behind_mb']:.1f} MB; drained {r['live_drain_ms']:.0f} ms "
                      f"after the last put"))
+    rows.extend(r.get("reput_rows", []))
     if "e2e_batch_mps" in r:
         b, build = r["e2e_batch_mps"], r["e2e_build_mps"]
         rows.append((f"Python loop building a Message per message (no store), 1 KiB body, tag + key",

@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rmqcore._commit_log import DispatchRing
+from rmqcore._index_file import IndexFile
 
 SCHEDULE_TOPIC: str
 
@@ -23,6 +24,8 @@ class DispatchBatch:
     def end_offset(self) -> int: ...
     @property
     def code(self) -> int: ...
+    @property
+    def last_store_ts(self) -> int: ...
     @property
     def skipped(self) -> int: ...
     @property
@@ -76,8 +79,12 @@ def drain_dispatch_ring(ring: DispatchRing, from_offset: int, readable_end: int,
 def ring_next_offset(ring: DispatchRing, from_offset: int) -> int:
     """The commitlog offset of the ring's first entry at or after ``from_offset`` (-1: none); older ones dropped."""
 def queue_runs(b: DispatchBatch, unit_dtype: np.dtype[Any],
-               find_queue: Callable[[str, int], Any] | None = None) -> list[
+               find_queue: Callable[[str, int], Any] | None = None,
+               queues: dict[str, dict[int, Any]] | None = None) -> list[
         tuple[str, int, npt.NDArray[np.void], npt.NDArray[np.int64], npt.NDArray[np.int64], bool, int]]:
     """The batch's consumable records per (topic, queue id): (topic, queue_id, units, queue_offsets, ends,
     contiguous, last_store_ts); with ``find_queue``, the runs that continue their queue's last file are appended
     there and left out."""
+def index_batch(b: DispatchBatch, f: IndexFile, start: int = 0) -> int:
+    """IndexFile.put_hashes(skip_indexed=True) of the batch's keys from ``start`` on, read in place; how many were
+    consumed (all unless ``f`` filled up)."""

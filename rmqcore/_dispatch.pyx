@@ -23,6 +23,7 @@ from rmqcore._mapped_file cimport MappedFile
 from rmqcore._codec cimport (DispatchProps, RECORD_END, RECORD_OK, RecordView, TRANSACTION_ROLLBACK_TYPE,
                              dispatch_properties, parse_record, record_dispatchable)
 from rmqcore._commit_log cimport DispatchRing
+from rmqcore._index_file cimport IndexFile
 
 cnp.import_array()
 
@@ -40,6 +41,9 @@ cdef enum:
     # How many records ahead the scan prefetches (1 KiB bodies: 9 KB ahead). Measured on a 23 MB commitlog
     # stretch out of cache: 440 ns a record without, 150-300 with 8 (2 and 4 were between).
     PREFETCH_AHEAD = 8
+    # Below this many bytes to parse (~30 commitlog records of 1 KiB, ~150 ring entries: some 10-30 us) a pass
+    # keeps the GIL.
+    GIL_FREE_BYTES = 32768
 
 
 cdef inline int32_t _index_hash(const unsigned char *topic, int32_t topic_len, const unsigned char *key,
@@ -55,46 +59,6 @@ cdef inline int32_t _index_hash(const unsigned char *topic, int32_t topic_len, c
             return 0
         return -h
     return h
-
-
-cdef class DispatchBatch:
-    """What one scan found: per-record arrays (``n`` records) and per-key arrays (``nkeys`` keys)."""
-    cdef readonly int n
-    cdef readonly int nkeys
-    cdef readonly int64_t start_offset     # global offset of the first byte scanned
-    cdef readonly int64_t end_offset       # global offset after the last record taken
-    cdef readonly int code                 # what stopped the scan (parse_record code, or RECORD_OK at max)
-    cdef readonly object phys, size, tags_code, store_ts, queue_offset, queue_id, sys_flag, topic_idx
-    cdef readonly object key_hash, key_phys, key_ts, key_record
-    cdef readonly list topics
-    cdef readonly int skipped              # records passed over: not record_dispatchable (kept, not dispatched)
-    cdef readonly list skipped_offsets     # the commitlog offsets of the first SKIPPED_LISTED of them
-
-
-cdef class ScanBuffers:
-    """The arrays one scan fills, kept by the dispatcher from pass to pass: a pass allocated ~5 MB of fresh
-    arrays, and re-faulting fresh pages cost more than the scan. A batch's arrays are views into these: valid
-    until the next scan with the same buffers."""
-    cdef readonly int max_records, max_keys
-    cdef object phys, size, tags, ts, qo, qid, sf, tpos, tlen, topic, kh, kp, kt, kr
-
-    def __init__(self, int max_records, int max_keys):
-        self.max_records = max_records
-        self.max_keys = max_keys
-        self.phys = np.empty(max_records, np.int64)
-        self.size = np.empty(max_records, np.int32)
-        self.tags = np.empty(max_records, np.int64)
-        self.ts = np.empty(max_records, np.int64)
-        self.qo = np.empty(max_records, np.int64)
-        self.qid = np.empty(max_records, np.int32)
-        self.sf = np.empty(max_records, np.int32)
-        self.tpos = np.empty(max_records, np.int64)     # where the topic bytes lie, where the topic differs from before
-        self.tlen = np.empty(max_records, np.int32)     # and their length
-        self.topic = np.empty(max_records, np.int32)    # per record: index into the topic changes, then its id
-        self.kh = np.empty(max_keys, np.int32)
-        self.kp = np.empty(max_keys, np.int64)
-        self.kt = np.empty(max_keys, np.int64)
-        self.kr = np.empty(max_keys, np.int32)
 
 
 cdef struct _Taker:
@@ -128,18 +92,8 @@ cdef struct _Taker:
     int64_t skipped_at[SKIPPED_LISTED]
 
 
-cdef class _Pass:
-    # One pass's _Taker over a ScanBuffers, with the scratch memory it owns and the delay table it holds.
-    cdef _Taker t
-    cdef ScanBuffers buffers
-    cdef object delay
-
-    def __dealloc__(self):
-        free(self.t.scratch)
-
-
 cdef int64_t *_i64(object a) except NULL:
-    # The data of a non-empty int64 array its owner keeps alive (the pass's ScanBuffers or delay table).
+    # The data of a non-empty int64 array its owner keeps alive (the ScanBuffers).
     cdef int64_t[::1] v = a
     return &v[0]
 
@@ -149,31 +103,147 @@ cdef int32_t *_i32(object a) except NULL:
     return &v[0]
 
 
-cdef _Pass _start_pass(int max_records, int max_keys, ScanBuffers buffers, delay_level_ms):
-    cdef _Pass p = _Pass.__new__(_Pass)
+cdef class ScanBuffers:
+    """The arrays one scan fills, kept by the dispatcher from pass to pass: a pass allocated ~5 MB of fresh
+    arrays, and re-faulting fresh pages cost more than the scan. A batch's arrays are views into these: valid
+    until the next scan with the same buffers. With them is kept what every pass set up again: the arrays' data
+    pointers, the key scratch and the delay table (~2 us of a pass of a few records)."""
+    cdef readonly int max_records, max_keys
+    cdef object phys, size, tags, ts, qo, qid, sf, tpos, tlen, topic, kh, kp, kt, kr
+    cdef _Taker proto                   # pointers into the arrays above and the scratch; the counters unset
+    cdef object delay_src               # the delay_level_ms the table below was made from (by identity)
+    cdef object delay                   # its int64 copy (None: no delay rule)
+
+    def __cinit__(self, *args, **kwargs):
+        self.proto.scratch = <unsigned char *>malloc(KEY_SCRATCH)
+        if self.proto.scratch == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.proto.scratch)
+
+    def __init__(self, int max_records, int max_keys):
+        if max_records < 1 or max_keys < 1:
+            raise ValueError(f"ScanBuffers needs room for a record and a key, got {max_records} / {max_keys}")
+        self.max_records = max_records
+        self.max_keys = max_keys
+        self.phys = np.empty(max_records, np.int64)
+        self.size = np.empty(max_records, np.int32)
+        self.tags = np.empty(max_records, np.int64)
+        self.ts = np.empty(max_records, np.int64)
+        self.qo = np.empty(max_records, np.int64)
+        self.qid = np.empty(max_records, np.int32)
+        self.sf = np.empty(max_records, np.int32)
+        self.tpos = np.empty(max_records, np.int64)     # where the topic bytes lie, where the topic differs from before
+        self.tlen = np.empty(max_records, np.int32)     # and their length
+        self.topic = np.empty(max_records, np.int32)    # per record: index into the topic changes, then its id
+        self.kh = np.empty(max_keys, np.int32)
+        self.kp = np.empty(max_keys, np.int64)
+        self.kt = np.empty(max_keys, np.int64)
+        self.kr = np.empty(max_keys, np.int32)
+        cdef _Taker *t = &self.proto
+        t.phys, t.tags, t.ts, t.qo = _i64(self.phys), _i64(self.tags), _i64(self.ts), _i64(self.qo)
+        t.tpos, t.kp, t.kt = _i64(self.tpos), _i64(self.kp), _i64(self.kt)
+        t.size, t.qid, t.sf = _i32(self.size), _i32(self.qid), _i32(self.sf)
+        t.tlen, t.tix, t.kh, t.kr = _i32(self.tlen), _i32(self.topic), _i32(self.kh), _i32(self.kr)
+        t.max_records = max_records
+        t.max_keys = max_keys
+        self.delay_src = None
+        self.delay = None
+
+
+cdef class DispatchBatch:
+    """What one scan found: per-record arrays (``n`` records) and per-key arrays (``nkeys`` keys), views of the
+    scan's ScanBuffers made when asked for (a pass of a few records paid ~2 us for fourteen views it did not
+    read: queue_runs and index_batch read the buffers in place)."""
+    cdef readonly int n
+    cdef readonly int nkeys
+    cdef readonly int64_t start_offset     # global offset of the first byte scanned
+    cdef readonly int64_t end_offset       # global offset after the last record taken
+    cdef readonly int code                 # what stopped the scan (parse_record code, or RECORD_OK at max)
+    cdef readonly int64_t last_store_ts    # the last record's store timestamp (0 without records)
+    cdef readonly list topics
+    cdef readonly int skipped              # records passed over: not record_dispatchable (kept, not dispatched)
+    cdef readonly list skipped_offsets     # the commitlog offsets of the first SKIPPED_LISTED of them
+    cdef ScanBuffers buffers
+
+    @property
+    def phys(self):
+        return self.buffers.phys[:self.n]
+
+    @property
+    def size(self):
+        return self.buffers.size[:self.n]
+
+    @property
+    def tags_code(self):
+        return self.buffers.tags[:self.n]
+
+    @property
+    def store_ts(self):
+        return self.buffers.ts[:self.n]
+
+    @property
+    def queue_offset(self):
+        return self.buffers.qo[:self.n]
+
+    @property
+    def queue_id(self):
+        return self.buffers.qid[:self.n]
+
+    @property
+    def sys_flag(self):
+        return self.buffers.sf[:self.n]
+
+    @property
+    def topic_idx(self):
+        return self.buffers.topic[:self.n]
+
+    @property
+    def key_hash(self):
+        return self.buffers.kh[:self.nkeys]
+
+    @property
+    def key_phys(self):
+        return self.buffers.kp[:self.nkeys]
+
+    @property
+    def key_ts(self):
+        return self.buffers.kt[:self.nkeys]
+
+    @property
+    def key_record(self):
+        return self.buffers.kr[:self.nkeys]
+
+
+cdef ScanBuffers _buffers_for(int max_records, int max_keys, ScanBuffers buffers):
     if buffers is None or buffers.max_records < max_records or buffers.max_keys < max_keys:
         buffers = ScanBuffers(max(max_records, 1), max(max_keys, 1))
-    p.buffers = buffers
-    p.t.phys, p.t.tags, p.t.ts, p.t.qo = _i64(buffers.phys), _i64(buffers.tags), _i64(buffers.ts), _i64(buffers.qo)
-    p.t.tpos, p.t.kp, p.t.kt = _i64(buffers.tpos), _i64(buffers.kp), _i64(buffers.kt)
-    p.t.size, p.t.qid, p.t.sf = _i32(buffers.size), _i32(buffers.qid), _i32(buffers.sf)
-    p.t.tlen, p.t.tix, p.t.kh, p.t.kr = _i32(buffers.tlen), _i32(buffers.topic), _i32(buffers.kh), _i32(buffers.kr)
-    p.t.max_records = max_records
-    p.t.max_keys = max_keys
-    p.t.n = p.t.nk = p.t.ntopics = p.t.skipped = 0
-    p.t.base = NULL
-    p.t.prev = NULL
-    p.t.prev_len = -1
-    p.t.delay_ms = NULL
-    p.t.max_level = 0
-    if delay_level_ms is not None and len(delay_level_ms) > 1:
-        p.delay = np.ascontiguousarray(delay_level_ms, dtype=np.int64)
-        p.t.delay_ms = _i64(p.delay)
-        p.t.max_level = <int32_t>len(p.delay) - 1
-    p.t.scratch = <unsigned char *>malloc(KEY_SCRATCH)
-    if p.t.scratch == NULL:
-        raise MemoryError()
-    return p
+    return buffers
+
+
+cdef int _start_pass(_Taker *t, ScanBuffers buffers, int max_records, int max_keys, delay_level_ms) except -1:
+    # A pass's _Taker: the buffers' pointers, the counters at zero, the delay table (copied once per table given).
+    t[0] = buffers.proto
+    t.max_records = max_records
+    t.max_keys = max_keys
+    t.n = t.nk = t.ntopics = t.skipped = 0
+    t.base = NULL
+    t.prev = NULL
+    t.prev_len = -1
+    t.delay_ms = NULL
+    t.max_level = 0
+    if delay_level_ms is None:
+        return 0
+    if delay_level_ms is not buffers.delay_src:
+        # By identity: the store's table is fixed for its life; another one (a test's, recovery's) is copied anew.
+        buffers.delay = (np.ascontiguousarray(delay_level_ms, dtype=np.int64) if len(delay_level_ms) > 1
+                         else None)
+        buffers.delay_src = delay_level_ms
+    if buffers.delay is not None:
+        t.delay_ms = _i64(buffers.delay)
+        t.max_level = <int32_t>len(buffers.delay) - 1
+    return 0
 
 
 cdef bint _take(_Taker *t, const unsigned char *rec, const RecordView *rv, int64_t phys,
@@ -258,47 +328,96 @@ cdef bint _take(_Taker *t, const unsigned char *rec, const RecordView *rv, int64
     return True
 
 
-cdef DispatchBatch _finish(_Pass p, dict topic_ids, list topics, int64_t start_offset, int64_t end_offset,
-                           int code):
-    # Topic interning, with the GIL: one dict lookup per topic change the pass noted. Then the batch: views of
-    # the buffers.
-    cdef _Taker *t = &p.t
+cdef Py_ssize_t _scan_records(_Taker *t, const unsigned char *base, Py_ssize_t pos, Py_ssize_t end,
+                              int64_t base_offset, int max_records, bint check_crc, int *code) noexcept nogil:
+    # scan_for_dispatch's loop: records from ``pos`` into ``t``; returns where the next scan starts.
+    cdef RecordView rv
+    cdef const unsigned char *ahead
+    cdef const unsigned char *rec
+    while t.n < max_records and base != NULL:
+        rec = base + pos
+        code[0] = parse_record(rec, end - pos, &rv, check_crc)
+        if code[0] != RECORD_OK:
+            break
+        if not _take(t, rec, &rv, base_offset + pos, rv.total_size):
+            break
+        pos += rv.total_size
+        # The scan touches two spots per record, its header and its properties a body's length further:
+        # each a cache miss once records stream past the caches, which the hardware prefetcher does not
+        # follow. Ask for both of a record PREFETCH_AHEAD records on, guessed from this one's layout
+        # (records of one producer look alike; a wrong guess costs a useless prefetch, never a fault).
+        if pos + PREFETCH_AHEAD * <Py_ssize_t>rv.total_size < end:
+            ahead = rec + PREFETCH_AHEAD * rv.total_size
+            __builtin_prefetch(ahead)
+            __builtin_prefetch(ahead + 64)
+            __builtin_prefetch(ahead + rv.props_pos)
+            __builtin_prefetch(ahead + rv.props_pos + 64)
+    return pos
+
+
+cdef int _drain_entries(_Taker *t, rmq_dring *r, int64_t *pos, int64_t head, int64_t *at, int64_t readable_end,
+                        int max_records) noexcept nogil:
+    # drain_dispatch_ring's loop: entries from ring byte ``pos`` for commitlog offset ``at`` on (both moved past
+    # what was taken); returns the batch's code.
+    cdef const rmq_dring_entry *e
+    cdef const unsigned char *slim
+    cdef RecordView rv
+    while True:
+        e = rmq_dring_peek(r, pos, head)
+        if e == NULL:
+            return RECORD_END
+        if e.phys < at[0]:
+            pos[0] += rmq_dring_entry_bytes(e)
+            continue
+        if e.phys != at[0] or at[0] + e.size > readable_end:
+            return RECORD_END
+        if t.n >= max_records:
+            return RECORD_OK
+        slim = <const unsigned char *>e + sizeof(rmq_dring_entry)
+        if parse_record(slim, e.slim_len, &rv, False) != RECORD_OK:
+            return RECORD_END       # never written so; the scan reads this record from the commitlog
+        if not _take(t, slim, &rv, e.phys, e.size):
+            return RECORD_OK
+        at[0] += e.size
+        pos[0] += rmq_dring_entry_bytes(e)
+
+
+cdef DispatchBatch _finish(_Taker *t, ScanBuffers buffers, dict topic_ids, list topics, int64_t start_offset,
+                           int64_t end_offset, int code):
+    # Topic interning, with the GIL: one dict lookup per topic change the pass noted. Then the batch over the
+    # buffers.
     cdef int i, j
-    cdef ScanBuffers buffers = p.buffers
-    ids = np.empty(max(t.ntopics, 1), np.int32)
-    cdef int32_t[::1] idv = ids
-    for j in range(t.ntopics):
-        tb = (<const char *>t.base)[t.tpos[j]:t.tpos[j] + t.tlen[j]]
-        t_id = topic_ids.get(tb, -1)
-        if t_id < 0:
-            t_id = len(topics)
-            topic_ids[tb] = t_id
-            topics.append(tb.decode("utf-8", "replace"))
-        idv[j] = t_id
-    for i in range(t.n):
-        t.tix[i] = idv[t.tix[i]]
-    cdef int n = t.n, nk = t.nk
+    cdef int32_t few[16]
+    cdef int32_t *ids = few
+    if t.ntopics > 16:
+        ids = <int32_t *>malloc(t.ntopics * sizeof(int32_t))
+        if ids == NULL:
+            raise MemoryError()
+    try:
+        for j in range(t.ntopics):
+            tb = (<const char *>t.base)[t.tpos[j]:t.tpos[j] + t.tlen[j]]
+            t_id = topic_ids.get(tb, -1)
+            if t_id < 0:
+                t_id = len(topics)
+                topic_ids[tb] = t_id
+                topics.append(tb.decode("utf-8", "replace"))
+            ids[j] = t_id
+        for i in range(t.n):
+            t.tix[i] = ids[t.tix[i]]
+    finally:
+        if ids != few:
+            free(ids)
     cdef DispatchBatch b = DispatchBatch.__new__(DispatchBatch)
-    b.n = n
-    b.nkeys = nk
+    b.n = t.n
+    b.nkeys = t.nk
     b.start_offset = start_offset
     b.end_offset = end_offset
     b.code = code
-    b.phys = buffers.phys[:n]
-    b.size = buffers.size[:n]
-    b.tags_code = buffers.tags[:n]
-    b.store_ts = buffers.ts[:n]
-    b.queue_offset = buffers.qo[:n]
-    b.queue_id = buffers.qid[:n]
-    b.sys_flag = buffers.sf[:n]
-    b.topic_idx = buffers.topic[:n]
-    b.key_hash = buffers.kh[:nk]
-    b.key_phys = buffers.kp[:nk]
-    b.key_ts = buffers.kt[:nk]
-    b.key_record = buffers.kr[:nk]
+    b.last_store_ts = t.ts[t.n - 1] if t.n else 0
+    b.buffers = buffers
     b.topics = topics
     b.skipped = t.skipped
-    b.skipped_offsets = [t.skipped_at[i] for i in range(min(t.skipped, SKIPPED_LISTED))]
+    b.skipped_offsets = [t.skipped_at[i] for i in range(min(t.skipped, SKIPPED_LISTED))] if t.skipped else []
     return b
 
 
@@ -317,10 +436,8 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
     cdef Py_ssize_t length = buf.shape[0]
     cdef Py_ssize_t pos
     cdef int code = RECORD_OK
-    cdef RecordView rv
-    cdef const unsigned char *ahead
+    cdef _Taker t
     cdef const unsigned char *base
-    cdef const unsigned char *rec
     if end < 0 or end > length:
         end = length
     if start < 0 or start > end:
@@ -329,30 +446,19 @@ def scan_for_dispatch(data, int64_t base_offset, Py_ssize_t start=0, Py_ssize_t 
         topic_ids = {}
     if topics is None:
         topics = []
-    cdef _Pass p = _start_pass(max_records, max_keys, buffers, delay_level_ms)
+    buffers = _buffers_for(max_records, max_keys, buffers)
+    _start_pass(&t, buffers, max_records, max_keys, delay_level_ms)
     pos = start
     base = &buf[0] if length > 0 else NULL
-    p.t.base = base
-    with nogil:
-        while p.t.n < max_records and base != NULL:
-            rec = base + pos
-            code = parse_record(rec, end - pos, &rv, check_crc)
-            if code != RECORD_OK:
-                break
-            if not _take(&p.t, rec, &rv, base_offset + pos, rv.total_size):
-                break
-            pos += rv.total_size
-            # The scan touches two spots per record, its header and its properties a body's length further:
-            # each a cache miss once records stream past the caches, which the hardware prefetcher does not
-            # follow. Ask for both of a record PREFETCH_AHEAD records on, guessed from this one's layout
-            # (records of one producer look alike; a wrong guess costs a useless prefetch, never a fault).
-            if pos + PREFETCH_AHEAD * <Py_ssize_t>rv.total_size < end:
-                ahead = rec + PREFETCH_AHEAD * rv.total_size
-                __builtin_prefetch(ahead)
-                __builtin_prefetch(ahead + 64)
-                __builtin_prefetch(ahead + rv.props_pos)
-                __builtin_prefetch(ahead + rv.props_pos + 64)
-    return _finish(p, topic_ids, topics, base_offset + start, base_offset + pos, code)
+    t.base = base
+    # A few records' worth keeps the GIL: giving it up and taking it back costs more than they do, and when
+    # another thread wants it the retake waits for that thread's switch interval.
+    if end - start > GIL_FREE_BYTES:
+        with nogil:
+            pos = _scan_records(&t, base, pos, end, base_offset, max_records, check_crc, &code)
+    else:
+        pos = _scan_records(&t, base, pos, end, base_offset, max_records, check_crc, &code)
+    return _finish(&t, buffers, topic_ids, topics, base_offset + start, base_offset + pos, code)
 
 
 def drain_dispatch_ring(DispatchRing ring not None, int64_t from_offset, int64_t readable_end,
@@ -367,38 +473,21 @@ def drain_dispatch_ring(DispatchRing ring not None, int64_t from_offset, int64_t
     cdef rmq_dring *r = &ring.r
     cdef int64_t head = rmq_atomic_load_i64(&r.head)
     cdef int64_t pos = r.tail, at = from_offset
-    cdef const rmq_dring_entry *e
-    cdef const unsigned char *slim
-    cdef RecordView rv
-    cdef int code = RECORD_END
+    cdef _Taker t
+    cdef int code
     if topic_ids is None:
         topic_ids = {}
     if topics is None:
         topics = []
-    cdef _Pass p = _start_pass(max_records, max_keys, buffers, delay_level_ms)
-    p.t.base = r.buf
-    with nogil:
-        while True:
-            e = rmq_dring_peek(r, &pos, head)
-            if e == NULL:
-                break
-            if e.phys < at:
-                pos += rmq_dring_entry_bytes(e)
-                continue
-            if e.phys != at or at + e.size > readable_end:
-                break
-            if p.t.n >= max_records:
-                code = RECORD_OK
-                break
-            slim = <const unsigned char *>e + sizeof(rmq_dring_entry)
-            if parse_record(slim, e.slim_len, &rv, False) != RECORD_OK:
-                break           # never written so; the scan reads this record from the commitlog
-            if not _take(&p.t, slim, &rv, e.phys, e.size):
-                code = RECORD_OK
-                break
-            at += e.size
-            pos += rmq_dring_entry_bytes(e)
-    batch = _finish(p, topic_ids, topics, from_offset, at, code)
+    buffers = _buffers_for(max_records, max_keys, buffers)
+    _start_pass(&t, buffers, max_records, max_keys, delay_level_ms)
+    t.base = r.buf
+    if head - pos > GIL_FREE_BYTES:         # as in scan_for_dispatch: a few entries keep the GIL
+        with nogil:
+            code = _drain_entries(&t, r, &pos, head, &at, readable_end, max_records)
+    else:
+        code = _drain_entries(&t, r, &pos, head, &at, readable_end, max_records)
+    batch = _finish(&t, buffers, topic_ids, topics, from_offset, at, code)
     rmq_atomic_store_i64(&r.tail, pos)          # after _finish: it read the topics out of these entries
     return batch
 
@@ -452,7 +541,7 @@ cdef int _append_run(object cq, const unsigned char *units, int64_t count, int64
     return 1
 
 
-def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None):
+def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None, dict queues=None):
     """The batch's consumable records (not prepared, not rolled back) split per (topic, queue id), each run in
     commitlog order: a list of ``(topic, queue_id, units, queue_offsets, ends, contiguous, last_store_ts)`` with
     ``units`` the consume-queue units (``unit_dtype``: 20 bytes, big-endian offset, size, tagsCode), ``queue_offsets``
@@ -463,7 +552,8 @@ def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None):
     units the queue lacks and fits it is appended there directly (one copy, the file's wrote position and store
     time published, the queue's max physical offset moved) and left out of the list; the rest (a new file, a
     rebuild after recovery, a gap) are returned for ConsumeQueue.append_units. Per run that saves the Python
-    frames that cost ~6 us (16 queues, passes of 256 records: ~400 ns a record with the GIL held).
+    frames that cost ~6 us (16 queues, passes of 256 records: ~400 ns a record with the GIL held). ``queues``
+    (the store's {topic: {queue_id: queue}}): the queues found there without a call of ``find_queue``.
 
     Plain C loops that keep the GIL: numpy's sorts and ufuncs release and retake it on arrays of a few hundred
     items, and every retake waits for the producer's switch interval (5 ms), which left the dispatcher behind a
@@ -478,30 +568,40 @@ def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None):
     out = []
     if n == 0:
         return out
-    cdef const int64_t[::1] phys = b.phys, tags = b.tags_code, ts = b.store_ts, qo = b.queue_offset
-    cdef const int32_t[::1] size = b.size, qid = b.queue_id, sf = b.sys_flag, tix = b.topic_idx
+    # The batch's arrays in place (its ScanBuffers), not through views of them.
+    cdef const _Taker *bt = &b.buffers.proto
+    cdef const int64_t *phys = bt.phys
+    cdef const int64_t *tags = bt.tags
+    cdef const int64_t *ts = bt.ts
+    cdef const int64_t *qo = bt.qo
+    cdef const int32_t *size = bt.size
+    cdef const int32_t *qid = bt.qid
+    cdef const int32_t *sf = bt.sf
+    cdef const int32_t *tix = bt.tix
     while cap < 2 * n:
         cap <<= 1
         bits += 1
-    cdef int64_t *keys = <int64_t *>malloc(cap * sizeof(int64_t))
-    cdef int *slot = <int *>malloc(cap * sizeof(int))
-    cdef int *rec_group = <int *>malloc(n * sizeof(int))
-    cdef int *first = <int *>malloc(n * sizeof(int))
-    cdef int64_t *count = <int64_t *>malloc(n * sizeof(int64_t))
-    cdef int64_t *start = <int64_t *>malloc(n * sizeof(int64_t))     # a group's first slot in the buffers below
-    cdef int64_t *filled = <int64_t *>malloc(n * sizeof(int64_t))
-    cdef unsigned char *unit_buf = <unsigned char *>malloc(n * CQ_UNIT_SIZE)
-    cdef int64_t *qo_buf = <int64_t *>malloc(n * sizeof(int64_t))
-    cdef int64_t *end_buf = <int64_t *>malloc(n * sizeof(int64_t))
-    cdef char *contiguous = <char *>malloc(n)
-    cdef int64_t *last_ts = <int64_t *>malloc(n * sizeof(int64_t))
+    # One allocation for every scratch array (a pass of a few records made twelve).
+    cdef size_t nn = <size_t>n
+    cdef char *block = <char *>malloc(<size_t>cap * (sizeof(int64_t) + sizeof(int))
+                                      + nn * (sizeof(int) * 2 + sizeof(int64_t) * 6 + CQ_UNIT_SIZE + 1))
+    if block == NULL:
+        raise MemoryError()
+    cdef int64_t *keys = <int64_t *>block
+    cdef int64_t *count = keys + cap
+    cdef int64_t *start = count + nn                  # a group's first slot in the buffers below
+    cdef int64_t *filled = start + nn
+    cdef int64_t *qo_buf = filled + nn
+    cdef int64_t *end_buf = qo_buf + nn
+    cdef int64_t *last_ts = end_buf + nn
+    cdef int *slot = <int *>(last_ts + nn)
+    cdef int *rec_group = slot + cap
+    cdef int *first = rec_group + nn
+    cdef unsigned char *unit_buf = <unsigned char *>(first + nn)
+    cdef char *contiguous = <char *>(unit_buf + nn * CQ_UNIT_SIZE)
     cdef unsigned char *u
     cdef cnp.ndarray units, queue_offsets, ends
     try:
-        if (keys == NULL or slot == NULL or rec_group == NULL or first == NULL or count == NULL or start == NULL
-                or filled == NULL or unit_buf == NULL or qo_buf == NULL or end_buf == NULL or contiguous == NULL
-                or last_ts == NULL):
-            raise MemoryError()
         memset(slot, 0xFF, cap * sizeof(int))            # -1: empty slot
         # Group ids by first appearance, through an open-addressing table on (topic index, queue id).
         for i in range(n):
@@ -546,10 +646,16 @@ def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None):
         for g in range(ng):
             j = start[g]
             topic = b.topics[tix[first[g]]]
-            if find_queue is not None and contiguous[g] and _append_run(
-                    find_queue(topic, qid[first[g]]), unit_buf + j * CQ_UNIT_SIZE, count[g], qo_buf[j],
-                    end_buf + j, last_ts[g]):
-                continue
+            if find_queue is not None and contiguous[g]:
+                cq = None
+                if queues is not None:
+                    per_topic = queues.get(topic)
+                    if per_topic is not None:
+                        cq = per_topic.get(qid[first[g]])
+                if cq is None:
+                    cq = find_queue(topic, qid[first[g]])
+                if _append_run(cq, unit_buf + j * CQ_UNIT_SIZE, count[g], qo_buf[j], end_buf + j, last_ts[g]):
+                    continue
             units = np.empty(count[g], unit_dtype)
             queue_offsets = np.empty(count[g], np.int64)
             ends = np.empty(count[g], np.int64)
@@ -559,15 +665,28 @@ def queue_runs(DispatchBatch b not None, unit_dtype, find_queue=None):
             out.append((topic, qid[first[g]], units, queue_offsets, ends, bool(contiguous[g]), last_ts[g]))
         return out
     finally:
-        free(keys)
-        free(slot)
-        free(rec_group)
-        free(first)
-        free(count)
-        free(start)
-        free(filled)
-        free(unit_buf)
-        free(qo_buf)
-        free(end_buf)
-        free(contiguous)
-        free(last_ts)
+        free(block)
+
+
+def index_batch(DispatchBatch b not None, IndexFile f not None, int start=0):
+    """IndexFile.put_hashes(skip_indexed=True) of the batch's keys from ``start`` on, read in place (no views, no
+    copies): how many were consumed (all of them unless ``f`` filled up). IndexService.build_index_batch's kernel;
+    a few keys keep the GIL, as the scans do."""
+    cdef const _Taker *bt = &b.buffers.proto
+    cdef int64_t n = b.nkeys - start, done
+    if start < 0 or n < 0:
+        raise ValueError(f"start {start} outside [0, {b.nkeys}]")
+    if n == 0:
+        return 0
+    if f.read_only:
+        raise PermissionError(f"{f.file_name}: index file is open read-only")
+    f._hold_or_raise()
+    try:
+        if n > 4096:
+            with nogil:
+                done = f.put_hashes_c(bt.kh + start, bt.kp + start, bt.kt + start, n, True)
+        else:
+            done = f.put_hashes_c(bt.kh + start, bt.kp + start, bt.kt + start, n, True)
+    finally:
+        f.release()
+    return done

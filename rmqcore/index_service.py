@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from ._dispatch import index_batch
 from ._index_file import IndexFile, index_key_hash, query_files
 from .errors import StoreLayoutError
 from .mapped_file_queue import TMP_DIR
@@ -344,6 +345,27 @@ class IndexService:
                     raise OSError(f.alloc_error, f"index file runway: {os.strerror(f.alloc_error)}", f.file_name)
                 if done < n and not f.is_write_full():
                     # put_hashes stops early only on a full file; anything else would loop forever.
+                    raise RuntimeError(f"{f.file_name}: put_hashes stopped at {done} of {n} with room left")
+        return done
+
+    def build_index_batch(self, batch) -> int:
+        """build_index_hashes of a dispatcher batch's keys (rmqcore._dispatch.DispatchBatch), read in place: the
+        dispatcher's way, which for a pass of a few keys cost less than the arrays' checks and slices did."""
+        n = batch.nkeys
+        done = 0
+        with self._put_lock:
+            files = self.index_file_list
+            f = files[-1] if files else None        # the last file, as get_and_create_last_index_file gives it
+            while done < n:
+                if f is None or f.is_write_full():
+                    f = self.retry_get_and_create_index_file()
+                    if f is None:
+                        log.error("build index error, stop building index")
+                        return done
+                done += index_batch(batch, f, done)
+                if done < n and f.alloc_error:
+                    raise OSError(f.alloc_error, f"index file runway: {os.strerror(f.alloc_error)}", f.file_name)
+                if done < n and not f.is_write_full():
                     raise RuntimeError(f"{f.file_name}: put_hashes stopped at {done} of {n} with room left")
         return done
 

@@ -123,6 +123,7 @@ class MessageStore:
         self._commit_lock = threading.Lock()
         self._consume_queues: dict[str, dict[int, ConsumeQueue]] = {}
         self._arrived = threading.Condition()
+        self._arrived_waiters = 0       # readers in get_messages' wait (changed under _arrived)
         self._services: list = []
         self.commit_log: CommitLog | None = None
         self.index_service: IndexService | None = None
@@ -766,7 +767,7 @@ class MessageStore:
         # every retake waits out a switch interval (see _dispatch.queue_runs). The runs that continue their
         # queue's last file were appended by queue_runs itself; these are the others.
         for topic, queue_id, units, queue_offsets, ends, contiguous, last_ts in queue_runs(
-                batch, CQ_DTYPE, self.find_consume_queue):
+                batch, CQ_DTYPE, self.find_consume_queue, self._consume_queues):
             cq = self.find_consume_queue(topic, queue_id)
             # Units the queue already holds (a rebuild after recovery) are a prefix of the run: commitlog order.
             built = cq.max_physic_offset
@@ -786,10 +787,14 @@ class MessageStore:
                     cq.put_message_position_info(int(u["offset"]), int(u["size"]), int(u["tags_code"]), int(qo),
                                                  last_ts)
         if self.config.message_index_enable and batch.nkeys:
-            self.index_service.build_index_hashes(batch.key_hash, batch.key_phys, batch.key_ts)
-        self._last_dispatched_ts = int(batch.store_ts[-1])
-        with self._arrived:
-            self._arrived.notify_all()
+            self.index_service.build_index_batch(batch)
+        self._last_dispatched_ts = batch.last_store_ts
+        # Only when a reader waits (most passes have none; the Condition's lock and notify were ~1 us of a pass of
+        # a few records). A reader counts itself in before it checks its queue (get_messages), so either it sees
+        # these units or this sees it waiting.
+        if self._arrived_waiters:
+            with self._arrived:
+                self._arrived.notify_all()
 
     # -- get ----------------------------------------------------------------------------------------------------
 
@@ -821,9 +826,13 @@ class MessageStore:
             with self._arrived:
                 if self._closed:
                     raise StoreClosedError(f"message store {self.path} closed while waiting")
-                cq = self.find_consume_queue(topic, queue_id, create=False)
-                if cq is None or cq.max_offset_in_queue <= offset:
-                    self._arrived.wait(min(remaining, 0.5))
+                self._arrived_waiters += 1
+                try:
+                    cq = self.find_consume_queue(topic, queue_id, create=False)
+                    if cq is None or cq.max_offset_in_queue <= offset:
+                        self._arrived.wait(min(remaining, 0.5))
+                finally:
+                    self._arrived_waiters -= 1
 
     def _get(self, topic, queue_id, offset, max_count, tag_filter) -> GetResult:
         queues = self._consume_queues.get(topic)          # find_consume_queue(create=False) without its frame

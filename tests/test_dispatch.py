@@ -364,3 +364,26 @@ def test_a_store_whose_ring_overflows_still_dispatches_every_message(tmp_path, m
         for i in (0, 150, 299):
             found = store.query_message(f"T{i % 2}", f"key-{i}")
             assert [bytes(m.body) for m in found] == [f"body {i}".encode()]
+
+
+def test_one_pass_indexes_every_key_across_full_index_files(tmp_path):
+    # The dispatcher hands a pass's keys to the index in place (IndexService.build_index_batch): a batch whose
+    # keys fill several small index files must leave every key findable, each file full before the next begins.
+    from rmqcore import MessageStore
+    cfg = StoreConfig(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=11, max_index_num=40,
+                      warm_mapped_file_enable=False)
+    store = MessageStore.open(str(tmp_path / "s"), cfg)
+    try:
+        results = store.put_batch([Message("Idx", b"m%d" % i, i % 2, keys=[f"k-{i}", f"both-{i % 3}"])
+                                   for i in range(60)])
+        assert store.wait_dispatched(10)
+        files = store.index_service.index_files
+        # 60 messages x (UNIQ_KEY + 2 keys) = 180 entries; 39 items a file (item 0 is unused, as in RocketMQ).
+        assert len(files) == 5 and all(f.is_write_full() for f in files[:-1])
+        for i, r in enumerate(results):
+            hits = store.query_message("Idx", f"k-{i}")
+            assert [m.commitlog_offset for m in hits] == [r.commitlog_offset]
+            assert [m.commitlog_offset for m in store.query_message("Idx", r.uniq_key)] == [r.commitlog_offset]
+        assert len(store.query_message("Idx", "both-1", max_num=64)) == 20
+    finally:
+        store.close()

@@ -184,6 +184,37 @@ def test_long_polling_returns_when_a_message_arrives(store):
     assert g.status is GetStatus.OFFSET_OVERFLOW_ONE and time.monotonic() - t0 >= 0.29
 
 
+def test_every_long_polling_reader_is_woken_by_the_dispatch_of_its_message(store):
+    # The dispatcher wakes readers only when some wait (a count kept by get_messages): each of several readers
+    # waiting at once, round after round, must return with its message as soon as it is dispatched, not at the
+    # 0.5 s re-check a missed wake-up would leave it to.
+    put_n(store, 1)
+    store.wait_dispatched()
+    queues = 3
+    offsets = [store.max_offset("TopicA", q) for q in range(queues)]
+    for rnd in range(8):
+        got = {}
+
+        def read(q):
+            t = time.monotonic()
+            g = store.get_messages("g", "TopicA", q, offsets[q], 32, wait=5)
+            got[q] = (g, time.monotonic() - t)
+
+        readers = [threading.Thread(target=read, args=(q,)) for q in range(queues)]
+        for t in readers:
+            t.start()
+        time.sleep(0.05)                 # the readers wait by now
+        for q in range(queues):
+            assert store.put(Message("TopicA", b"round-%d" % rnd, q)).ok
+        for t in readers:
+            t.join(10)
+        for q in range(queues):
+            g, took = got[q]
+            assert g.status is GetStatus.FOUND and bytes(g.messages[0].body) == b"round-%d" % rnd
+            assert took < 0.45, f"round {rnd}, queue {q}: the reader returned after {took:.3f} s"
+            offsets[q] += 1
+
+
 def test_wait_on_closing_store_raises(tmp_path):
     s = MessageStore.open(str(tmp_path / "s"), cfg())
     errors = []
