@@ -294,7 +294,9 @@ class ConsoleData:
                          "ring_dropped": info["dispatch_ring_dropped"]},
             "flush": {"type": info["flush_disk_type"], "put_calls": info["put_calls"], "flushes": flushes,
                       "flush_requests": served,
-                      "puts_per_flush": round(served / flushes, 2) if flushes else None},
+                      # puts, not requests: the gRPC server's sends ask twice (the put's own request, then the
+                      # completion it awaits), a blocking put once
+                      "puts_per_flush": round(info["put_calls"] / flushes, 2) if flushes else None},
             "counts": {"topics": info["topics"], "groups": info["subscription_groups"],
                        "consume_queues": info["consume_queues"], "index_files": info["index_files"],
                        "clients": len(clients)},

@@ -270,10 +270,11 @@ class RocketMQCollector(Collector):
         yield counter("rmqcore_put_calls", "Put calls on the commitlog writer", info["put_calls"])
         gc = getattr(store, "group_commit", None)
         if gc is not None:
-            # SYNC_FLUSH: flush requests / flushes is the puts per flush (group commit's batching). Requests, not
-            # blocking waits: the gRPC server's sends ask for their flush without a thread waiting in put.
+            # SYNC_FLUSH: rmqcore_put_calls / rmqcore_flushes is the puts per flush (group commit's batching).
+            # Requests are every ask for a flush: a blocking put asks once, a gRPC send twice (its put, then the
+            # completion the server awaits), so they are no count of puts.
             yield counter("rmqcore_flushes", "Group-commit flushes (SYNC_FLUSH)", gc.flushes)
-            yield counter("rmqcore_flush_requests", "Flush requests (SYNC_FLUSH puts, waited for in put or not)",
+            yield counter("rmqcore_flush_requests", "Requests for a flush made to the group commit (SYNC_FLUSH)",
                           gc.requests)
         yield gauge("rmqcore_topics", "Topics configured", info["topics"])
         yield gauge("rmqcore_subscription_groups", "Subscription groups configured", info["subscription_groups"])
