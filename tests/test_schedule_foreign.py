@@ -292,3 +292,27 @@ def test_a_send_to_a_topic_outside_the_brokers_rule_is_still_refused(tmp_path):
             b.send(Message("java-主题", b"x", properties={"DELAY": "1"}))
     finally:
         b.close()
+
+
+def test_a_half_message_another_broker_stored_for_a_foreign_topic_commits(tmp_path):
+    # A transaction's half another broker stored for 支付 (its send path took the topic): committing it re-puts the
+    # real message through the store, as RocketMQ's EndTransactionProcessor does, so it reaches 支付 instead of
+    # being refused by the broker's character rule and left for the check to discard.
+    from rmqcore.broker import Broker
+    from rmqcore.broker.errors import IllegalNameError
+    from rmqcore.broker.transaction import HALF_TOPIC
+    path = str(tmp_path / "s")
+    props = {"TRAN_MSG": "true", "PGROUP": "pg", "KEYS": "k-half", "UNIQ_KEY": "0A010203A0B418B4AAC2000000000001",
+             "WAIT": "true", "REAL_TOPIC": "支付", "REAL_QID": "1"}
+    (offset,) = write_foreign_store(path, [dict(topic=HALF_TOPIC, queue_id=0, body=b"pay-1", properties=props,
+                                                born_timestamp=1_700_000_000_000, store_timestamp=now_ms())])
+    with Broker.open(path, store_config=config()) as b:
+        r = b.end_transaction(offset, "pg", True)
+        assert r is not None and r.status.name == "PUT_OK"
+        b.store.wait_dispatched()
+        (m,) = read_queue(b.store, "支付", 1)
+        assert bytes(m.body) == b"pay-1" and m.properties["KEYS"] == "k-half"
+        assert "TRAN_MSG" not in m.properties and "REAL_TOPIC" not in m.properties
+        assert m.prepared_transaction_offset == offset
+        with pytest.raises(IllegalNameError):         # a send of its own to 支付 is still the broker's to refuse
+            b.send(Message("支付", b"x", 0))

@@ -230,6 +230,12 @@ class TransactionalMessageService:
             self._last_put_end = max(self._last_put_end, r.commitlog_offset + r.wrote_bytes)
         return r
 
+    def _put_committed(self, msg):
+        r = self.store.put_delivered([msg])[0]
+        if r.status is PutStatus.PUT_OK:
+            self._last_put_end = max(self._last_put_end, r.commitlog_offset + r.wrote_bytes)
+        return r
+
     def _half_at(self, commit_log_offset: int):
         half = self.store.look_message(commit_log_offset)
         if half is None:
@@ -255,7 +261,10 @@ class TransactionalMessageService:
     def _end(self, half, commit: bool):
         result = None
         if commit:
-            result = self._put(self._committed_message(half))
+            # The real message goes through the store's topic rule, not the broker's (as EndTransactionProcessor's
+            # sendFinalMessage puts it through the store): a half another broker stored for a topic its send path
+            # took (支付) commits; a half this broker took was checked against the broker's rule at prepare.
+            result = self._put_committed(self._committed_message(half))
             if result.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
                 # sendFinalMessage failed: no op record, the half stays open for the check service.
                 return result
