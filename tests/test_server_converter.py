@@ -263,6 +263,28 @@ def test_a_corrupt_gzip_body_is_refused_as_corrupted_not_an_internal_error():
     assert bytes(compiled.to_store_message(m)[0].body) == b"payload"
 
 
+def test_a_gzip_body_that_expands_past_the_limit_is_refused_without_expanding_it_whole():
+    # 256 MiB of zeros gzip to ~250 KiB: a request well under every transport limit. Refused as too large once
+    # the decompressed body passes max_message_size, having expanded no more than that.
+    import tracemalloc
+    m = _valid(body_encoding=pb.GZIP)
+    m.body = gzip.compress(bytes(256 * 1024 * 1024), compresslevel=1)
+    assert len(m.body) < 2 * 1024 * 1024
+    for convert in (compiled.to_store_messages, reference.to_store_messages):
+        tracemalloc.start()
+        try:
+            with pytest.raises(reference.InvalidMessage) as e:
+                convert([m], 4 * 1024 * 1024)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert e.value.code == pb.MESSAGE_BODY_TOO_LARGE and "expands past 4194304" in str(e.value)
+        assert peak < 64 * 1024 * 1024
+    m.body = gzip.compress(b"y" * (4 * 1024 * 1024))                 # exactly the limit: taken
+    for convert in (compiled.to_store_messages, reference.to_store_messages):
+        assert len(convert([m], 4 * 1024 * 1024)[0][0].body) == 4 * 1024 * 1024
+
+
 # -- the answer ---------------------------------------------------------------------------------------------------
 
 class DuckResult:

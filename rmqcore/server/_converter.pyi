@@ -5,7 +5,7 @@ from typing import Any
 
 from rmqcore._message import Message
 
-def to_store_message(m: Any) -> tuple[Message, int]:
+def to_store_message(m: Any, max_body: int = ...) -> tuple[Message, int]:
     """converter.to_store_message: a protocol Message → (store Message with queue_id -1, MessageType). Raises
     InvalidMessage."""
 def to_store_messages(messages: Iterable[Any], max_body: int) -> list[tuple[Message, int]]:

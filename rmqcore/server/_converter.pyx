@@ -26,7 +26,6 @@ from libc.string cimport memcpy
 
 from rmqcore._message cimport Message, PutResult
 
-import gzip
 import time
 import zlib
 
@@ -62,6 +61,8 @@ cdef str PROPERTY_PRODUCER_GROUP = _const.PROPERTY_PRODUCER_GROUP
 cdef str PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = _const.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS
 cdef str PROPERTY_TRACE_CONTEXT = _const.PROPERTY_TRACE_CONTEXT
 cdef frozenset SYSTEM_PROPERTIES = _const.SYSTEM_PROPERTIES
+cdef Py_ssize_t DEFAULT_MAX_BODY = _const.DEFAULT_MAX_BODY
+cdef object gunzip_limited = _const.gunzip_limited
 cdef Py_ssize_t MAX_USER_PROPERTY_SIZE = _const.MAX_USER_PROPERTY_SIZE
 cdef Py_ssize_t MAX_MESSAGE_GROUP_SIZE = _const.MAX_MESSAGE_GROUP_SIZE
 cdef Py_ssize_t MAX_TAG_LENGTH = _const.MAX_TAG_LENGTH
@@ -358,7 +359,7 @@ cdef object _millis(int64_t seconds, int32_t nanos):
     return <object>seconds * 1000 + <object>nanos // 1000000
 
 
-cdef tuple _convert(m, bytes body):
+cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
     """converter.to_store_message, check for check in the same order (the first error found is the same one), the
     properties inserted in the same order (it decides the record's bytes); ``body`` is ``m.body``, read once by
     the caller."""
@@ -424,9 +425,12 @@ cdef tuple _convert(m, bytes body):
         props[PROPERTY_TRACE_CONTEXT] = f.trace
     if f.body_encoding == GZIP:
         try:
-            body = gzip.decompress(body)
+            body = gunzip_limited(body, max_body)
         except (OSError, EOFError, zlib.error) as e:
             raise InvalidMessage(MESSAGE_CORRUPTED, f"gzip body does not decompress: {e}") from None
+        if body is None:
+            raise InvalidMessage(MESSAGE_BODY_TOO_LARGE, f"gzip body expands past {max_body} bytes "
+                                 "(max_message_size)")
     born = _millis(f.born_s, f.born_n) if f.has_born else time.time_ns() // 1000000
     host = _born_host(f.born_host)
     PyLong_AsLongLongAndOverflow(born, &overflow)
@@ -445,10 +449,10 @@ cdef tuple _convert(m, bytes body):
     return msg, f.message_type
 
 
-def to_store_message(m):
+def to_store_message(m, Py_ssize_t max_body=DEFAULT_MAX_BODY):
     """converter.to_store_message: a protocol Message → (store Message with queue_id -1, MessageType). Raises
     InvalidMessage."""
-    return _convert(m, m.body)
+    return _convert(m, m.body, max_body)
 
 
 def to_store_messages(messages, Py_ssize_t max_body):
@@ -471,7 +475,7 @@ def to_store_messages(messages, Py_ssize_t max_body):
         bodies.append(body)
     out = []
     for i in range(len(srcs)):
-        out.append(_convert(srcs[i], <bytes>bodies[i]))
+        out.append(_convert(srcs[i], <bytes>bodies[i], max_body))
     return out
 
 

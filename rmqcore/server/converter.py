@@ -5,7 +5,6 @@ message building): which protocol fields become which RocketMQ properties, and b
 ``_converter.pyx`` (what SendMessage runs) are tested against, result for result and error for error."""
 from __future__ import annotations
 
-import gzip
 import time
 import zlib
 
@@ -13,12 +12,13 @@ from ..message import Message
 from ..status import PutStatus
 from . import messaging_pb2 as pb
 # The names and limits both converters share (protobuf-free, for the compiled one), re-exported here.
-from .message_const import (MAX_MESSAGE_GROUP_SIZE, MAX_MESSAGE_ID_LENGTH, MAX_TAG_LENGTH,  # noqa: F401
+from .message_const import (DEFAULT_MAX_BODY, MAX_MESSAGE_GROUP_SIZE, MAX_MESSAGE_ID_LENGTH, MAX_TAG_LENGTH,  # noqa: F401
                             MAX_USER_PROPERTY_SIZE, PROPERTY_BORN_HOST_NAME, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
                             PROPERTY_DLQ_ORIGIN_MESSAGE_ID, PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_KEYS,
                             PROPERTY_PRODUCER_GROUP, PROPERTY_SHARDING_KEY, PROPERTY_TAGS, PROPERTY_TIMER_DELIVER_MS,
                             PROPERTY_TIMER_OUT_MS, PROPERTY_TRACE_CONTEXT, PROPERTY_TRANSACTION_CHECK_TIMES,
-                            PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, SYSTEM_PROPERTIES, InvalidMessage)
+                            PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, SYSTEM_PROPERTIES, InvalidMessage,
+                            gunzip_limited)
 
 
 def _check_text(value: str, code: int, what: str) -> None:
@@ -26,7 +26,7 @@ def _check_text(value: str, code: int, what: str) -> None:
         raise InvalidMessage(code, f"{what} {value[:64]!r} is blank or holds a control character")
 
 
-def to_store_message(m: "pb.Message") -> tuple[Message, int]:
+def to_store_message(m: "pb.Message", max_body: int = DEFAULT_MAX_BODY) -> tuple[Message, int]:
     """A protocol Message → (store Message with queue_id -1, MessageType). Raises InvalidMessage."""
     sp = m.system_properties
     props: dict[str, str] = {}
@@ -81,11 +81,14 @@ def to_store_message(m: "pb.Message") -> tuple[Message, int]:
     body = m.body
     if sp.body_encoding == pb.GZIP:
         try:
-            body = gzip.decompress(body)
+            body = gunzip_limited(body, max_body)
         # zlib.error: a gzip header over a deflate stream that is not one (BadGzipFile is an OSError, a cut
         # stream an EOFError).
         except (OSError, EOFError, zlib.error) as e:
             raise InvalidMessage(pb.MESSAGE_CORRUPTED, f"gzip body does not decompress: {e}") from None
+        if body is None:
+            raise InvalidMessage(pb.MESSAGE_BODY_TOO_LARGE, f"gzip body expands past {max_body} bytes "
+                                 "(max_message_size)")
     born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField(
         "born_timestamp") else time.time_ns() // 1_000_000
     msg = Message(m.topic.name, body, -1, properties=props, born_timestamp=born,
@@ -103,7 +106,7 @@ def to_store_messages(messages, max_body: int) -> list[tuple[Message, int]]:
         if len(m.body) > max_body:
             raise InvalidMessage(pb.MESSAGE_BODY_TOO_LARGE, f"message body is {len(m.body)} bytes, more than "
                                  f"{max_body} (max_message_size)")
-    return [to_store_message(m) for m in messages]
+    return [to_store_message(m, max_body) for m in messages]
 
 
 def fill_send_entries(resp: "pb.SendMessageResponse", messages, converted, results) -> tuple[list[int], int, str]:

@@ -5,6 +5,9 @@ defaults), and ``InvalidMessage``, the refusal of a message that breaks them. Sh
 and protobuf are only in the ``server`` extra)."""
 from __future__ import annotations
 
+import gzip
+import io
+
 # MessageConst property names the protocol carries in system properties.
 PROPERTY_TAGS = "TAGS"
 PROPERTY_KEYS = "KEYS"
@@ -40,6 +43,20 @@ MAX_USER_PROPERTY_SIZE = 16 * 1024        # maxUserPropertySize
 MAX_MESSAGE_GROUP_SIZE = 64               # maxMessageGroupSize
 MAX_TAG_LENGTH = 1024
 MAX_MESSAGE_ID_LENGTH = 128
+
+
+# A body the producer gzipped is stored decompressed; without a size the converters are given, no more than this
+# (StoreConfig.max_message_size's default).
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+
+
+def gunzip_limited(body: bytes, limit: int) -> bytes | None:
+    """A GZIP-encoded body decompressed, or None when it would expand past ``limit`` bytes: it is read only that
+    far, so a small request cannot take the memory of a huge one. Raises what gzip raises for a body that does not
+    decompress (OSError/BadGzipFile, EOFError for a cut stream, zlib.error for a header over no deflate stream)."""
+    with gzip.GzipFile(fileobj=io.BytesIO(body)) as f:
+        out = f.read(limit + 1)
+    return None if len(out) > limit else out
 
 
 class InvalidMessage(ValueError):
