@@ -176,15 +176,8 @@ class ReputMessageService(threading.Thread):
                 batch = drain_dispatch_ring(ring, self.reput_from_offset, mf.file_from_offset + readable,
                                             self.max_records, 4 * self.max_records, self._topic_ids, self._topics,
                                             self.store.delay_level_ms, self._buffers)
-                if batch.skipped:
+                if batch.n or batch.skipped:
                     total += self._applied(batch)
-                    self.reput_from_offset = batch.end_offset
-                    continue
-                if batch.n:     # _applied's common case inline
-                    self.store._apply_dispatch(batch)
-                    self.dispatched += batch.n
-                    self.lag_ms = max(0, int(time.time() * 1000) - batch.last_store_ts)
-                    total += batch.n
                     self.reput_from_offset = batch.end_offset
                     continue
                 # The ring has nothing at this offset: scan the commitlog up to its next entry in this file.

@@ -332,40 +332,33 @@ class IndexService:
                              f"({n}, {len(phy_offsets)}, {len(timestamps)})")
         if n == 0:
             return 0
-        done = 0
-        with self._put_lock:
-            while done < n:
-                f = self.retry_get_and_create_index_file()
-                if f is None:
-                    log.error("build index error, stop building index")
-                    return done
-                took = f.put_hashes(key_hashes[done:], phy_offsets[done:], timestamps[done:], skip_indexed=True)
-                done += took
-                if done < n and f.alloc_error:
-                    raise OSError(f.alloc_error, f"index file runway: {os.strerror(f.alloc_error)}", f.file_name)
-                if done < n and not f.is_write_full():
-                    # put_hashes stops early only on a full file; anything else would loop forever.
-                    raise RuntimeError(f"{f.file_name}: put_hashes stopped at {done} of {n} with room left")
-        return done
+        return self._put_keys(n, lambda f, done: f.put_hashes(key_hashes[done:], phy_offsets[done:],
+                                                              timestamps[done:], skip_indexed=True))
 
     def build_index_batch(self, batch) -> int:
         """build_index_hashes of a dispatcher batch's keys (rmqcore._dispatch.DispatchBatch), read in place: the
         dispatcher's way, which for a pass of a few keys cost less than the arrays' checks and slices did."""
-        n = batch.nkeys
+        return self._put_keys(batch.nkeys, lambda f, done: index_batch(batch, f, done))
+
+    def _put_keys(self, n: int, put) -> int:
+        """The build loop of both: ``put(file, done)`` puts keys from ``done`` on into ``file`` and says how many
+        it took (fewer only when the file filled up); full files roll over. The last file is taken as it is while
+        it has room (get_and_create_last_index_file's lock and frame were most of a pass of a few keys)."""
         done = 0
         with self._put_lock:
             files = self.index_file_list
-            f = files[-1] if files else None        # the last file, as get_and_create_last_index_file gives it
+            f = files[-1] if files else None
             while done < n:
                 if f is None or f.is_write_full():
                     f = self.retry_get_and_create_index_file()
                     if f is None:
                         log.error("build index error, stop building index")
                         return done
-                done += index_batch(batch, f, done)
+                done += put(f, done)
                 if done < n and f.alloc_error:
                     raise OSError(f.alloc_error, f"index file runway: {os.strerror(f.alloc_error)}", f.file_name)
                 if done < n and not f.is_write_full():
+                    # put_hashes stops early only on a full file; anything else would loop forever.
                     raise RuntimeError(f"{f.file_name}: put_hashes stopped at {done} of {n} with room left")
         return done
 
