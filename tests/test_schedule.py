@@ -29,6 +29,7 @@ from rmqcore._codec import java_hash_code
 from rmqcore.errors import StoreLayoutError
 from rmqcore.schedule import (SCHEDULE_TOPIC, ScheduleMessageService, decode_delay_offsets, encode_delay_offsets,
                               rewrite_delay)
+from store_util import queue_messages
 
 # The directory holding the rmqcore imported here (a source tree, or site-packages for an installed build):
 # child processes import that one, never the sources beside the tests (uncompiled in an unpacked sdist).
@@ -63,13 +64,7 @@ def put_delayed(store, msg):
 
 
 def read_queue(store, topic, qid):
-    out, off = [], 0
-    while True:
-        g = store.get_messages("t", topic, qid, off, 32)
-        if g.status is not GetStatus.FOUND:
-            return out
-        out += [m.as_dict() | {"tags_code": m.tags_code} for m in g.messages]
-        off = g.next_begin_offset
+    return [m.as_dict() | {"tags_code": m.tags_code} for m in queue_messages(store, topic, qid)]
 
 
 # -- the rewrite ---------------------------------------------------------------------------------------------------

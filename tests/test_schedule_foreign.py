@@ -20,13 +20,14 @@ import time
 import numpy as np
 import pytest
 
-from rmqcore import GetStatus, Message, MessageIllegalError, MessageStore, StoreConfig
+from rmqcore import Message, MessageIllegalError, MessageStore, StoreConfig
 from rmqcore import reference as R
 from rmqcore._codec import topic_is_dispatchable
 from rmqcore._encoder import EncodeBuffer
 from rmqcore._schedule import MAX_PAIRS, time_up_into
 from rmqcore.schedule import SCHEDULE_TOPIC
 from rmqcore.timer import TIMER_TOPIC
+from store_util import queue_messages  # noqa: E402
 
 FILE = 256 * 1024
 LEVELS = "1s 5s 10s"
@@ -84,14 +85,7 @@ def many_pairs(i):
     return {f"p{k}": f"v{i}.{k}" for k in range(MAX_PAIRS + 2)}
 
 
-def read_queue(store, topic, qid):
-    out, off = [], 0
-    while True:
-        g = store.get_messages("g", topic, qid, off, 32)
-        if g.status is not GetStatus.FOUND:
-            return out
-        out += g.messages
-        off = g.next_begin_offset
+read_queue = queue_messages
 
 
 def wait_for(cond, timeout=20.0):

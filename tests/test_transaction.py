@@ -20,7 +20,6 @@ import tempfile
 import time
 import zlib
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -30,6 +29,7 @@ from rmqcore import GetStatus, Message, MessageIllegalError, MessageStore, PutSt
 from rmqcore._codec import java_hash_code
 from rmqcore.broker.transaction import (CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_TOPIC, SYSTEM_GROUP,
                                         TransactionalMessageService, TransactionError)
+from store_util import queue_messages
 
 # The directory holding the rmqcore imported here (a source tree, or site-packages for an installed build):
 # child processes import that one, never the sources beside the tests (uncompiled in an unpacked sdist).
@@ -77,14 +77,7 @@ def raw_at(store, offset):
     return parse_record(bytes(store.look_message(offset).record()))
 
 
-def queue(store, topic, qid=0):
-    out, off = [], 0
-    while True:
-        g = store.get_messages("t", topic, qid, off, 32)
-        if g.status is not GetStatus.FOUND:
-            return out
-        out += g.messages
-        off = g.next_begin_offset
+queue = queue_messages
 
 
 def tx_message(i, topic="Pay", qid=1, sys_flag=0, **extra):
