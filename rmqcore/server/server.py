@@ -122,6 +122,9 @@ class MessagingServer:
             raise OSError(f"cannot listen on {address}")
         self.port = bound
         await self._grpc.start()
+        if self.broker.store.reput is not None:
+            # the loop runs the dispatch passes after its sends (MessagingService._wake)
+            self.broker.store.reput.drive_externally(True)
         self._expiry_task = asyncio.ensure_future(self._expire_clients())
         tx = self.broker.transactions
         if tx is not None:
@@ -146,6 +149,8 @@ class MessagingServer:
             for tel in list(self._service.telemetry.values()):
                 tel.outbox.put_nowait(None)
             await self._grpc.stop(self.config.grace_s if grace is None else grace)
+            if self.broker.store.reput is not None:
+                self.broker.store.reput.drive_externally(False)
             if self._started_check:
                 self.broker.transactions.shutdown()
             if self.broker.transactions is not None:
