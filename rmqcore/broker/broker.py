@@ -236,6 +236,13 @@ class Broker:
         if queue_id < 0 or queue_id >= entry.queue_id_limit or entry.slow:
             self._send_slow(msg, entry)
 
+    @property
+    def send_entries(self) -> dict:
+        """topic -> SendEntry for every topic whose send checks passed and still hold (emptied on each change of
+        the topic table or the broker's permission): a send to a topic found here, with a queue id in its range,
+        needs none of them again. To read, never to write (the gRPC server's common send reads it)."""
+        return self._send_cache
+
     def send(self, msg: Message) -> PutResult:
         """Store ``msg`` as a broker's send does: check the broker's and the topic's permissions, create the topic
         on first send when ``auto_create_topic_enable`` is on, pick a random write queue when ``queue_id`` < 0,

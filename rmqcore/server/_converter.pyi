@@ -16,3 +16,11 @@ def fill_send_entries(resp: Any, messages: Iterable[Any], converted: Sequence[tu
     """converter.fill_send_entries: one SendResultEntry per message appended to ``resp.entries`` (all in one
     ``resp.MergeFromString``); returns (the body sizes of the messages stored, the code and text for the
     response's status: OK, or those of the last entry that failed)."""
+
+class CommonSend:
+    """SendMessage's common request (one NORMAL message to a topic the broker's send cache holds) converted,
+    stored, answered and counted in one call; None, nothing changed, for any other request."""
+    def __init__(self, entries: dict, topics_ok: set, other_types: Iterable[str], put: Any, rr: Any,
+                 max_body: int, on_messages_in: Any, wake: Any, response_type: Any, seen: dict, producer_info: Any,
+                 client: Any, on_rpc: Any, code_names: dict, internal_error: Any) -> None: ...
+    def answer(self, req: Any, context: Any) -> Any: ...
