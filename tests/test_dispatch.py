@@ -1,5 +1,7 @@
 """The reput scan's split into consume-queue runs (rmqcore._dispatch.queue_runs) against a plain Python grouping of
 the records the reference decoder reads."""
+import time
+
 import numpy as np
 from hypothesis import given, note, strategies as st
 
@@ -387,3 +389,30 @@ def test_one_pass_indexes_every_key_across_full_index_files(tmp_path):
         assert len(store.query_message("Idx", "both-1", max_num=64)) == 20
     finally:
         store.close()
+
+
+def test_a_driver_runs_the_passes_and_the_thread_sweeps_behind_it(tmp_path, monkeypatch):
+    # drive_externally: the driver's try_reput dispatches what was put, -1 while a pass of the thread holds the
+    # lock; the thread, not poked by puts meanwhile, still takes every put within its sweep; and taken back, it
+    # paces itself again.
+    from rmqcore import MessageStore
+    with MessageStore.open(str(tmp_path / "s")) as store:
+        reput = store.reput
+        reput.drive_externally(True)
+        monkeypatch.setattr(reput, "SWEEP", 3600.0)        # no sweep meanwhile: the driver's pass is what counts
+        reput._wake.poke()
+        time.sleep(0.05)                                    # the thread takes up the hour-long sweep
+        assert store.put(Message("drv", b"one", 0)).ok
+        assert reput.try_reput() == 1
+        assert store.get_messages("g", "drv", 0, 0).messages[0].body == b"one"
+        with reput._lock:                                   # a pass of the thread's runs
+            assert reput.try_reput() == -1
+        monkeypatch.setattr(reput, "SWEEP", 0.01)
+        reput._wake.poke()
+        assert store.put(Message("drv", b"two", 0)).ok
+        assert store.wait_dispatched(5)                     # the sweep took it: no driver pass
+        assert [bytes(m.body) for m in store.get_messages("g", "drv", 0, 0).messages] == [b"one", b"two"]
+        reput.drive_externally(False)
+        assert store.put(Message("drv", b"three", 0)).ok
+        assert store.wait_dispatched(5)
+        assert len(store.get_messages("g", "drv", 0, 0).messages) == 3

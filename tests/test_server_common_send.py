@@ -19,11 +19,11 @@ pytest.importorskip("google.protobuf")
 
 from rmqcore.broker import Broker  # noqa: E402
 from rmqcore.broker.broker_config import BrokerConfig  # noqa: E402
+from rmqcore.config import StoreConfig  # noqa: E402
 from rmqcore.message import Message  # noqa: E402
 from rmqcore.server import messaging_pb2 as pb  # noqa: E402
 from rmqcore.server.server import MessagingServer  # noqa: E402
 from rmqcore.server.service import SERVICE, MessagingService  # noqa: E402
-from rmqcore.config import StoreConfig  # noqa: E402
 
 from store_util import queue_messages  # noqa: E402
 from test_server_converter import NOW_NS, proto_messages  # noqa: E402
