@@ -10,7 +10,9 @@ then readers waiting for new messages, if any, are woken (long polling).
 Passes are paced as RocketMQ's (1 ms apart) while they take a few records each; a big pass (a fast producer) is
 followed by the next at once, an empty one by a backoff during which a put wakes the thread. At a few thousand
 single puts a second the cost is per pass, not per record: its wake-up (a timed sleep alone is 13-20 us of CPU on
-a small VM) and its Python, which is why a pass touches as few objects as it can.
+a small VM) and its Python, which is why a pass touches as few objects as it can. A caller making most of the puts
+on a thread of its own (the gRPC server's event loop) can run the passes there (``drive_externally``): the thread
+then only sweeps behind it.
 """
 from __future__ import annotations
 
