@@ -60,6 +60,12 @@ def queue_dirs(root: str) -> list[tuple[str, int]]:
     return out
 
 
+# Runs of at least this many bytes (a pass behind a fast producer, a rebuild) go into a queue's file through pwrite,
+# smaller ones are copied into its mapping: a pass of a few single puts appended a run of a unit or two to each of
+# several queues, and a pwrite per run (a system call and a file time update) was a third of such a pass.
+CQ_PWRITE_MIN = 4096
+
+
 class ConsumeQueue:
     def __init__(self, topic: str, queue_id: int, root: str, mapped_file_size: int, *, read_only: bool = False,
                  runway: int = 0):
@@ -77,7 +83,7 @@ class ConsumeQueue:
         self.mapped_file_size = mapped_file_size
         self.store_path = os.path.join(root, topic, str(queue_id))
         self.mapped_file_queue = MappedFileQueue(
-            self.store_path, mapped_file_size, read_only=read_only, runway=runway,
+            self.store_path, mapped_file_size, read_only=read_only, runway=runway, pwrite_min=CQ_PWRITE_MIN,
             tmp_dir=None if read_only else os.path.join(os.path.dirname(os.path.abspath(root)), TMP_DIR))
         self.max_physic_offset = -1      # end (offset + size) of the last record this queue points at
         self.min_logic_offset = 0        # byte offset of the first valid unit
