@@ -21,6 +21,6 @@ class CommonSend:
     """SendMessage's common request (one NORMAL message to a topic the broker's send cache holds) converted,
     stored, answered and counted in one call; None, nothing changed, for any other request."""
     def __init__(self, entries: dict, topics_ok: set, other_types: Iterable[str], put: Any, rr: Any,
-                 max_body: int, on_messages_in: Any, wake: Any, response_type: Any, seen: dict, producer_info: Any,
+                 max_body: int, on_sent: Any, wake: Any, response_type: Any, seen: dict, producer_info: Any,
                  client: Any, on_rpc: Any, code_names: dict, internal_error: Any) -> None: ...
     def answer(self, req: Any, context: Any) -> Any: ...

@@ -650,8 +650,9 @@ cdef class CommonSend:
     be written and needs no per-message handling; emptied on every change of the topic table) and that the service
     has validated; on a server without accounts and under ASYNC_FLUSH (the service's to know). Such a request is
     converted, given the next queue of the service's round robin, stored, answered, counted (the client heard
-    from, the message in, the RPC) and its topic's waiting receives woken, without the service's Python around
-    each step: in the server's loop those ~40 steps and three coroutines cost ~25 us of CPU a message.
+    from, the message in and the RPC) and its topic's dispatch and waiting receives asked for, without the
+    service's Python around each step: in the server's loop those ~40 steps and three coroutines cost ~25 us of CPU
+    a message.
 
     Holds none of SendMessage's rules, only the test of whether a request may skip them (as the broker's Sender
     does for a send, rmqcore/broker/_send.pyx): ``answer`` returns None for anything else (a batch, a refusal to
@@ -663,7 +664,7 @@ cdef class CommonSend:
     cdef object put
     cdef object rr
     cdef Py_ssize_t max_body
-    cdef object on_messages_in
+    cdef object on_sent
     cdef object wake
     cdef object response_type
     cdef dict seen
@@ -674,23 +675,24 @@ cdef class CommonSend:
     cdef object internal_error
 
     def __init__(self, dict entries not None, set topics_ok not None, other_types, put, rr, Py_ssize_t max_body,
-                 on_messages_in, wake, response_type, dict seen not None, producer_info, client, on_rpc,
+                 on_sent, wake, response_type, dict seen not None, producer_info, client, on_rpc,
                  dict code_names not None, internal_error):
         """``entries``: the broker's send cache (topic -> SendEntry); ``topics_ok``: the names the service has
         validated; ``other_types``: the topics' message.type values other than NORMAL that the service knows;
         ``put``: Broker.send; ``rr``: the service's round-robin counter; ``max_body``: max_message_size;
-        ``on_messages_in(topic, sizes, type)`` and ``wake(topic)``: the service's, after a message is stored;
-        ``response_type``: SendMessageResponse; ``seen``: the service's client id -> (monotonic time, what the
-        client's last RPC said of it), and ``client(metadata, context)`` to call when a producer's entry is a
-        second old or says otherwise (``producer_info``); ``on_rpc(method, code name, seconds)`` with
-        ``code_names`` (Code -> name); ``internal_error(exc, response)``: answers an error raised after the put."""
+        ``on_sent(topic, sizes, type, code name, seconds)`` (ServerEvents') and ``wake(topic)`` (the service's),
+        after a message is stored; ``response_type``: SendMessageResponse; ``seen``: the service's client id ->
+        (monotonic time, what the client's last RPC said of it), and ``client(metadata, context)`` to call when a
+        producer's entry is a second old or says otherwise (``producer_info``); ``on_rpc(method, code name,
+        seconds)`` with ``code_names`` (Code -> name) for an answer that stored nothing; ``internal_error(exc,
+        response)``: answers an error raised after the put."""
         self.entries = entries
         self.topics_ok = topics_ok
         self.other_types = frozenset(other_types)
         self.put = put
         self.rr = rr
         self.max_body = max_body
-        self.on_messages_in = on_messages_in
+        self.on_sent = on_sent
         self.wake = wake
         self.response_type = response_type
         self.seen = seen
@@ -704,6 +706,7 @@ cdef class CommonSend:
         """The SendMessageResponse to ``req``, if it is the common case; else None, nothing changed."""
         cdef double t0 = _monotonic()
         cdef tuple seen
+        cdef tuple done
         md = context.invocation_metadata()
         cid = None
         if md:
@@ -717,57 +720,60 @@ cdef class CommonSend:
                 self.client(md, context)
         resp = self.response_type()
         try:
-            if not self._send(req, resp):
+            done = self._send(req, resp)
+            if done is None:
                 return None
+            topic, sizes, worst, text = done
+            status = resp.status
+            status.code = worst
+            status.message = text
+            if sizes:
+                # the message in and the RPC counted together (the general path counts them one after the other)
+                self.on_sent(topic, sizes, "NORMAL", self.code_names.get(worst) or str(worst), _monotonic() - t0)
+                self.wake(topic)
+                return resp
         except Exception as e:
             self.internal_error(e, resp)
         status = resp.status
         self.on_rpc("SendMessage", self.code_names.get(status.code) or str(status.code), _monotonic() - t0)
         return resp
 
-    cdef bint _send(self, req, resp) except -1:
-        # Store and answer ``req`` if it is the common case (True); else False, nothing changed. Raises only after
-        # the put (a put that raises stores nothing: False).
+    cdef tuple _send(self, req, resp):
+        # Store ``req`` if it is the common case and answer its entry: (topic, sizes stored, status code, text);
+        # else None, nothing changed. Raises only after the put (a put that raises stores nothing: None).
         messages = req.messages
         if len(messages) != 1:
-            return False
+            return None
         m = messages[0]
         resource = m.topic
         if resource.resource_namespace:
-            return False
+            return None
         cdef str name = resource.name
         if name not in self.topics_ok:
-            return False
+            return None
         entry = self.entries.get(name)
         if entry is None or entry.slow:
-            return False
+            return None
         if entry.topic_config.message_type in self.other_types:
-            return False
+            return None
         cdef Py_ssize_t queues = entry.write_queue_nums
         if queues <= 0:
-            return False
+            return None
         cdef bytes body = m.body
         cdef Py_ssize_t n = len(body)
         if n == 0 or n > self.max_body:
-            return False
+            return None
         try:
             converted = _convert(m, body, self.max_body)
         except InvalidMessage:
-            return False
+            return None
         cdef Message msg = <Message>converted[0]
         if converted[1] != NORMAL or PROPERTY_TIMER_DELIVER_MS in msg.properties \
                 or PROPERTY_SHARDING_KEY in msg.properties:
-            return False
+            return None
         msg.queue_id = next(self.rr) % queues
         try:
             result = self.put(msg)
         except Exception:
-            return False
-        sizes, worst, text = _fill(resp, messages, [converted], [result])
-        if sizes:
-            self.on_messages_in(name, sizes, "NORMAL")
-            self.wake(name)
-        status = resp.status
-        status.code = worst
-        status.message = text
-        return True
+            return None
+        return (name,) + _fill(resp, messages, [converted], [result])

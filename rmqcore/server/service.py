@@ -109,7 +109,7 @@ class MessagingService:
         # authorized) nor under SYNC_FLUSH (the answer waits for its flush, _put).
         self._common = None if self._sync or self.acl is not None else CommonSend(
             self.broker.send_entries, self._topics_ok, [t for t in TOPIC_TYPES if t != "NORMAL"], self.broker.send,
-            self._rr, self.broker.store_config.max_message_size, self.events.on_messages_in, self._wake,
+            self._rr, self.broker.store_config.max_message_size, self.events.on_sent, self._wake,
             pb.SendMessageResponse, self._seen, PRODUCER,
             lambda md, context: self._client(dict(md), context, **PRODUCER), self.events.on_rpc, CODE_NAMES,
             lambda e, resp: _internal_error("SendMessage", e, resp))
