@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from types import SimpleNamespace
 from unittest import mock
 
@@ -282,3 +283,35 @@ def test_the_loop_dispatches_its_sends_and_the_thread_sweeps_the_puts_of_others(
         assert r.ok and broker.store.wait_dispatched(5)
     finally:
         broker.close()
+
+
+def test_a_failing_dispatch_pass_in_the_loop_is_said_once_and_retried(tmp_path, caplog, monkeypatch):
+    side = Side(str(tmp_path / "s"), True)
+    reput = side.broker.store.reput
+    monkeypatch.setattr(reput, "SWEEP", 3600.0)         # the loop's passes only, as under a running server
+    reput.drive_externally(True)
+    try:
+        def full():
+            raise OSError(28, "No space left on device")
+
+        async def send_then_passes(n):
+            resp = await side.send(pb.SendMessageRequest(messages=[_message("full_t")]), Context())
+            for _ in range(n):
+                side.service._dispatch()
+            return resp
+        time.sleep(0.1)                                 # the thread took up its sweep pace
+        reput._do_reput = full                          # the pass fails (a consume-queue file it cannot make)
+        with caplog.at_level("ERROR"):
+            assert run(send_then_passes(3)).status.code == pb.OK      # the send is stored and answered
+        said = [r for r in caplog.records if "dispatch" in r.getMessage() and "failed" in r.getMessage()]
+        assert len(said) == 1 and "No space left" in side.broker.store.runtime_info()["dispatch_error"]
+        assert queue_messages(side.broker.store, "full_t") == []
+        del reput._do_reput                             # room again: the next pass dispatches the send
+
+        async def passes():
+            side.service._dispatch()
+        run(passes())
+        assert [bytes(m.body) for m in queue_messages(side.broker.store, "full_t")] == [b"hello"]
+    finally:
+        reput.drive_externally(False)
+        side.close()

@@ -467,8 +467,10 @@ class MessagingService:
         reput = self.broker.store.reput
         try:
             n = reput.try_reput() if reput is not None else 0
-        except Exception:        # the dispatcher thread's next sweep retries the pass and reports the error
-            log.exception("dispatch after sends failed")
+        except Exception as e:   # the pass is retried (the next send's, the thread's sweep); said once per error
+            if reput.last_error != repr(e):
+                log.exception("dispatch after sends failed; retrying from offset %d", reput.reput_from_offset)
+            reput.last_error = repr(e)
             n = 0
         if n < 0:                # the thread's sweep is running: look again in a moment
             self._dispatch_pending = True
