@@ -2,7 +2,9 @@
 """SendMessage's per-message work, compiled: the protocol's Messages → store Messages (``to_store_message``,
 ``to_store_messages``) and the answer's entries (``fill_send_entries``). converter.py holds the same three in
 Python, the reference these are tested against (tests/test_server_converter.py: equal Messages, property order and
-record bytes; equal errors, code and text; equal responses).
+record bytes; equal errors, code and text; equal responses). And ``CommonSend``, the common request answered end
+to end with them; its reference is the service's general path (tests/test_server_common_send.py: equal answers,
+records and counters from two servers).
 
 What made the Python one cost ~5 us a message (1 KiB body, a tag, a key) was Python around the protobuf calls
 (generator expressions over each text, ``items()`` of the user properties, building the Message through its
