@@ -85,13 +85,24 @@ class ReputMessageService(threading.Thread):
 
     def try_reput(self) -> int:
         """A pass by the driver: records dispatched, or -1 when this thread's pass runs (the driver looks again
-        shortly; the running pass may have started before the driver's last puts)."""
+        shortly; the running pass may have started before the driver's last puts). A failed pass is reported as
+        the thread reports its own (``_failed``) and counts 0: the driver's next pass retries it."""
         if not self._lock.acquire(False):
             return -1
         try:
             return self._do_reput()
+        except Exception as e:
+            self._failed(e)
+            return 0
         finally:
             self._lock.release()
+
+    def _failed(self, e: Exception) -> None:
+        # A pass failed (a consume-queue file it could not make): logged once per error, not at every retry;
+        # runtime_info reports the last one. Called in the except clause.
+        if self.last_error != repr(e):
+            log.exception("dispatch failed; retrying from offset %d", self.reput_from_offset)
+        self.last_error = repr(e)
 
     def run(self) -> None:
         idle = 0.0
@@ -104,9 +115,7 @@ class ReputMessageService(threading.Thread):
             try:
                 n = self.do_reput()
             except Exception as e:  # keep the service alive; the store reports the error in runtime_info
-                if self.last_error != repr(e):
-                    log.exception("dispatch failed; retrying from offset %d", self.reput_from_offset)
-                self.last_error = repr(e)
+                self._failed(e)
                 self._stopped.wait(0.5)     # the pass is retried from the same offset (repeat checks skip the done)
                 n = -1
             if n > self.SMALL_PASS:

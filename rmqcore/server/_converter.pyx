@@ -658,8 +658,8 @@ cdef class CommonSend:
 
     Holds none of SendMessage's rules, only the test of whether a request may skip them (as the broker's Sender
     does for a send, rmqcore/broker/_send.pyx): ``answer`` returns None for anything else (a batch, a refusal to
-    give, a type to check, a put that raises: it raises before storing anything) and the service's Python path
-    takes the request whole. What it does after the put is what that path does after its own."""
+    give, a type to check, a put that refuses the message: it raises before writing anything) and the service's
+    Python path takes the request whole. What it does after the put is what that path does after its own."""
     cdef dict entries
     cdef set topics_ok
     cdef frozenset other_types
@@ -675,10 +675,11 @@ cdef class CommonSend:
     cdef object on_rpc
     cdef dict code_names
     cdef object internal_error
+    cdef tuple refusals
 
     def __init__(self, dict entries not None, set topics_ok not None, other_types, put, rr, Py_ssize_t max_body,
                  on_sent, wake, response_type, dict seen not None, producer_info, client, on_rpc,
-                 dict code_names not None, internal_error):
+                 dict code_names not None, internal_error, tuple refusals not None):
         """``entries``: the broker's send cache (topic -> SendEntry); ``topics_ok``: the names the service has
         validated; ``other_types``: the topics' message.type values other than NORMAL that the service knows;
         ``put``: Broker.send; ``rr``: the service's round-robin counter; ``max_body``: max_message_size;
@@ -687,7 +688,8 @@ cdef class CommonSend:
         (monotonic time, what the client's last RPC said of it), and ``client(metadata, context)`` to call when a
         producer's entry is a second old or says otherwise (``producer_info``); ``on_rpc(method, code name,
         seconds)`` with ``code_names`` (Code -> name) for an answer that stored nothing; ``internal_error(exc,
-        response)``: answers an error raised after the put."""
+        response)``: answers any other error; ``refusals``: what the put raises for a message it refuses before
+        writing anything (the service answers those)."""
         self.entries = entries
         self.topics_ok = topics_ok
         self.other_types = frozenset(other_types)
@@ -703,6 +705,7 @@ cdef class CommonSend:
         self.on_rpc = on_rpc
         self.code_names = code_names
         self.internal_error = internal_error
+        self.refusals = refusals
 
     def answer(self, req, context):
         """The SendMessageResponse to ``req``, if it is the common case; else None, nothing changed."""
@@ -742,7 +745,7 @@ cdef class CommonSend:
 
     cdef tuple _send(self, req, resp):
         # Store ``req`` if it is the common case and answer its entry: (topic, sizes stored, status code, text);
-        # else None, nothing changed. Raises only after the put (a put that raises stores nothing: None).
+        # else None, nothing changed (a put that refuses the message writes nothing: None too).
         messages = req.messages
         if len(messages) != 1:
             return None
@@ -776,6 +779,6 @@ cdef class CommonSend:
         msg.queue_id = next(self.rr) % queues
         try:
             result = self.put(msg)
-        except Exception:
+        except self.refusals:
             return None
         return (name,) + _fill(resp, messages, [converted], [result])

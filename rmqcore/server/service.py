@@ -45,6 +45,9 @@ RETRY_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200
 MAX_RECEIVE_BATCH = 32
 DISPATCH_PACE = 0.001                   # s between the loop's dispatch passes (RocketMQ's reput sleeps 1 ms)
 PRODUCER = {"kind": "PRODUCER"}         # what a send says of its client (ServerEvents' ClientInfo.kind)
+# What a send's put raises for a message the broker or the store refuses, before anything is written: answered
+# TOPIC_NOT_FOUND, FORBIDDEN or BAD_REQUEST (SendMessage); the common send leaves such a request to that answer.
+PUT_REFUSALS = (MessageIllegalError, TopicNotExistError, NoPermissionError, IllegalNameError, ValueError)
 
 
 class Refusal(Exception):
@@ -112,7 +115,7 @@ class MessagingService:
             self._rr, self.broker.store_config.max_message_size, self.events.on_sent, self._wake,
             pb.SendMessageResponse, self._seen, PRODUCER,
             lambda md, context: self._client(dict(md), context, **PRODUCER), self.events.on_rpc, CODE_NAMES,
-            lambda e, resp: _internal_error("SendMessage", e, resp))
+            lambda e, resp: _internal_error("SendMessage", e, resp), PUT_REFUSALS)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -465,13 +468,7 @@ class MessagingService:
         self._dispatch_pending = False
         self._last_dispatch = asyncio.get_running_loop().time()
         reput = self.broker.store.reput
-        try:
-            n = reput.try_reput() if reput is not None else 0
-        except Exception as e:   # the pass is retried (the next send's, the thread's sweep); said once per error
-            if reput.last_error != repr(e):
-                log.exception("dispatch after sends failed; retrying from offset %d", reput.reput_from_offset)
-            reput.last_error = repr(e)
-            n = 0
+        n = reput.try_reput() if reput is not None else 0      # a failed pass: reported by the store, retried
         if n < 0:                # the thread's sweep is running: look again in a moment
             self._dispatch_pending = True
             asyncio.get_running_loop().call_later(0.001, self._dispatch)
@@ -573,14 +570,9 @@ class MessagingService:
                     sp = src.system_properties
                     m.queue_id = self._queue_for(tc, sp.message_group if sp.HasField("message_group") else None)
                     results.append(await self._put(self.broker.send, m))
-        except MessageIllegalError as e:
-            raise Refusal(pb.BAD_REQUEST, str(e)) from None
-        except TopicNotExistError as e:
-            raise Refusal(pb.TOPIC_NOT_FOUND, str(e)) from None
-        except NoPermissionError as e:
-            raise Refusal(pb.FORBIDDEN, str(e)) from None
-        except (IllegalNameError, ValueError) as e:
-            raise Refusal(pb.BAD_REQUEST, str(e)) from None
+        except PUT_REFUSALS as e:
+            raise Refusal(pb.TOPIC_NOT_FOUND if isinstance(e, TopicNotExistError) else
+                          pb.FORBIDDEN if isinstance(e, NoPermissionError) else pb.BAD_REQUEST, str(e)) from None
         sizes, worst, text = fill_send_entries(resp, messages, converted, results)
         if sizes:
             self.events.on_messages_in(topic, sizes, MESSAGE_TYPE_NAMES.get(converted[0][1], "NORMAL"))
