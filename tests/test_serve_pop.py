@@ -72,7 +72,7 @@ def test_change_invisible_gives_a_new_handle(tmp_path):
     try:
         (p,) = pop.pop("g", "t", [0, 1], 1, 10_000, fifo=False, max_attempts=17)
         new, err = pop.change_invisible("g", "t", p.handle, 60_000)
-        assert err is None and new.encode() != p.handle.encode()
+        assert err is None and new.encode(pop.handle_key, "g", "t") != p.handle.encode(pop.handle_key, "g", "t")
         clock.now += 30_000
         assert pop.pop("g", "t", [0, 1], 1, 10_000, fifo=False, max_attempts=17) == []
         # the old handle is stale now; the new one acks
@@ -155,13 +155,43 @@ def test_journal_survives_a_restart_and_a_torn_line(tmp_path):
 
 
 def test_receipt_handle_round_trip_and_refusals():
+    key, other = b"k" * 32, b"o" * 32
     h = ReceiptHandle(3, 42, 7, 1000, 30_000)
-    back = ReceiptHandle.decode(h.encode())
+    text = h.encode(key, "g", "t")
+    back = ReceiptHandle.decode(text, key, "g", "t")
     assert (back.queue_id, back.offset, back.nonce, back.pop_time, back.invisible_ms) == (3, 42, 7, 1000, 30_000)
     assert back.expired_at == 31_000
-    for bad in ("", "garbage", "r1:1:2:3:4", "r1:a:2:3:4:5", "r1:-1:2:3:4:5", "r2:1:2:3:4:5"):
+    fields, mac = text.rsplit(":", 1)
+    for bad in ("", "garbage", "r1:1:2:3:4", "r1:1:2:3:4:5", "r2:1:2:3:4:5", "r2:1:2:3:4:5:" + mac,
+                # any field changed (a later pop time, another offset or nonce) under the old MAC
+                fields.replace(":1000:", ":9000:") + ":" + mac, fields.replace(":42:", ":43:") + ":" + mac,
+                fields.replace(":7:", ":8:") + ":" + mac, text[:-1] + ("0" if text[-1] != "0" else "1"),
+                text + ":x"):
         with pytest.raises(ValueError):
-            ReceiptHandle.decode(bad)
+            ReceiptHandle.decode(bad, key, "g", "t")
+    # another server's key, another group or topic: refused too
+    for k, g, t in ((other, "g", "t"), (key, "g2", "t"), (key, "g", "t2")):
+        with pytest.raises(ValueError):
+            ReceiptHandle.decode(text, k, g, t)
+
+
+def test_handle_key_is_made_once_and_kept(tmp_path):
+    path = str(tmp_path / "s")
+    b, pop = _open(path, Clock(), n=1)
+    try:
+        key = pop.handle_key
+        assert len(key) == 32
+        f = os.path.join(path, "config", "popHandleKey")
+        assert os.stat(f).st_mode & 0o077 == 0            # owner-only
+    finally:
+        pop.close()
+        b.close()
+    b, pop = _open(path, Clock(), n=0)
+    try:
+        assert pop.handle_key == key
+    finally:
+        pop.close()
+        b.close()
 
 
 class _M:
@@ -216,6 +246,7 @@ def test_release_makes_undelivered_messages_visible_at_once(tmp_path):
 
 def test_acl_yaml_signatures_and_permissions(tmp_path):
     pytest.importorskip("yaml")
+    import calendar
     import hmac
     from hashlib import sha1
 
@@ -238,10 +269,27 @@ def test_acl_yaml_signatures_and_permissions(tmp_path):
     date = "20260101T000000Z"
     sig = hmac.new(b"12345678", date.encode(), sha1).hexdigest()
     header = f"MQv2-HMAC-SHA1 Credential=rocketmq2, SignedHeaders=x-mq-date-time, Signature={sig}"
-    account = acl.authenticate({"authorization": header, "x-mq-date-time": date})
+    at = calendar.timegm((2026, 1, 1, 0, 0, 0))
+    account = acl.authenticate({"authorization": header, "x-mq-date-time": date}, now=at)
     with pytest.raises(AuthError) as e:
-        acl.authenticate({"authorization": header, "x-mq-date-time": "20260101T000001Z"})
+        acl.authenticate({"authorization": header, "x-mq-date-time": "20260101T000001Z"}, now=at)
     assert not e.value.forbidden
+    # the signed date must be near the server's clock: within the window either way, not outside it
+    for now in (at + 299, at - 299):
+        acl.authenticate({"authorization": header, "x-mq-date-time": date}, now=now, max_skew_s=300)
+    for now in (at + 301, at - 301, at + 86400 * 365):
+        with pytest.raises(AuthError, match="from the server's clock") as e:
+            acl.authenticate({"authorization": header, "x-mq-date-time": date}, now=now, max_skew_s=300)
+        assert not e.value.forbidden
+    for bad in ("garbage", "", "2026-01-01T00:00:00Z", "20261301T000000Z"):
+        signed = hmac.new(b"12345678", bad.encode(), sha1).hexdigest()
+        h = f"MQv2-HMAC-SHA1 Credential=rocketmq2, SignedHeaders=x-mq-date-time, Signature={signed}"
+        with pytest.raises(AuthError, match="is not yyyyMMdd"):
+            acl.authenticate({"authorization": h, "x-mq-date-time": bad}, now=at)
+    # a retry topic is its group's: SUB on the group, whatever the topic permissions say
+    Acl.check(account, topic="%RETRY%groupB", need=PUB)
+    with pytest.raises(AuthError, match="groupA"):
+        Acl.check(account, topic="%RETRY%groupA", need=SUB)
     Acl.check(account, topic="topicB", group="groupB", need=SUB)
     Acl.check(account, topic="topicB", need=PUB)
     for topic, group, need in (("topicA", None, SUB), ("topicC", None, PUB), ("other", None, PUB),

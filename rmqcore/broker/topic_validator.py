@@ -4,9 +4,11 @@ from __future__ import annotations
 import re
 
 from .errors import IllegalNameError
+from .mix_all import is_sys_consumer_group
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RMQ_SYS_SCHEDULE_TOPIC_V2 = "SCHEDULE_TOPIC_XXXX_V2"
 RMQ_SYS_BENCHMARK_TOPIC = "BenchmarkTest"
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -23,12 +25,12 @@ GROUP_MAX_LENGTH = 255
 SYSTEM_TOPICS = frozenset({
     AUTO_CREATE_TOPIC_KEY_TOPIC, RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_BENCHMARK_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_SELF_TEST_TOPIC,
-    RMQ_SYS_OFFSET_MOVED_EVENT,
+    RMQ_SYS_OFFSET_MOVED_EVENT, RMQ_SYS_SCHEDULE_TOPIC_V2,
 })
 # Producers may not send to these; the broker writes them itself.
 NOT_ALLOWED_SEND_TOPICS = frozenset({
     RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
-    RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_SELF_TEST_TOPIC, RMQ_SYS_OFFSET_MOVED_EVENT,
+    RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, RMQ_SYS_SELF_TEST_TOPIC, RMQ_SYS_OFFSET_MOVED_EVENT, RMQ_SYS_SCHEDULE_TOPIC_V2,
 })
 
 _VALID = re.compile(r"[%|a-zA-Z0-9_-]+")
@@ -63,7 +65,29 @@ def validate_group(group) -> str:
 
 
 def is_system_topic(topic: str) -> bool:
+    """TopicValidator.isSystemTopic: SYSTEM_TOPIC_SET or the ``rmq_sys_`` prefix (the timer wheel's
+    ``rmq_sys_wheel_timer``, the revive and trace topics of 5.x). ``%RETRY%``/``%DLQ%`` topics are not system
+    topics: RocketMQ lets clients reach them under the group's permission."""
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def validate_client_topic(topic) -> str:
+    """A topic a client names over the network (gRPC, the console's reads): ``validate_topic``'s rules, then
+    no system topic, as RocketMQ 5's proxy (GrpcValidator.validateTopic: ILLEGAL_TOPIC "cannot access system
+    topic") answers on every client RPC. Raises IllegalNameError."""
+    validate_topic(topic)
+    if is_system_topic(topic):
+        raise IllegalNameError(f"topic {topic!r}: cannot access system topic")
+    return topic
+
+
+def validate_client_group(group) -> str:
+    """A consumer group a client names: ``validate_group``'s rules, then none of the broker's own
+    (GrpcValidator.validateConsumerGroup: MixAll.isSysConsumerGroup, "cannot use system consumer group")."""
+    validate_group(group)
+    if is_sys_consumer_group(group):
+        raise IllegalNameError(f"group {group!r}: cannot use system consumer group")
+    return group
 
 
 def is_not_allowed_send_topic(topic: str) -> bool:

@@ -183,7 +183,8 @@ async def api_queue_messages(request):
     offset = int_arg(q.get("offset"), "offset", 0, (1 << 63) - 1, -1)
     limit = int_arg(q.get("limit"), "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
     return web.json_response(await asyncio.to_thread(
-        _data(request).queue_messages, request.match_info["topic"], qid, None if offset < 0 else offset, limit))
+        _data(request).queue_messages, request.match_info["topic"], qid, None if offset < 0 else offset, limit,
+        request.get("user")))
 
 
 async def api_groups(request):
@@ -201,14 +202,16 @@ async def api_dlq(request):
     offset = int_arg(q.get("offset"), "offset", 0, (1 << 63) - 1, -1)
     limit = int_arg(q.get("limit"), "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
     return web.json_response(await asyncio.to_thread(
-        _data(request).dlq_messages, request.match_info["group"], None if offset < 0 else offset, limit))
+        _data(request).dlq_messages, request.match_info["group"], None if offset < 0 else offset, limit,
+        request.get("user")))
 
 
 def _search_args(request) -> dict:
     q = request.query
     return {"topic": q.get("topic", "").strip(), "key": q.get("key", "").strip(),
             "msg_id": q.get("msg_id", "").strip(), "begin": q.get("begin") or None, "end": q.get("end") or None,
-            "after": q.get("after", ""), "limit": int_arg(q.get("limit"), "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)}
+            "after": q.get("after", ""), "limit": int_arg(q.get("limit"), "limit", 1, MAX_LIMIT, DEFAULT_LIMIT),
+            "user": request.get("user")}
 
 
 async def api_messages(request):
@@ -216,7 +219,8 @@ async def api_messages(request):
 
 
 async def api_message(request):
-    return web.json_response(await asyncio.to_thread(_data(request).message, _offset_arg(request)))
+    return web.json_response(await asyncio.to_thread(_data(request).message, _offset_arg(request),
+                                                     request.get("user")))
 
 
 # ---------------------------------------------------------------------------------------------- actions
@@ -279,7 +283,11 @@ async def page_group(request):
     dlq_offset = int_arg(q.get("dlq_offset"), "dlq_offset", 0, (1 << 63) - 1, -1)
 
     def load():
-        return data.group(name), data.dlq_messages(name, None if dlq_offset < 0 else dlq_offset, 20)
+        try:
+            dlq = data.dlq_messages(name, None if dlq_offset < 0 else dlq_offset, 20, request.get("user"))
+        except ConsoleError as e:           # a reader who may not read the DLQ sees the group without it
+            dlq = {"items": [], "denied": str(e)}
+        return data.group(name), dlq
     g, dlq = await asyncio.to_thread(load)
     return render(request, "group.html", {"g": g, "dlq": dlq})
 
@@ -297,7 +305,8 @@ async def page_messages(request):
 
 async def page_message(request):
     return render(request, "message.html", {"m": await asyncio.to_thread(_data(request).message,
-                                                                         _offset_arg(request))})
+                                                                         _offset_arg(request),
+                                                                         request.get("user"))})
 
 
 async def metrics(request):

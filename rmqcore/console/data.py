@@ -573,6 +573,26 @@ class ConsoleData:
         return {"group": group, "timestamp": ts, "time": fmt_ms(ts), "queues": changed}
 
     # ------------------------------------------------------------------ messages
+    # Message reads follow the gRPC side's rules: no system topic's message for anyone (a transaction's half, a
+    # delayed or timed message before its time, as the proxy's "cannot access system topic"), and with accounts
+    # only topics the reader may consume (SUB; a retry topic by its group's permission). ``user`` is the console's
+    # authenticated access key (None without accounts).
+    def _unreadable(self, topic: str, user: str | None) -> str | None:
+        """Why ``user`` may not read ``topic``'s messages, or None."""
+        if is_system_topic(topic):
+            return f"topic {topic!r}: cannot access system topic"
+        acl = getattr(self.server, "acl", None)
+        if acl is None:
+            return None
+        if user is None or not acl.may_read(user, topic):
+            return f"accessKey {user!r} may not read topic {topic!r} (needs SUB permission)"
+        return None
+
+    def _check_read(self, topic: str, user: str | None) -> None:
+        why = self._unreadable(topic, user)
+        if why is not None:
+            raise ConsoleError(why, 403)
+
     def message_summary(self, m) -> dict:
         body = bytes(m.body[:80])
         return {"commitlog_offset": m.commitlog_offset, "msg_id": m.msg_id, "uniq_key": m.uniq_key,
@@ -582,10 +602,11 @@ class ConsoleData:
                 "reconsume_times": m.reconsume_times, "retry_topic": m.properties.get(PROPERTY_RETRY_TOPIC),
                 "body_head": body.decode("utf-8", "replace") + ("…" if m.body.nbytes > 80 else "")}
 
-    def message(self, commitlog_offset: int) -> dict:
+    def message(self, commitlog_offset: int, user: str | None = None) -> dict:
         m = self.store.look_message(commitlog_offset)
         if m is None:
             raise NotFound(f"no message starts at commitlog offset {commitlog_offset}")
+        self._check_read(m.topic, user)
         out = self.message_summary(m)
         raw = bytes(m.body)
         out.update({
@@ -615,20 +636,24 @@ class ConsoleData:
         return out
 
     def search(self, topic: str = "", key: str = "", msg_id: str = "", begin=None, end=None, after: str = "",
-               limit: int = DEFAULT_LIMIT) -> dict:
+               limit: int = DEFAULT_LIMIT, user: str | None = None) -> dict:
         """By message id (an offset id from the record's header, else a UNIQ_KEY through the index), by topic and
         key (the index), or by topic and store-time range (paged: ``after`` is the last row's
-        "store_timestamp:commitlog_offset")."""
+        "store_timestamp:commitlog_offset"). Only messages ``user`` may read (a search by id leaves the others
+        out, any other search of a topic they may not read is refused)."""
         begin_ms = parse_time(begin, "begin")
         end_ms = parse_time(end, "end")
         out = {"mode": None, "items": [], "next": None, "limit": limit}
+        if topic:
+            validate_topic(topic)
+            self._check_read(topic, user)
         if msg_id:
             out["mode"] = "msg_id"
-            out["items"] = [self.message_summary(m) for m in self._by_msg_id(msg_id.strip(), topic, limit)]
+            out["items"] = [self.message_summary(m) for m in self._by_msg_id(msg_id.strip(), topic, limit)
+                            if self._unreadable(m.topic, user) is None]
             return out
         if not topic:
             raise ConsoleError("topic: required for a search by key or by time (or give a message id)")
-        validate_topic(topic)
         if key:
             out["mode"] = "key"
             found = self.store.query_message(topic, key, limit, begin_ms or 0, end_ms)
@@ -651,7 +676,8 @@ class ConsoleData:
             if m is not None and m.msg_id.upper() == msg_id.upper():
                 return [m]
         # A UNIQ_KEY (the id a client sees): through the index, in the given topic or in every user topic.
-        topics = [topic] if topic else sorted(t for t in self.store.topics() if self._kind(t) != "SYSTEM")
+        topics = [topic] if topic else sorted(t for t in self.store.topics()
+                                              if self._kind(t) != "SYSTEM" and not is_system_topic(t))
         out = []
         for t in topics:
             out += [m for m in self.store.query_message(t, msg_id, limit) if m.uniq_key == msg_id]
@@ -707,8 +733,10 @@ class ConsoleData:
             nxt = f"{last['store_timestamp']}:{last['commitlog_offset']}"
         return {"items": rows, "next": nxt}
 
-    def queue_messages(self, topic: str, queue_id: int, offset: int | None, limit: int) -> dict:
+    def queue_messages(self, topic: str, queue_id: int, offset: int | None, limit: int,
+                       user: str | None = None) -> dict:
         """A page of one queue's messages from ``offset`` (default: the last page)."""
+        self._check_read(topic, user)
         cq = self.store.find_consume_queue(topic, queue_id, create=False)
         if cq is None:
             return {"topic": topic, "queue_id": queue_id, "min_offset": 0, "max_offset": 0, "offset": 0,
@@ -725,11 +753,11 @@ class ConsoleData:
         return {"topic": topic, "queue_id": queue_id, "min_offset": lo, "max_offset": hi, "offset": start,
                 "items": items}
 
-    def dlq_messages(self, group: str, offset: int | None, limit: int) -> dict:
+    def dlq_messages(self, group: str, offset: int | None, limit: int, user: str | None = None) -> dict:
         """A page of the group's dead letters (its %DLQ% topic has one queue, as RocketMQ's)."""
         topic = get_dlq_topic(group)
         queues = self.store.topics().get(topic, [0])
-        pages = [self.queue_messages(topic, q, offset, limit) for q in queues]
+        pages = [self.queue_messages(topic, q, offset, limit, user) for q in queues]
         if len(pages) == 1:
             return pages[0]
         items = sorted((r for p in pages for r in p["items"]), key=lambda r: r["commitlog_offset"])

@@ -35,6 +35,11 @@ class StaticAcl:
         s = self.secret_key(access_key)
         return s is not None and hmac.compare_digest(s, secret)
 
+    def may_read(self, access_key: str, topic: str) -> bool:
+        """An admin reads every user topic; an account without a permission table none (RocketMQ's
+        defaultTopicPerm is DENY)."""
+        return self.is_admin(access_key)
+
 
 class BrokerHost:
     """What the console needs of a server: a broker, its events, where it listens, in-flight counts, the ACL."""

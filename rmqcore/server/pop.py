@@ -20,15 +20,21 @@ acked. The watermark is also committed as the group's consumer offset (consumerO
 """
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import time
+from hashlib import sha256
 
 log = logging.getLogger(__name__)
 
 JOURNAL = "popJournal.log"
 COMPACT_BYTES = 8 * 1024 * 1024
-HANDLE_VERSION = "r1"
+HANDLE_VERSION = "r2"
+# The key of the receipt handles' MACs, beside the journal: handles outlive a restart as the pop state does.
+HANDLE_KEY = "popHandleKey"
+HANDLE_KEY_BYTES = 32
+MAC_HEX = 32                # 128 bits of HMAC-SHA256, in hex
 
 
 def now_ms() -> int:
@@ -38,7 +44,11 @@ def now_ms() -> int:
 class ReceiptHandle:
     """What the server needs back from an ack or a change of invisible time: the queue and offset of the
     message, the delivery's nonce (a later delivery of the same message has another), when it was popped and for
-    how long. Text form: ``r1:{queue_id}:{offset}:{nonce}:{pop_time}:{invisible_ms}``."""
+    how long. Text form: ``r2:{queue_id}:{offset}:{nonce}:{pop_time}:{invisible_ms}:{mac}``, the MAC an
+    HMAC-SHA256 under the server's key (PopService.handle_key) of those fields with the group and topic it was
+    issued to. The fields are readable (as RocketMQ's ExtraInfo is) but not forgeable: only a handle this server
+    issued, to that group for that topic and unchanged, acks a message or changes its invisible time (a guessed
+    nonce, or an expired handle given a later pop time, is refused)."""
 
     __slots__ = ("queue_id", "offset", "nonce", "pop_time", "invisible_ms")
 
@@ -49,16 +59,30 @@ class ReceiptHandle:
         self.pop_time = pop_time
         self.invisible_ms = invisible_ms
 
-    def encode(self) -> str:
+    def _fields(self) -> str:
         return f"{HANDLE_VERSION}:{self.queue_id}:{self.offset}:{self.nonce}:{self.pop_time}:{self.invisible_ms}"
 
+    @staticmethod
+    def _mac(key: bytes, group: str, topic: str, fields: str) -> str:
+        return hmac.new(key, f"{group}\n{topic}\n{fields}".encode(), sha256).hexdigest()[:MAC_HEX]
+
+    def encode(self, key: bytes, group: str, topic: str) -> str:
+        fields = self._fields()
+        return f"{fields}:{self._mac(key, group, topic, fields)}"
+
     @classmethod
-    def decode(cls, text: str) -> "ReceiptHandle":
+    def decode(cls, text: str, key: bytes, group: str, topic: str) -> "ReceiptHandle":
+        """The handle ``text`` is, if this server (``key``) issued it to ``group`` for ``topic``; else ValueError."""
         parts = text.split(":") if isinstance(text, str) else []
-        if len(parts) != 6 or parts[0] != HANDLE_VERSION:
-            raise ValueError(f"receipt handle {text[:64]!r} is not one this server issued")
+        if len(parts) != 7 or parts[0] != HANDLE_VERSION:
+            raise ValueError(f"receipt handle {str(text)[:64]!r} is not one this server issued")
+        fields, _, mac = text.rpartition(":")
+        if not hmac.compare_digest(mac.encode("utf-8", "replace"),
+                                   cls._mac(key, group, topic, fields).encode()):
+            raise ValueError(f"receipt handle {text[:64]!r} is not one this server issued to group {group!r} "
+                             f"for topic {topic!r} (its MAC does not match)")
         try:
-            q, off, nonce, pop_time, inv = (int(p) for p in parts[1:])
+            q, off, nonce, pop_time, inv = (int(p) for p in parts[1:6])
         except ValueError:
             raise ValueError(f"receipt handle {text[:64]!r} has a non-numeric field") from None
         if q < 0 or off < 0 or inv < 0 or pop_time < 0:
@@ -183,10 +207,37 @@ class PopService:
         self._nonce = 0
         self._rotor = 0
         self.dlq_listener = None           # fn(group, topic, n): the server's events
+        self.handle_key: bytes | None = None     # the receipt handles' MAC key (load)
 
     # -- state ----------------------------------------------------------------------------------------------
 
+    def _load_handle_key(self) -> bytes:
+        """config/popHandleKey: made once (random, owner-only), kept so that handles issued before a restart
+        still ack after it, as the journal keeps their deliveries in flight."""
+        path = os.path.join(os.path.dirname(self.journal.path), HANDLE_KEY)
+        try:
+            with open(path, "rb") as f:
+                key = f.read()
+            if len(key) == HANDLE_KEY_BYTES:
+                return key
+            log.warning("%s: %d bytes, not %d: a new key made (handles issued before it are refused)", path,
+                        len(key), HANDLE_KEY_BYTES)
+        except FileNotFoundError:
+            pass
+        key = os.urandom(HANDLE_KEY_BYTES)
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, key)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return key
+
     def load(self) -> None:
+        os.makedirs(os.path.dirname(self.journal.path), exist_ok=True)
+        self.handle_key = self._load_handle_key()
         for rec in self.journal.read():
             try:
                 self._replay(rec)

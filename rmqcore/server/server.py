@@ -52,6 +52,9 @@ class ServerConfig:
     grace_s: float = 5.0
     # a client not heard from for this long is gone (the proxy's channel expiry), unless its Telemetry is open
     client_expiry_s: float = 120.0
+    # with accounts: a signature's x-mq-date-time must be this near the server's clock (s), else UNAUTHORIZED
+    # (rmqcore: the proxy takes any date, so a captured signature replays forever; see server/auth.py)
+    auth_clock_skew_s: int = 300
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -20,8 +20,8 @@ import grpc
 from ..broker.errors import (BrokerError, IllegalNameError, NoPermissionError, SubscriptionGroupNotExistError,
                              TopicNotExistError)
 from ..broker.mix_all import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from ..broker.topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, is_readable, is_writeable, validate_group,
-                                      validate_topic)
+from ..broker.topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, is_readable, is_writeable,
+                                      validate_client_group, validate_client_topic)
 from ..broker.transaction import PROPERTY_REAL_TOPIC
 from ..errors import MessageIllegalError
 from ..reference import java_hash_code
@@ -186,7 +186,7 @@ class MessagingService:
     def _account(self, md: dict):
         if self.acl is None:
             return None
-        return self.acl.authenticate(md)
+        return self.acl.authenticate(md, max_skew_s=self.config.auth_clock_skew_s)
 
     def _authorize(self, account, **kw) -> None:
         if account is not None:
@@ -228,12 +228,14 @@ class MessagingService:
     # -- names ------------------------------------------------------------------------------------------------
 
     def _topic_name(self, resource) -> str:
-        """The resource's topic as the broker names it: with its namespace, ``ns%topic`` (NamespaceUtil)."""
+        """The resource's topic as the broker names it: with its namespace, ``ns%topic`` (NamespaceUtil); a system
+        topic is ILLEGAL_TOPIC on every RPC (GrpcValidator.validateTopic). ``_topics_ok`` (which the common send
+        reads too) only ever holds names that passed."""
         name = wrap_namespace(resource.resource_namespace, resource.name)
         if name in self._topics_ok:
             return name
         try:
-            validate_topic(name)
+            validate_client_topic(name)
         except (IllegalNameError, ValueError) as e:
             raise Refusal(pb.ILLEGAL_TOPIC, str(e)) from None
         if len(self._topics_ok) < 100_000:
@@ -243,7 +245,7 @@ class MessagingService:
     @staticmethod
     def _group_name(resource) -> str:
         try:
-            return validate_group(wrap_namespace(resource.resource_namespace, resource.name))
+            return validate_client_group(wrap_namespace(resource.resource_namespace, resource.name))
         except (IllegalNameError, ValueError) as e:
             raise Refusal(pb.ILLEGAL_CONSUMER_GROUP, str(e)) from None
 
@@ -324,6 +326,8 @@ class MessagingService:
         group = ""
         if req.HasField("group") and req.group.name:
             group = self._group_name(req.group)
+            # the proxy authorizes a consumer's heartbeat as a SUB of its group (before anything is said of it)
+            self._authorize(account, group=group)
             self._group_config(group)
         if not md.get("x-mq-client-id"):
             raise Refusal(pb.CLIENT_ID_REQUIRED, "x-mq-client-id header is missing")
@@ -333,9 +337,14 @@ class MessagingService:
         cid = md.get("x-mq-client-id", "")
         if not cid:
             raise Refusal(pb.CLIENT_ID_REQUIRED, "x-mq-client-id header is missing")
+        if req.HasField("group") and req.group.name:
+            self._authorize(account, group=self._group_name(req.group))
         self.forget_client(cid)
 
-    def _settings_for(self, settings, tel: Telemetry) -> "pb.Settings":
+    def _settings_for(self, settings, tel: Telemetry, account) -> "pb.Settings":
+        """The server's answer to a client's settings. What the client names is checked as its RPCs would be (the
+        proxy authorizes a Telemetry settings command: PUB on each topic a producer publishes to, which also makes
+        it one the transaction check asks, SUB on a consumer's group and its topics), before anything is kept."""
         out = pb.Settings()
         out.CopyFrom(settings)
         cfg = self.config
@@ -348,9 +357,15 @@ class MessagingService:
             eb.multiplier = 2.0
             out.publishing.max_body_size = self.broker.store_config.max_message_size
             out.publishing.validate_message_type = True
-            tel.topics = {wrap_namespace(t.resource_namespace, t.name) for t in settings.publishing.topics}
+            topics = {self._topic_name(t) for t in settings.publishing.topics}
+            for topic in topics:
+                self._authorize(account, topic=topic, need=PUB)
+            tel.topics = topics
         else:
             group = self._group_name(settings.subscription.group)
+            self._authorize(account, group=group)
+            for entry in settings.subscription.subscriptions:
+                self._authorize(account, topic=self._topic_name(entry.topic), need=SUB)
             gc = self._group_config(group)
             tel.group = group
             fifo = self.group_is_fifo(gc)
@@ -387,7 +402,6 @@ class MessagingService:
             yield cmd
             self.events.on_rpc("Telemetry", pb.Code.Name(cmd.status.code), time.perf_counter() - t0)
             return
-        del account
         if cid:
             self.telemetry[cid] = tel
         done = asyncio.Event()
@@ -399,7 +413,7 @@ class MessagingService:
                     if which == "settings":
                         reply = pb.TelemetryCommand()
                         try:
-                            reply.settings.CopyFrom(self._settings_for(cmd.settings, tel))
+                            reply.settings.CopyFrom(self._settings_for(cmd.settings, tel, account))
                             _status(reply.status)
                             kind = pb.ClientType.Name(cmd.settings.client_type) \
                                 if cmd.settings.client_type in pb.ClientType.values() else "UNKNOWN"
@@ -409,6 +423,9 @@ class MessagingService:
                                                       version=md.get("x-mq-client-version"), telemetry=True)
                         except Refusal as e:
                             _status(reply.status, e.code, str(e))
+                        except AuthError as e:
+                            reply.ClearField("settings")
+                            _status(reply.status, pb.FORBIDDEN if e.forbidden else pb.UNAUTHORIZED, str(e))
                         await tel.outbox.put(reply)
                     # thread stack traces and verify results are answers to commands this server never sends
             except (asyncio.CancelledError, grpc.RpcError):
@@ -727,13 +744,14 @@ class MessagingService:
             except asyncio.TimeoutError:
                 pass
         nbytes = sent = 0
+        key = self.pop.handle_key
         try:
             yield self._receive_status(pb.OK, "OK")
             for p in popped:
                 r = pb.ReceiveMessageResponse()
                 r.message.CopyFrom(to_proto_message(p.message, topic=req.message_queue.topic.name,
-                                                    receipt_handle=p.handle.encode(), invisible_ms=inv,
-                                                    attempt=p.attempt))
+                                                    receipt_handle=p.handle.encode(key, group, topic),
+                                                    invisible_ms=inv, attempt=p.attempt))
                 r.message.topic.resource_namespace = req.message_queue.topic.resource_namespace
                 nbytes += len(r.message.body)
                 yield r
@@ -764,10 +782,9 @@ class MessagingService:
         self._client(md, context, group=group)
         return group, topic
 
-    @staticmethod
-    def _handle(text: str) -> ReceiptHandle:
+    def _handle(self, text: str, group: str, topic: str) -> ReceiptHandle:
         try:
-            return ReceiptHandle.decode(text)
+            return ReceiptHandle.decode(text, self.pop.handle_key, group, topic)
         except ValueError as e:
             raise Refusal(pb.INVALID_RECEIPT_HANDLE, str(e)) from None
 
@@ -779,7 +796,7 @@ class MessagingService:
         for entry in req.entries:
             out = resp.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle)
             try:
-                error = self.pop.ack(group, topic, self._handle(entry.receipt_handle))
+                error = self.pop.ack(group, topic, self._handle(entry.receipt_handle, group, topic))
             except Refusal as e:
                 _status(out.status, e.code, str(e))
                 failed += 1
@@ -801,7 +818,7 @@ class MessagingService:
 
     async def ChangeInvisibleDuration(self, req, resp, md, context, account):
         group, topic = self._consumer_call(req, md, context, account)
-        handle = self._handle(req.receipt_handle)
+        handle = self._handle(req.receipt_handle, group, topic)
         inv = req.invisible_duration.seconds * 1000 + req.invisible_duration.nanos // 1_000_000
         cfg = self.config
         # the proxy lets a consumer shorten the time down to 0 (a nack); never past the max
@@ -811,11 +828,11 @@ class MessagingService:
         new, error = self.pop.change_invisible(group, topic, handle, inv)
         if error is not None:
             raise Refusal(pb.INVALID_RECEIPT_HANDLE, error)
-        resp.receipt_handle = new.encode()
+        resp.receipt_handle = new.encode(self.pop.handle_key, group, topic)
 
     async def ForwardMessageToDeadLetterQueue(self, req, resp, md, context, account):
         group, topic = self._consumer_call(req, md, context, account)
-        error = self.pop.forward_to_dlq(group, topic, self._handle(req.receipt_handle))
+        error = self.pop.forward_to_dlq(group, topic, self._handle(req.receipt_handle, group, topic))
         if error is not None:
             raise Refusal(pb.INVALID_RECEIPT_HANDLE, error)
 
