@@ -9,6 +9,7 @@ import hmac
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from hashlib import sha1
 

@@ -120,7 +120,8 @@ class Acl:
             return False
         return True
 
-    def authenticate(self, metadata: dict, *, max_skew_s: float = MAX_CLOCK_SKEW_S, now: float | None = None) -> Account:
+    def authenticate(self, metadata: dict, *, max_skew_s: float = MAX_CLOCK_SKEW_S,
+                     now: float | None = None) -> Account:
         """The account that signed ``metadata``, or AuthError (not forbidden: UNAUTHORIZED). ``now``: the server's
         time (s since the epoch; a test's to give)."""
         header = metadata.get("authorization", "")
