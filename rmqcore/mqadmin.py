@@ -94,6 +94,21 @@ class RemoteAdmin:
     def resend_dlq(self, commitlog_offset):
         return self._call("POST", f"/messages/{commitlog_offset}/resend", {})
 
+    def send_message(self, body):
+        return self._call("POST", "/messages", body)
+
+    def consume(self, group, body):
+        return self._call("POST", f"/groups/{urllib.parse.quote(group, safe='')}/consume", body)
+
+    def broker_config(self):
+        return self._call("GET", "/broker/config")
+
+    def update_broker_config(self, body):
+        return self._call("POST", "/broker/config", body)
+
+    def connections(self, group="", topic=""):
+        return self._call("GET", "/connections", query={"group": group, "topic": topic})
+
 
 class _LocalHost:
     """The server object ConsoleData reads, over a broker opened here: no RPC, nothing in flight."""
@@ -347,6 +362,82 @@ def dlq_cmd(args: argparse.Namespace) -> int:
     return _console_view(args, lambda a: a.resend_dlq(args.offset))
 
 
+def send_cmd(args: argparse.Namespace) -> int:
+    """mqadmin sendMessage: one message through the broker's send, on STORE or through --server."""
+    body = {"topic": args.topic, "body": args.body, "tags": args.tags, "keys": args.keys or [],
+            "queue_id": args.queue}
+    r = _console_call(args, lambda a: a.send_message(body))
+    if args.json:
+        _emit_json(r, sys.stdout)
+    else:
+        print(f"{r['status']} msg_id {r['msg_id']} -> {r['topic']} queue {r['queue_id']} offset {r['queue_offset']} "
+              f"(commitlog {r['commitlog_offset']})")
+    return EXIT_OK
+
+
+def consume_cmd(args: argparse.Namespace) -> int:
+    """mqadmin consumeMessage: the next messages a group gets from a topic; --commit moves its offsets past them."""
+    body = {"topic": args.topic, "count": args.count, "commit": args.commit}
+    r = _console_call(args, lambda a: a.consume(args.group, body))
+    if args.json:
+        _emit_json(r, sys.stdout)
+        return EXIT_OK
+    for m in r["items"]:
+        print(f"{m['topic']} queue {m['queue_id']} offset {m['queue_offset']} msg_id {m['msg_id']} "
+              f"tags {m['tags'] or '-'} keys {' '.join(m['keys']) or '-'} stored {m['store_time']}")
+        print("  " + m["text"] + (" …" if m["text_truncated"] else ""))
+    moved = "; offsets committed" if r["committed"] else " (offsets unchanged: --commit moves them)"
+    print(f"{len(r['items'])} message(s) for {r['group']}{moved if r['items'] else ''}")
+    return EXIT_OK
+
+
+def broker_cmd(args: argparse.Namespace) -> int:
+    """mqadmin getBrokerConfig / updateBrokerConfig (--set KEY=VALUE, the keys that take effect at run time)."""
+    changes = {}
+    for item in args.set or ():
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise AdminError(f"--set: expected KEY=VALUE, got {item!r}")
+        changes[key.strip()] = value.strip()
+    if changes and not args.server:
+        raise AdminError("--set changes a running server's settings (--server URL); a store's come from the "
+                         "broker.conf it is served with: edit that file")
+    r = _console_call(args, (lambda a: a.update_broker_config(changes)) if changes else (lambda a: a.broker_config()))
+    if args.json:
+        _emit_json(r, sys.stdout)
+    elif changes:
+        for key, d in sorted(r["changed"].items()):
+            print(f"{key}: {d['old']} -> {d['new']}")
+    else:
+        table([(k, str(v).lower() if isinstance(v, bool) else v, "yes" if k in r["changeable"] else "-")
+               for k, v in sorted(r["config"].items())],
+              ("key", "value", "runtime"), sys.stdout)
+    return EXIT_OK
+
+
+def connections_cmd(args: argparse.Namespace) -> int:
+    """mqadmin consumerConnection (--group) / producerConnection (--topic): clients connected to a running server."""
+    if not args.server:
+        raise AdminError("connections are a running server's: give --server URL")
+    r = RemoteAdmin(args.server, args.user).connections(args.group or "", args.topic or "")
+    if args.json:
+        _emit_json(r, sys.stdout)
+    else:
+        table([(c["client_id"], c["kind"], c["group"] or "-", ",".join(c["topics"]) or "-", c["address"],
+                c["language"] or "-", c["version"] or "-", c["last_seen"]) for c in r["items"]],
+              ("client", "kind", "group", "topics", "address", "language", "version", "last seen"), sys.stdout)
+    return EXIT_OK
+
+
+def _console_call(args: argparse.Namespace, op):
+    """``op`` over --server's JSON API or the console's operations over STORE; the answer's dict."""
+    remote = _admin_target(args)
+    if remote is not None:
+        return op(remote)
+    with local_admin(args.store) as admin:
+        return run_admin(lambda: op(admin))
+
+
 def _admin_args(q: argparse.ArgumentParser, what: str, config: bool = True) -> None:
     q.add_argument("store", nargs="?", help="store directory no server holds (or --server URL instead)")
     q.add_argument("--server", metavar="URL", help="a running server's console instead of STORE, e.g. "
@@ -422,3 +513,48 @@ def add_commands(sub) -> None:
     _admin_args(dr, "the result", config=False)
     dr.add_argument("offset", type=int, help="the dead letter's commitlog offset")
     dq.set_defaults(func=dlq_cmd)
+
+    sm = sub.add_parser("send", help="send a test message to a topic (mqadmin sendMessage; STORE or --server URL)",
+                        description="Store one message through the broker's send (its checks, topic auto-creation, "
+                                    "a random queue unless --queue), on " + where)
+    _admin_args(sm, "the result", config=False)
+    sm.add_argument("topic", help="topic name")
+    sm.add_argument("body", help="the message body (text, stored as UTF-8)")
+    sm.add_argument("--tags", help="the message's tag")
+    sm.add_argument("--keys", nargs="+", metavar="KEY", help="the message's keys (found by `rmqcore query --key`)")
+    sm.add_argument("--queue", type=int, default=-1, metavar="ID", help="queue id (default: a random write queue)")
+    sm.set_defaults(func=send_cmd)
+
+    cm = sub.add_parser("consume", help="the next messages a group gets from a topic (mqadmin consumeMessage)",
+                        description="Read up to --count messages of TOPIC from GROUP's committed offsets, queue by "
+                                    "queue; --commit moves the offsets past them as a consumer's commit would. On "
+                                    + where)
+    _admin_args(cm, "the messages", config=False)
+    cm.add_argument("group", help="consumer group (must exist)")
+    cm.add_argument("topic", help="topic name")
+    cm.add_argument("--count", type=int, default=1, help="messages to read, 1..32 (default 1)")
+    cm.add_argument("--commit", action="store_true", help="commit the group's offsets past what was read")
+    cm.set_defaults(func=consume_cmd)
+
+    bk = sub.add_parser("broker", help="the broker's settings (mqadmin getBrokerConfig / updateBrokerConfig)",
+                        description="Print every broker.conf key the broker and its store act on, with its value; "
+                                    "with --server URL and --set KEY=VALUE, change the keys that take effect while "
+                                    "the server runs (brokerPermission, autoCreateTopicEnable, "
+                                    "autoCreateSubscriptionGroup, rejectTransactionMessage, transactionTimeOut, "
+                                    "transactionCheckMax, transactionCheckInterval) until it stops.")
+    bsub = bk.add_subparsers(dest="broker_cmd", required=True, metavar="{config}", help="config")
+    bc = bsub.add_parser("config", help="print (or with --set, change) the broker's settings")
+    _admin_args(bc, "the settings", config=False)
+    bc.add_argument("--set", action="append", metavar="KEY=VALUE", help="with --server: change a runtime key "
+                                                                        "(repeatable)")
+    bk.set_defaults(func=broker_cmd)
+
+    cn = sub.add_parser("connections", help="clients connected to a running server, per group or topic "
+                                            "(mqadmin consumerConnection / producerConnection)")
+    cn.add_argument("--server", metavar="URL", required=True, help="the running server's console, e.g. "
+                                                                   "http://127.0.0.1:8080")
+    cn.add_argument("--user", metavar="AK:SK", help="HTTP Basic account (accessKey:secretKey)")
+    cn.add_argument("--group", help="only this consumer group's clients")
+    cn.add_argument("--topic", help="only the producers that declared this topic")
+    cn.add_argument("--json", action="store_true", help="print the clients as JSON (for scripts)")
+    cn.set_defaults(func=connections_cmd)

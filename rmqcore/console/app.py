@@ -25,6 +25,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from ..broker.errors import BrokerError, IllegalNameError, NoPermissionError
 from ..errors import RmqStoreError
 from .data import DEFAULT_LIMIT, MAX_LIMIT, MESSAGE_TYPES, ConsoleData, ConsoleError, int_arg
+from .history import WINDOW_S, MinuteHistory
 from .metrics import make_registry
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ SERVER_KEY = web.AppKey("server", object)
 REGISTRY_KEY = web.AppKey("registry", object)
 JINJA_KEY = web.AppKey("jinja", jinja2.Environment)
 SAMPLER_KEY = web.AppKey("sampler", asyncio.Task)
+HISTORY_KEY = web.AppKey("history", MinuteHistory)
+MINUTES_KEY = web.AppKey("minutes", asyncio.Task)
 
 
 def plotly_js_path() -> str | None:
@@ -252,6 +255,42 @@ async def api_resend(request):
     return web.json_response(await asyncio.to_thread(_data(request).resend_dlq, _offset_arg(request)))
 
 
+async def api_send(request):
+    body = await _json_body(request)
+    return web.json_response(await asyncio.to_thread(_data(request).send_message, body))
+
+
+async def api_consume(request):
+    body = await _json_body(request)
+    return web.json_response(await asyncio.to_thread(_data(request).consume, request.match_info["group"], body))
+
+
+async def api_broker_config(request):
+    return web.json_response(_data(request).broker_config())
+
+
+async def api_update_broker_config(request):
+    body = await _json_body(request)
+    return web.json_response(await asyncio.to_thread(_data(request).update_broker_config, body))
+
+
+def _history_seconds(request) -> int:
+    return int_arg(request.query.get("seconds"), "seconds", 60, WINDOW_S, WINDOW_S)
+
+
+async def api_topic_history(request):
+    return web.json_response(request.app[HISTORY_KEY].topic(request.match_info["topic"], _history_seconds(request)))
+
+
+async def api_group_history(request):
+    return web.json_response(request.app[HISTORY_KEY].group(request.match_info["group"], _history_seconds(request)))
+
+
+async def api_connections(request):
+    q = request.query
+    return web.json_response(_data(request).connections(q.get("group", "").strip(), q.get("topic", "").strip()))
+
+
 # ---------------------------------------------------------------------------------------------- pages
 async def page_overview(request):
     return render(request, "overview.html", {"o": await asyncio.to_thread(_data(request).overview)})
@@ -309,6 +348,10 @@ async def page_message(request):
                                                                          request.get("user"))})
 
 
+async def page_broker(request):
+    return render(request, "broker.html", {"b": _data(request).broker_config()})
+
+
 async def metrics(request):
     registry = request.app[REGISTRY_KEY]
     body = await asyncio.to_thread(generate_latest, registry)
@@ -333,18 +376,40 @@ async def _sample_forever(data: ConsoleData) -> None:
         await asyncio.sleep(1.0)
 
 
+def _minute_point(history: MinuteHistory) -> None:
+    history.sample()
+    history.save()
+
+
+async def _minutes_forever(history: MinuteHistory) -> None:
+    """A point a minute for the topic and group charts, written to the store's config directory (off the loop)."""
+    while True:
+        try:
+            await asyncio.to_thread(_minute_point, history)
+        except Exception:       # a store closing under us, a full disk: the next minute tries again
+            log.exception("console: minute history sample failed")
+        await asyncio.sleep(history.step_s - time.time() % history.step_s + 0.5)
+
+
 async def _start_sampler(app: web.Application) -> None:
-    app[SAMPLER_KEY] = asyncio.get_running_loop().create_task(_sample_forever(app[DATA_KEY]))
+    loop = asyncio.get_running_loop()
+    app[SAMPLER_KEY] = loop.create_task(_sample_forever(app[DATA_KEY]))
+    app[MINUTES_KEY] = loop.create_task(_minutes_forever(app[HISTORY_KEY]))
 
 
 async def _stop_sampler(app: web.Application) -> None:
-    task = app.get(SAMPLER_KEY)
-    if task is not None:
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
+    for key in (SAMPLER_KEY, MINUTES_KEY):
+        task = app.get(key)
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+    try:                        # the last point, so a restart's chart joins where this one stopped
+        await asyncio.to_thread(_minute_point, app[HISTORY_KEY])
+    except Exception:
+        log.exception("console: minute history could not be saved")
 
 
 def _fmt_bytes(n) -> str:
@@ -368,6 +433,7 @@ def make_app(server) -> web.Application:
     data = ConsoleData(server)
     app[SERVER_KEY] = server
     app[DATA_KEY] = data
+    app[HISTORY_KEY] = MinuteHistory(server.broker)
     app[REGISTRY_KEY] = make_registry(server)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
                              autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
@@ -385,6 +451,7 @@ def make_app(server) -> web.Application:
     r.add_get("/groups/{group}", page_group)
     r.add_get("/messages", page_messages)
     r.add_get(r"/messages/{offset:\d+}", page_message)
+    r.add_get("/broker", page_broker)
     r.add_get("/metrics", metrics)
     r.add_get("/static/vendor/plotly.min.js", plotly_js)
     r.add_static("/static", STATIC_DIR)
@@ -404,6 +471,13 @@ def make_app(server) -> web.Application:
     r.add_get(API + "/messages", api_messages)
     r.add_get(API + r"/messages/{offset:\d+}", api_message)
     r.add_post(API + r"/messages/{offset:\d+}/resend", api_resend)
+    r.add_post(API + "/messages", api_send)
+    r.add_post(API + "/groups/{group}/consume", api_consume)
+    r.add_get(API + "/broker/config", api_broker_config)
+    r.add_post(API + "/broker/config", api_update_broker_config)
+    r.add_get(API + "/connections", api_connections)
+    r.add_get(API + "/topics/{topic}/history", api_topic_history)
+    r.add_get(API + "/groups/{group}/history", api_group_history)
     return app
 
 

@@ -11,6 +11,8 @@ The server object is the contract with ``rmqcore serve``: ``broker`` (rmqcore.br
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import heapq
 import json
@@ -374,6 +376,7 @@ class ConsoleData:
                 lag += max(self.store.max_offset(name, qid) - max(committed.get(qid, 0), 0), 0)
             groups.append({"group": g, "lag": lag})
         out["groups"] = groups
+        out["producers"] = [client_row(c) for c in self._clients(topic=name)]
         return out
 
     def update_topic(self, body: dict) -> dict:
@@ -486,11 +489,8 @@ class ConsoleData:
         out = self._group_summary(gc, clients, snap["dlq"])
         out["queues"] = self._group_queues(name, with_latency=True)
         out["consume_from_min_enable"] = gc.consume_from_min_enable
-        out["clients_detail"] = [
-            {"client_id": c.client_id, "kind": c.kind, "address": c.address, "language": c.language,
-             "version": c.version, "telemetry": c.telemetry, "first_seen": fmt_ms(int(c.first_seen * 1000)),
-             "last_seen": fmt_ms(int(c.last_seen * 1000))}
-            for c in sorted(clients, key=lambda c: c.client_id) if c.group == name]
+        out["clients_detail"] = [client_row(c) for c in sorted(clients, key=lambda c: c.client_id)
+                                 if c.group == name]
         out["messages_out"] = sum(n for (_t, g), n in snap["messages_out"].items() if g == name)
         out["retry_topic"] = get_retry_topic(name)
         out["dlq_topic"] = get_dlq_topic(name)
@@ -790,6 +790,204 @@ class ConsoleData:
                                  result.status)
         return {"resent": commitlog_offset, "group": group, "topic": retry_topic, "queue_id": msg.queue_id,
                 "commitlog_offset": result.commitlog_offset, "msg_id": result.msg_id}
+
+    # ------------------------------------------------------------------ a test message in, one out
+    def send_message(self, body: dict) -> dict:
+        """mqadmin's sendMessage and the dashboard's "Send Message": one message stored through the broker's own
+        send (its permission and topic checks, auto-creation, a random queue unless ``queue_id`` is given), so a
+        console user can see a topic and its consumers work end to end. ``body`` (text, UTF-8) or ``body_base64``
+        (bytes); ``tags``; ``keys`` (a string of space-separated keys or a list)."""
+        topic = body.get("topic")
+        if not isinstance(topic, str) or not topic:
+            raise ConsoleError("topic: required")
+        validate_topic(topic)
+        if self._kind(topic) == "SYSTEM":
+            raise ConsoleError(f"topic {topic!r} is a system topic: test messages go to user topics", status=403)
+        payload = _body_bytes(body)
+        tags = body.get("tags") or None
+        if tags is not None and not isinstance(tags, str):
+            raise ConsoleError("tags: expected a string")
+        keys = body.get("keys") or []
+        if isinstance(keys, str):
+            keys = keys.split()
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+            raise ConsoleError("keys: expected a string of space-separated keys or a list of strings")
+        queue_id = int_arg(body.get("queue_id"), "queue_id", -1, MAX_QUEUE_NUMS - 1, -1)
+        msg = Message(topic, payload, queue_id, tags=tags, keys=keys)
+        result = self.broker.send(msg)
+        if result.status is not PutStatus.PUT_OK:
+            raise PutFailedError(f"send to {topic}: {result.status.name}", result.status)
+        self.server.events.on_messages_in(topic, [len(payload)])
+        return {"status": result.status.name, "topic": msg.topic, "queue_id": msg.queue_id,
+                "queue_offset": result.queue_offset, "commitlog_offset": result.commitlog_offset,
+                "msg_id": result.msg_id, "store_time": fmt_ms(result.store_timestamp)}
+
+    def consume(self, group: str, body: dict) -> dict:
+        """mqadmin's consumeMessage: up to ``count`` (1..32) messages of ``topic`` for ``group``, read from each
+        queue's committed offset (the queue's min when the group has none), queue by queue, through the broker's
+        pull (its group, topic and permission checks). With ``commit`` the group's offsets move past what was
+        read, as a consumer's commit would; without it nothing changes (a look at what the group gets next)."""
+        validate_group(group)
+        if group not in self.broker.subscription_group_manager.subscription_group_table:
+            raise NotFound(f"consumer group {group!r} does not exist")
+        topic = body.get("topic")
+        if not isinstance(topic, str) or not topic:
+            raise ConsoleError("topic: required")
+        validate_topic(topic)
+        if self._kind(topic) == "SYSTEM":
+            raise ConsoleError(f"topic {topic!r} is a system topic", status=403)
+        tc = self.broker.topic_config_manager.select_topic_config(topic)
+        if tc is None:
+            raise NotFound(f"topic {topic!r} does not exist")
+        count = int_arg(body.get("count"), "count", 1, 32, 1)
+        commit = bool_arg(body.get("commit"), "commit", False)
+        com = self.broker.consumer_offset_manager
+        items, queues = [], []
+        for qid in range(tc.read_queue_nums):
+            if len(items) >= count:
+                break
+            committed = com.query_offset(group, topic, qid)
+            start = committed if committed >= 0 else max(self.store.min_offset(topic, qid), 0)
+            r = self.broker.pull(group, topic, qid, start, count - len(items))
+            got = []
+            for m in r.messages:
+                row = self.message_summary(m)
+                raw = bytes(m.body)
+                row["text"] = raw[:TEXT_PREVIEW_BYTES].decode("utf-8", "replace")
+                row["text_truncated"] = len(raw) > TEXT_PREVIEW_BYTES
+                got.append(row)
+            del r.messages[:]
+            if not got:
+                continue
+            items += got
+            nxt = got[-1]["queue_offset"] + 1
+            if commit:
+                self.broker.commit_offset(group, topic, qid, nxt)
+            queues.append({"queue_id": qid, "from_offset": start, "next_offset": nxt, "messages": len(got),
+                           "committed": commit})
+        return {"group": group, "topic": topic, "committed": commit, "queues": queues, "items": items}
+
+    # ------------------------------------------------------------------ the broker's settings
+    def broker_config(self) -> dict:
+        """mqadmin's getBrokerConfig: every broker.conf key the broker and the store act on, by its Java name, with
+        the value in force; ``changeable`` names the keys updateBrokerConfig may change while the server runs."""
+        return {"broker_name": self.broker.config.broker_name, "config": broker_settings(self.broker),
+                "changeable": sorted(RUNTIME_BROKER_KEYS)}
+
+    def update_broker_config(self, body: dict) -> dict:
+        """mqadmin's updateBrokerConfig for the keys that take effect at once (RUNTIME_BROKER_KEYS); any other key
+        is refused naming the ones that may change. All keys are checked before any is applied. A change lasts
+        until the server stops (put it in broker.conf to keep it)."""
+        if not body:
+            raise ConsoleError("give at least one key to change, e.g. {\"autoCreateTopicEnable\": false}")
+        changes = {}
+        for key, value in body.items():
+            if key not in RUNTIME_BROKER_KEYS:
+                raise ConsoleError(f"{key}: not a key that may change while the server runs (those are: "
+                                   f"{', '.join(sorted(RUNTIME_BROKER_KEYS))})")
+            field, kind = RUNTIME_BROKER_KEYS[key]
+            changes[field] = _setting_value(key, kind, value)
+        cfg = self.broker.config
+        trial = cfg.replace(**changes)           # BrokerConfig checks each field's range (ValueError names it)
+        del trial
+        old = {f: getattr(cfg, f) for f in changes}
+        transactions = getattr(self.broker, "transactions", None)
+        for field, value in changes.items():
+            if field == "broker_permission":
+                self.broker.update_broker_permission(value)
+                continue
+            setattr(cfg, field, value)
+            if field.startswith("transaction_") and transactions is not None:
+                setattr(transactions, field, value)     # the check service copied them at open; it reads its own
+        if "auto_create_topic_enable" in changes:
+            self.broker._invalidate_sends()      # a cached refusal of an unknown topic must not outlive the switch
+        keys = {field: key for key, (field, _k) in RUNTIME_BROKER_KEYS.items()}
+        return {"changed": {keys[f]: {"old": old[f], "new": changes[f]} for f in changes if old[f] != changes[f]},
+                "config": broker_settings(self.broker)}
+
+    # ------------------------------------------------------------------ who is connected
+    def connections(self, group: str = "", topic: str = "") -> dict:
+        """mqadmin's consumerConnection (``group``) and producerConnection (``topic``: the producers that declared
+        it): the clients connected now, as the group pages count them."""
+        if group:
+            validate_group(group)
+        if topic:
+            validate_topic(topic)
+        return {"group": group or None, "topic": topic or None,
+                "items": [client_row(c) for c in self._clients(group, topic)]}
+
+    def _clients(self, group: str = "", topic: str = "") -> list:
+        clients = sorted(self.server.events.clients(), key=lambda c: c.client_id)
+        if group:
+            clients = [c for c in clients if c.group == group]
+        if topic:
+            clients = [c for c in clients if topic in c.topics and c.kind == "PRODUCER"]
+        return clients
+
+
+def client_row(c) -> dict:
+    """One connected client as the console and ``rmqcore connections`` show it."""
+    return {"client_id": c.client_id, "kind": c.kind, "group": c.group or None, "topics": sorted(c.topics),
+            "address": c.address, "language": c.language, "version": c.version, "telemetry": c.telemetry,
+            "first_seen": fmt_ms(int(c.first_seen * 1000)), "last_seen": fmt_ms(int(c.last_seen * 1000))}
+
+
+def _body_bytes(body: dict) -> bytes:
+    if body.get("body_base64") is not None:
+        try:
+            return base64.b64decode(body["body_base64"], validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise ConsoleError("body_base64: not base64") from None
+    text = body.get("body", "")
+    if not isinstance(text, str):
+        raise ConsoleError("body: expected a string (or body_base64 for bytes)")
+    if not text:
+        raise ConsoleError("body: required (a message body may not be empty)")
+    return text.encode("utf-8")
+
+
+# updateBrokerConfig's keys that take effect while the server runs, by their Java name: the send and pull checks,
+# topic and group auto-creation and the transaction check read them at each use. The rest (names, ports, file
+# sizes, flush mode, ...) are read once at start.
+RUNTIME_BROKER_KEYS = {
+    "brokerPermission": ("broker_permission", "int"),
+    "autoCreateTopicEnable": ("auto_create_topic_enable", "bool"),
+    "autoCreateSubscriptionGroup": ("auto_create_subscription_group", "bool"),
+    "rejectTransactionMessage": ("reject_transaction_message", "bool"),
+    "transactionTimeOut": ("transaction_timeout", "int"),
+    "transactionCheckMax": ("transaction_check_max", "int"),
+    "transactionCheckInterval": ("transaction_check_interval", "int"),
+}
+
+
+def _setting_value(key: str, kind: str, value):
+    """A JSON value or a broker.conf string ("true", "6") as the field's type; ValueError names the key."""
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise ConsoleError(f"{key}: expected true or false, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConsoleError(f"{key}: expected an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise ConsoleError(f"{key}: expected an integer, got {value!r}") from None
+
+
+def broker_settings(broker) -> dict:
+    """broker.conf key -> the value in force, for every key the broker and its store read (broker_conf.KEYS)."""
+    from ..broker.broker_conf import KEYS
+    out = {}
+    for key, (which, field, _kind) in sorted(KEYS.items()):
+        cfg = broker.config if which == "broker" else broker.store_config
+        value = getattr(cfg, field, None)
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            out[key] = value
+        else:
+            out[key] = str(value)
+    return out
 
 
 # MixAll's built-in groups, listed only with ``system``.

@@ -31,6 +31,7 @@ class ClientInfo:
     first_seen: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.time)
     telemetry: bool = False        # a Telemetry stream is open
+    topics: tuple = ()             # a producer's declared topics, a consumer's subscribed ones (its settings)
 
 
 class ServerEvents:

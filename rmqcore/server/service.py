@@ -420,7 +420,8 @@ class MessagingService:
                             tel.kind = cmd.settings.client_type
                             if cid:
                                 self.events.on_client(cid, kind=kind, group=tel.group, address=context.peer(),
-                                                      version=md.get("x-mq-client-version"), telemetry=True)
+                                                      version=md.get("x-mq-client-version"), telemetry=True,
+                                                      topics=_settings_topics(cmd.settings))
                         except Refusal as e:
                             _status(reply.status, e.code, str(e))
                         except AuthError as e:
@@ -890,3 +891,13 @@ def wrap_namespace(namespace: str, name: str) -> str:
             rest = name[len(prefix):]
             return name if rest.startswith(namespace + "%") else f"{prefix}{namespace}%{rest}"
     return f"{namespace}%{name}"
+
+
+def _settings_topics(settings) -> tuple:
+    """The topics a client's Telemetry settings name: a producer's publishing topics, a consumer's subscriptions
+    (what the console's connection lists show per topic)."""
+    if settings.WhichOneof("pub_sub") == "publishing":
+        entries = [t for t in settings.publishing.topics]
+    else:
+        entries = [s.topic for s in settings.subscription.subscriptions]
+    return tuple(sorted({wrap_namespace(t.resource_namespace, t.name) for t in entries}))

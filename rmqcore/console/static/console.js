@@ -55,7 +55,8 @@ const RMQ = (() => {
         try {
           const data = await call(form.dataset.method || "POST", form.dataset.api, body);
           flash(summary(data));
-          after(form, data, body);
+          if (form.dataset.result) showResult(document.getElementById(form.dataset.result), data);
+          else after(form, data, body);
         } catch (e) {
           flash(e.message, true);
         } finally {
@@ -86,7 +87,54 @@ const RMQ = (() => {
     }
   }
 
+  // A form that shows its answer in place (data-result): a sent message's ids, or consumed messages as a table.
+  // Built with textContent only: bodies are whatever producers sent.
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+
+  function showResult(target, data) {
+    if (!target) return;
+    target.replaceChildren();
+    if (data.msg_id && data.status) {
+      const p = el("p", null, "result");
+      p.append("Stored in queue " + data.queue_id + " at offset " + data.queue_offset + " · ");
+      const a = el("a", data.msg_id, "mono");
+      a.href = "/messages/" + data.commitlog_offset;
+      p.append(a);
+      target.append(p);
+      return;
+    }
+    const items = data.items || [];
+    if (!items.length) { target.append(el("p", "No message to consume.", "muted")); return; }
+    const table = el("table", null, "data");
+    const head = el("tr");
+    for (const h of ["Queue · offset", "Message id", "Tags", "Keys", "Body"]) head.append(el("th", h));
+    table.append(el("thead")); table.tHead.append(head);
+    const body = el("tbody");
+    for (const m of items) {
+      const tr = el("tr");
+      const link = el("a", m.queue_id + " · " + m.queue_offset);
+      link.href = "/messages/" + m.commitlog_offset;
+      const td = el("td", null, "num"); td.append(link); tr.append(td);
+      tr.append(el("td", m.uniq_key || m.msg_id, "mono"));
+      tr.append(el("td", m.tags || "–"));
+      tr.append(el("td", (m.keys || []).join(" ") || "–"));
+      tr.append(el("td", m.text + (m.text_truncated ? " …" : ""), "body-head"));
+      body.append(tr);
+    }
+    table.append(body);
+    target.append(table);
+    target.append(el("p", data.committed ? "Offsets committed past these." : "Offsets unchanged.", "muted"));
+  }
+
   function summary(data) {
+    if (data.changed) return "Changed " + Object.keys(data.changed).length + " setting(s)";
+    if (data.msg_id && data.status) return "Sent " + data.msg_id;
+    if (data.items && data.group && data.topic) return data.items.length + " message(s) for " + data.group;
     if (data.deleted) return "Deleted " + data.deleted;
     if (data.resent !== undefined) return "Resent to " + data.topic + " (queue " + data.queue_id + ")";
     if (data.queues && data.group) return "Reset " + data.queues.length + " queue(s) of " + data.group;
@@ -124,6 +172,41 @@ const RMQ = (() => {
     setInterval(draw, 2000);
   }
 
+  // A topic's or group's trend (a point a minute, kept across restarts): data-history is its API path,
+  // data-series the fields to draw (in; consumed, lag).
+  function trendChart(id) {
+    const el = document.getElementById(id);
+    if (!el || !window.Plotly) return;
+    const names = { in: "stored / s", consumed: "consumed / s", lag: "lag" };
+    const colors = { in: "#2f6fde", consumed: "#1f9d55", lag: "#d98b00" };
+    const layout = {
+      margin: { l: 48, r: 48, t: 8, b: 36 }, height: 240, hovermode: "x unified",
+      legend: { orientation: "h", y: 1.15, x: 0 },
+      xaxis: { type: "date", gridcolor: "#eef1f7" },
+      yaxis: { title: { text: "msg/s" }, rangemode: "tozero", gridcolor: "#eef1f7" },
+      yaxis2: { title: { text: "lag" }, overlaying: "y", side: "right", rangemode: "tozero", showgrid: false },
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 12 },
+    };
+    const draw = async () => {
+      try {
+        const s = await call("GET", el.dataset.history);
+        const x = s.t.map((t) => new Date(t));
+        if (!x.length) {
+          el.textContent = "The first points come a minute after the server starts (one a minute, kept for a day).";
+          el.classList.add("empty");
+          return;
+        }
+        const traces = el.dataset.series.split(",").map((k) => ({
+          x, y: s[k], name: names[k], type: "scatter", mode: "lines+markers", marker: { size: 4 },
+          line: { color: colors[k], width: 2 }, yaxis: k === "lag" ? "y2" : "y",
+        }));
+        Plotly.react(el, traces, layout, { displayModeBar: false, responsive: true });
+      } catch (e) { /* the next tick retries */ }
+    };
+    draw();
+    setInterval(draw, 60000);
+  }
+
   document.addEventListener("DOMContentLoaded", wire);
-  return { call, flash, ratesChart };
+  return { call, flash, ratesChart, trendChart };
 })();
