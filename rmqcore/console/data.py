@@ -860,6 +860,7 @@ class ConsoleData:
             if not got:
                 continue
             items += got
+            self.server.events.on_messages_out(topic, group, len(got), sum(m["body_size"] for m in got))
             nxt = got[-1]["queue_offset"] + 1
             if commit:
                 self.broker.commit_offset(group, topic, qid, nxt)
