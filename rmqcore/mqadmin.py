@@ -441,7 +441,7 @@ def _console_call(args: argparse.Namespace, op):
 def _admin_args(q: argparse.ArgumentParser, what: str, config: bool = True) -> None:
     q.add_argument("store", nargs="?", help="store directory no server holds (or --server URL instead)")
     q.add_argument("--server", metavar="URL", help="a running server's console instead of STORE, e.g. "
-                                                   "http://127.0.0.1:8080 (rmqcore serve --http)")
+                                                   "http://127.0.0.1:8080 (the console rmqcore serve starts)")
     q.add_argument("--user", metavar="AK:SK", help="with --server: HTTP Basic account (accessKey:secretKey)")
     if config:
         q.add_argument("--config", metavar="FILE", help="with STORE: a RocketMQ broker.conf (brokerName, "
@@ -521,7 +521,7 @@ def add_commands(sub) -> None:
     sm.add_argument("topic", help="topic name")
     sm.add_argument("body", help="the message body (text, stored as UTF-8)")
     sm.add_argument("--tags", help="the message's tag")
-    sm.add_argument("--keys", nargs="+", metavar="KEY", help="the message's keys (found by `rmqcore query --key`)")
+    sm.add_argument("--keys", nargs="+", metavar="KEY", help="the message's keys (what a search by key finds)")
     sm.add_argument("--queue", type=int, default=-1, metavar="ID", help="queue id (default: a random write queue)")
     sm.set_defaults(func=send_cmd)
 
