@@ -150,7 +150,7 @@ def test_journal_survives_a_restart_and_a_torn_line(tmp_path):
         b.close()
     # after a clean close the journal is a snapshot of the live state
     with open(os.path.join(path, "config", JOURNAL)) as f:
-        lines = f.read().splitlines()
+        lines = [ln for ln in f.read().splitlines() if not ln.startswith("G\t")]   # G: consumerOffset.json's
     assert lines[0].startswith("S\tg\tt\t0\t1\t5") and sum(1 for ln in lines if ln.startswith("P")) == 3
 
 
@@ -318,6 +318,51 @@ def test_a_queue_cut_below_the_cursor_is_popped_from_its_end(tmp_path):
         b.store.wait_dispatched()
         got = pop.pop("g", "t", [0], 32, 10_000, fifo=False, max_attempts=17)
         assert _bodies(got) == [b"m3", b"m4"]
+    finally:
+        pop.close()
+        b.close()
+
+
+def test_offsets_another_broker_wrote_win_both_ways_and_an_older_own_file_loses(tmp_path):
+    """consumerOffset.json written by another broker after the journal (a swap and back): its offsets win, past the
+    watermark (acks above kept) and below it (a reset: delivered again from there); a text of this server's own,
+    older than the journal, does not (issue 36)."""
+    from rmqcore.broker import ConsumerOffsetManager
+    path = str(tmp_path / "s")
+    clock = Clock()
+    b, pop = _open(path, clock, queues=2, n=12)
+    got = {(p.handle.queue_id, p.handle.offset): p for p in pop.pop("g", "t", [0, 1], 32, 10_000, fifo=False,
+                                                                       max_attempts=17)}
+    for key in [(0, 0), (0, 4), (1, 0), (1, 1), (1, 2)]:      # queue 0: watermark 1, 4 acked above it; queue 1: 3
+        pop.ack("g", "t", got[key].handle)
+    pop.close()
+    b.close()
+    own = open(os.path.join(path, "config", "consumerOffset.json")).read()
+    # the other broker: queue 0 consumed up to 3, queue 1 reset to 1
+    com = ConsumerOffsetManager(path)
+    com.load()
+    com.commit_offset("g", "t", 0, 3)
+    com.commit_offset("g", "t", 1, 1)
+    com.persist()
+    clock.now += 10_000
+    b, pop = _open(path, clock, queues=2)
+    try:
+        again = pop.pop("g", "t", [0, 1], 32, 10_000, fifo=False, max_attempts=17)
+        by_queue = {q: sorted(p.handle.offset for p in again if p.handle.queue_id == q) for q in (0, 1)}
+        assert by_queue == {0: [3, 5], 1: [1, 2, 3, 4, 5]}
+        for p in again:
+            pop.ack("g", "t", p.handle)
+    finally:
+        pop.close()
+        b.close()
+    # this server's own text from before: older than the journal, which wins
+    with open(os.path.join(path, "config", "consumerOffset.json"), "w") as f:
+        f.write(own)
+    clock.now += 10_000
+    b, pop = _open(path, clock, queues=2)
+    try:
+        assert pop.pop("g", "t", [0, 1], 32, 10_000, fifo=False, max_attempts=17) == []
+        assert [b.query_offset("g", "t", q) for q in (0, 1)] == [1, 3]    # the file as restored, not yet moved
     finally:
         pop.close()
         b.close()

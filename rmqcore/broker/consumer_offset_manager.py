@@ -5,9 +5,15 @@ last interval; a consumer then re-reads those messages (at-least-once).
 
 A commit is a dict store under a lock; a persist snapshots the table under the same lock (one shallow copy per
 topic@group) and encodes outside it, so commits are never held up by the file write.
+
+Each text of the file has a generation (a digest of its bytes, ``generation_of``): the one loaded and the one last
+written are kept, and ``persist_listener`` hears of a generation before its text is written. The server's pop
+journal records the generations it is in step with, so it can tell a file another broker wrote since (a swap to a
+Java broker and back) from one of its own that is merely older than the journal (rmqcore/server/pop.py).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 
@@ -36,6 +42,11 @@ def java_hash_set_order(items: list[str]) -> list[str]:
     return sorted(items, key=bucket)
 
 
+def generation_of(text: str) -> str:
+    """The generation of one text of consumerOffset.json: any change of a byte, by whoever wrote it, is another."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
+
+
 def _refuse_commit(group, topic, queue_id, offset) -> None:
     from .errors import InvalidConfigError, OffsetIllegalError, QueueIdIllegalError
     for name, v in (("topic", topic), ("group", group)):
@@ -58,6 +69,10 @@ class ConsumerOffsetManager(ConfigManager):
         self._lock = threading.Lock()
         self._version = 0                      # bumped by every change; persist skips an unchanged table
         self._persisted_version = 0
+        self.loaded_generation: str | None = None   # generation_of the text load read (None: no file)
+        self.generation: str | None = None          # ... of the text the file holds now, as far as we know
+        # fn(generation), called before a text of that generation is written (from the persisting thread)
+        self.persist_listener = None
 
     # -- file -------------------------------------------------------------------------------------------------
 
@@ -106,15 +121,16 @@ class ConsumerOffsetManager(ConfigManager):
                 out[q] = check_int(off, f"{where}.{q}", *JAVA_LONG)
             table[key] = out
         extra = {k: v for k, v in doc.items() if k != "offsetTable"}
-        return table, extra
+        return table, extra, generation_of(text)
 
     def apply(self, state) -> None:
-        table, extra = state
+        table, extra, gen = state
         with self._lock:
             self.offset_table = table
             self.extra = extra
             self._version += 1
             self._persisted_version = self._version
+        self.loaded_generation = self.generation = gen
 
     def persist(self, force: bool = True) -> bool:
         """Write the table; with ``force`` False only when it changed since the last persist or the file is not
@@ -123,7 +139,12 @@ class ConsumerOffsetManager(ConfigManager):
             table, extra, version = self._snapshot()
             if not force and version == self._persisted_version and os.path.exists(self.config_file_path()):
                 return False
-            string2file(fastjson.dumps(self._document(table, extra), True), self.config_file_path())
+            text = fastjson.dumps(self._document(table, extra), True)
+            gen = generation_of(text)
+            if self.persist_listener is not None:
+                self.persist_listener(gen)      # first: a kill after the write must find it recorded
+            string2file(text, self.config_file_path())
+            self.generation = gen
             self._persisted_version = version
             return True
 

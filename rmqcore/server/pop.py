@@ -17,12 +17,24 @@ SIGKILL of the server as the commitlog's pages do), and the file is rewritten as
 (temp file, fsync, rename) once it grows past ``COMPACT_BYTES``. A restart replays the snapshot and what followed:
 an unacked message comes back after its invisible time as it would have; an ack journaled before a kill stays
 acked. The watermark is also committed as the group's consumer offset (consumerOffset.json), so tools see progress.
+
+consumerOffset.json is also the state another broker keeps: after a swap to a Java broker and back, its offsets
+are newer than the journal, and the journal must yield to them (issue 36). Its own texts of that file are older
+than the journal instead (they are persisted every 5 s; the journal at every RPC), and then the journal wins. To
+tell the two apart the journal records, in ``G`` lines, the generation (a digest of the text,
+``consumer_offset_manager.generation_of``) of every text of consumerOffset.json this server wrote or started
+from, before that text is written. At start, a file whose generation the journal does not know was written by
+someone else since: for each queue the file covers with an offset other than the journal's watermark, the file
+wins (past the watermark: what lies below is done, acks above it kept; below: a reset, delivered again from
+there). A journal without any ``G`` line (written before this rule) yields only to an offset past its watermark,
+which no text of its own can hold.
 """
 from __future__ import annotations
 
 import hmac
 import logging
 import os
+import threading
 import time
 from hashlib import sha256
 
@@ -35,6 +47,7 @@ HANDLE_VERSION = "r2"
 HANDLE_KEY = "popHandleKey"
 HANDLE_KEY_BYTES = 32
 MAC_HEX = 32                # 128 bits of HMAC-SHA256, in hex
+KEEP_GENERATIONS = 4        # consumerOffset.json generations a snapshot keeps (a persist may be under way)
 
 
 def now_ms() -> int:
@@ -131,6 +144,8 @@ class PopJournal:
         self.path = path
         self.fd = -1
         self.size = 0
+        # append and rewrite: the loop's RPCs, and the offsets' persisting thread recording a generation
+        self.lock = threading.RLock()
 
     def open(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -141,11 +156,14 @@ class PopJournal:
         if not lines:
             return
         data = ("\n".join(lines) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
-        self.size += len(data)
+        with self.lock:
+            if self.fd < 0:
+                raise OSError(f"{self.path} is closed")
+            view = memoryview(data)
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+            self.size += len(data)
 
     def read(self) -> list[list[str]]:
         try:
@@ -164,6 +182,10 @@ class PopJournal:
         return out
 
     def rewrite(self, lines: list[str]) -> None:
+        with self.lock:
+            self._rewrite(lines)
+
+    def _rewrite(self, lines: list[str]) -> None:
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(("\n".join(lines) + ("\n" if lines else "")).encode())
@@ -180,9 +202,10 @@ class PopJournal:
         self.open()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        with self.lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
 
 class Popped:
@@ -208,6 +231,8 @@ class PopService:
         self._rotor = 0
         self.dlq_listener = None           # fn(group, topic, n): the server's events
         self.handle_key: bytes | None = None     # the receipt handles' MAC key (load)
+        # generations of consumerOffset.json this state is in step with, oldest first (the G lines)
+        self.generations: list[str] = []
 
     # -- state ----------------------------------------------------------------------------------------------
 
@@ -238,14 +263,63 @@ class PopService:
     def load(self) -> None:
         os.makedirs(os.path.dirname(self.journal.path), exist_ok=True)
         self.handle_key = self._load_handle_key()
-        for rec in self.journal.read():
+        records = self.journal.read()
+        for rec in records:
             try:
                 self._replay(rec)
             except (ValueError, IndexError):
                 log.warning("%s: a malformed line skipped: %r", self.journal.path, "\t".join(rec)[:200])
+        self._yield_to_newer_offsets(bool(records))
         self.journal.open()
         self._clamp_to_queues()
+        com = self.broker.consumer_offset_manager
+        if com.generation is not None:
+            self._note_generation(com.generation)
         self.compact()
+        com.persist_listener = self._record_generation
+
+    def _note_generation(self, gen: str) -> None:
+        if gen in self.generations:
+            self.generations.remove(gen)
+        self.generations.append(gen)
+        del self.generations[:-KEEP_GENERATIONS]
+
+    def _record_generation(self, gen: str) -> None:
+        """consumerOffset.json is about to be written with a text of generation ``gen`` (the persisting thread):
+        journaled first, so a kill between the two leaves the file's text known to the journal."""
+        with self.journal.lock:
+            if self.journal.fd < 0:     # closed: the file written now is judged offset by offset at the next start
+                return
+            self.journal.append([f"G\t{gen}"])
+            self._note_generation(gen)
+
+    def _yield_to_newer_offsets(self, had_journal: bool) -> None:
+        """The committed offsets of consumerOffset.json win over the journal's watermarks where the file was
+        written by someone else since the journal last knew it (the module's docstring says why and how)."""
+        com = self.broker.consumer_offset_manager
+        if not had_journal or com.loaded_generation is None or com.loaded_generation in self.generations:
+            return
+        known = bool(self.generations)
+        changed = []
+        for (group, topic, qid), st in self.states.items():
+            committed = com.query_offset(group, topic, qid)
+            if committed < 0 or committed == st.start or (not known and committed < st.start):
+                continue
+            changed.append(f"{topic}/{qid}@{group} {st.start}->{committed}")
+            if committed < st.start:            # a reset: everything from there is to be delivered again
+                self.states[(group, topic, qid)] = QueueState(committed)
+                continue
+            st.inflight = {o: v for o, v in st.inflight.items() if o >= committed}
+            st.done = {o for o in st.done if o >= committed}
+            st.start = committed
+            while st.start in st.done:
+                st.done.discard(st.start)
+                st.start += 1
+            st.next = max(st.next, st.start)
+        if changed:
+            log.warning("%s was written by another broker after %s: its committed offsets win for %d queue(s): %s",
+                        com.config_file_path(), self.journal.path, len(changed), ", ".join(changed[:20])
+                        + (" ..." if len(changed) > 20 else ""))
 
     def _clamp_to_queues(self) -> None:
         """A queue that ends below a group's cursor had its tail cut by recovery (records never flushed before a
@@ -265,6 +339,9 @@ class PopService:
             st.start = min(st.start, high)
 
     def _replay(self, rec: list[str]) -> None:
+        if rec[0] == "G":
+            self._note_generation(rec[1])
+            return
         kind, group, topic, qid = rec[0], rec[1], rec[2], int(rec[3])
         key = (group, topic, qid)
         if kind == "S":
@@ -287,7 +364,11 @@ class PopService:
             raise ValueError(kind)
 
     def compact(self) -> None:
-        lines = []
+        with self.journal.lock:         # no generation recorded between the snapshot's G lines and its rename
+            self._compact()
+
+    def _compact(self) -> None:
+        lines = [f"G\t{gen}" for gen in self.generations]
         for (group, topic, qid), st in self.states.items():
             lines.append(f"S\t{group}\t{topic}\t{qid}\t{st.start}\t{st.next}")
             for off in sorted(st.done):
@@ -298,6 +379,13 @@ class PopService:
 
     def close(self) -> None:
         if self.journal.fd >= 0:
+            # The offsets first (their generation journaled), so the file the broker leaves is one the journal
+            # knows; then nothing more is recorded: a later text of the file is judged at the next start.
+            try:
+                self.broker.consumer_offset_manager.persist(force=False)
+            except Exception as e:
+                log.error("persisting consumer offsets before the pop state: %s", e)
+            self.broker.consumer_offset_manager.persist_listener = None
             self.compact()
             self.journal.close()
 
