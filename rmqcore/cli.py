@@ -399,6 +399,8 @@ def inspect_cmd(args: argparse.Namespace) -> int:
                 dirs[d] = dict(zip(("files", "bytes"), _dir_summary(p)))
         config_files = sorted(os.listdir(os.path.join(r.path, "config"))) if "config" in dirs else []
         dispatched = r.dispatched_offset()
+        from .broker.transaction import unresolved_halves
+        unresolved = unresolved_halves(r)
         info = {
             "store": r.path,
             "state": ("open (lock held by a running process)" if r.locked else
@@ -420,6 +422,7 @@ def inspect_cmd(args: argparse.Namespace) -> int:
             "queues": queues,
             "index_files": index_files,
             "config_files": config_files,
+            "unresolved_halves": unresolved,
         }
     if args.json:
         _emit_json(info, out)
@@ -445,6 +448,11 @@ def inspect_cmd(args: argparse.Namespace) -> int:
               f"{cp['index_msg_timestamp']}", file=out)
     print(f"index      {len(index_files)} file(s), {sum(f['keys'] for f in index_files):,} keys", file=out)
     print(f"config/    {', '.join(config_files) or '-'}", file=out)
+    if unresolved["count"]:
+        groups = ", ".join(f"{g or '(none)'} {v['halves']} ({', '.join(v['topics'])})"
+                           for g, v in unresolved["producer_groups"].items())
+        print(f"transactions {unresolved['count']:,} half message(s) never resolved (no producer answered their "
+              f"checks; moved to {unresolved['topic']}); producer groups: {groups}", file=out)
     if queues:
         print(f"queues     {len(queues)} in {len({q['topic'] for q in queues})} topic(s):", file=out)
         table([(q["topic"], q["queue_id"], q["min_offset"], q["max_offset"], q["messages"]) for q in queues],

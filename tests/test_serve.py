@@ -336,3 +336,70 @@ def test_namespace_wraps_topics_and_groups(server):
         assert outside.receive(32, 5) == []
     finally:
         outside.shutdown()
+
+
+def test_halves_of_a_4x_producer_are_not_checked_by_5x_producers_and_are_reported(tmp_path):
+    """Halves another broker stored for a 4.x producer (PGROUP its own group): as RocketMQ 5, the check goes only to
+    a producer registered under that group, and a 5.x producer is registered under its topics (its EndTransaction
+    carries the topic as producer group, which the broker would refuse for them). Nobody can answer them under
+    serve: after transaction_check_max checks they are in TRANS_CHECK_MAX_TIME_TOPIC, and /metrics, the console's
+    overview and `rmqcore inspect` say so. A 5.x producer's own orphan half is still checked and committed."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+    from rmqcore import Message
+    from rmqcore.broker import Broker
+    from serve_util import PKG_PARENT
+    store = str(tmp_path / "store")
+    prepare(store, {"tx_legacy": ("TRANSACTION", 2)})
+    with Broker.open(store) as b:
+        for i in range(3):      # what a 4.x TransactionMQProducer of group legacy_pg left open
+            r = b.send(Message("tx_legacy", f"legacy-{i}".encode(), i % 2,
+                               properties={"TRAN_MSG": "true", "PGROUP": "legacy_pg"}))
+            assert r.ok
+    conf = dict(FAST_CONF, transactionCheckMax="3")
+    with ServerProcess(store, conf, args=("--http", "127.0.0.1:0")) as s:
+        checker = _Checker(TransactionResolution.COMMIT)
+        p = Producer(config(s.endpoint), ("tx_legacy",), checker=checker)
+        p.startup()
+        try:
+            t = p.begin_transaction()
+            mine = p.send(message("tx_legacy", b"five"), t)         # never ended: the check asks this producer
+            c = SimpleConsumer(config(s.endpoint), "tx_legacy_g", {"tx_legacy": FilterExpression("*")}, 1)
+            c.startup()
+            try:
+                got = receive_all(c, 1, deadline_s=20)
+            finally:
+                c.shutdown()
+            assert [m.body for m in got] == [b"five"]
+            unresolved = 0
+            end = time.monotonic() + 30
+            while unresolved < 3 and time.monotonic() < end:
+                time.sleep(0.2)
+                text = urllib.request.urlopen(s.console_url + "/metrics", timeout=5).read().decode()
+                for line in text.splitlines():
+                    if line.startswith("rmqcore_transaction_unresolved_halves{"):
+                        unresolved = float(line.rsplit(" ", 1)[1])
+            assert unresolved == 3
+            assert set(checker.asked) == {mine.message_id}          # never asked about legacy_pg's halves
+            assert "rmqcore_transaction_checks_without_producer_total" in text
+            overview = json.loads(urllib.request.urlopen(s.console_url + "/api/v1/overview", timeout=5).read())
+            report = overview["transactions"]["unresolved_halves"]
+            assert report["count"] == 3 and report["producer_groups"] == {
+                "legacy_pg": {"halves": 3, "topics": ["tx_legacy"]}}
+            assert any("TRANS_CHECK_MAX_TIME_TOPIC" in pr and "legacy_pg (3)" in pr
+                       for pr in overview["health"]["problems"])
+        finally:
+            p.shutdown()
+        s.proc.send_signal(signal.SIGTERM)
+        err = s.proc.stderr.read()
+        assert s.proc.wait(30) == 0
+        # one line a check pass, naming the group, not one per half
+        assert "no live producer to ask about" in err and "legacy_pg (3)" in err
+    out = subprocess.run([sys.executable, "-m", "rmqcore", "inspect", store], cwd=PKG_PARENT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("transactions"))
+    assert "3 half message(s) never resolved" in line and "legacy_pg 3 (tx_legacy)" in line

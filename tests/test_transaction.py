@@ -232,6 +232,33 @@ def test_halves_checked_too_often_go_to_trans_check_max_time_topic(tmp_path):
         assert tx.stats["discarded"] == 1 and queue(store, "Pay", 1) == []
 
 
+def test_halves_nobody_can_answer_are_counted_and_reported_live_and_offline(tmp_path):
+    """A checker answering NO_PRODUCER (no live producer of the half's group): counted apart from "unknown", and
+    once moved to TRANS_CHECK_MAX_TIME_TOPIC the halves are what unresolved_halves reports, on the open store and
+    through the offline reader alike (issue 36)."""
+    from rmqcore.admin import StoreReader
+    from rmqcore.broker.transaction import NO_PRODUCER, unresolved_halves
+    clock = Clock(ahead_ms=10_000)
+    path = str(tmp_path / "s")
+    with MessageStore.open(path, cfg()) as store:
+        tx = TransactionalMessageService(store, checker=lambda m: NO_PRODUCER, clock=clock, transaction_check_max=2)
+        for i in range(3):
+            tx.prepare(tx_message(i))
+        store.wait_dispatched()
+        assert unresolved_halves(store)["count"] == 0
+        for _ in range(4):
+            check_pass(tx)
+            store.wait_dispatched()
+        assert tx.stats["no_producer"] == 6 and tx.stats["unknown"] == 0 and tx.stats["discarded"] == 3
+        live = unresolved_halves(store)
+        limited = unresolved_halves(store, limit=2)
+    assert live == {"topic": CHECK_MAX_TIME_TOPIC, "count": 3, "read": 3,
+                    "producer_groups": {"pg": {"halves": 3, "topics": ["Pay"]}}}
+    assert limited["count"] == 3 and limited["read"] == 2
+    with StoreReader(path, cfg()) as r:
+        assert unresolved_halves(r) == live
+
+
 def test_op_records_in_5x_batched_form_are_honoured(tmp_path):
     clock = Clock(ahead_ms=10_000)
     asked = []

@@ -72,6 +72,18 @@ TRANSACTION_ROLLBACK_TYPE = 0xC
 OFFSET_FILE = "transactionCheckOffset.json"
 
 MAX_PROCESS_TIME_LIMIT_MS = 60000      # TransactionalMessageServiceImpl.MAX_PROCESS_TIME_LIMIT
+UNRESOLVED_READ_LIMIT = 10_000         # halves of CHECK_MAX_TIME_TOPIC read to name their producer groups
+
+
+class _NoProducer:
+    """What a checker answers when no live producer of the half's group can be asked (RocketMQ's check finds no
+    channel of PGROUP in ProducerManager and only logs): unknown, and counted apart so it can be reported."""
+
+    def __repr__(self) -> str:
+        return "NO_PRODUCER"
+
+
+NO_PRODUCER = _NoProducer()
 MAX_RETRY_COUNT_WHEN_HALF_NULL = 1
 OP_PULL_BATCH = 32
 
@@ -180,7 +192,9 @@ class TransactionalMessageService:
         self._last_put_end = 0
         self._recovered = False
         self.stats = {"checked": 0, "committed_by_check": 0, "rolled_back_by_check": 0, "unknown": 0,
-                      "discarded": 0, "passes": 0, "recovered_commits": 0, "recovered_put_backs": 0}
+                      "no_producer": 0, "discarded": 0, "passes": 0, "recovered_commits": 0,
+                      "recovered_put_backs": 0}
+        self._no_producer_groups: dict[str, int] = {}       # this pass: producer group -> halves nobody could answer
 
     # -- prepare / end ------------------------------------------------------------------------------------------
 
@@ -529,7 +543,9 @@ class TransactionalMessageService:
         with self._check_lock:
             if not self._recovered:
                 self.recover()
-            counts = {"checked": 0, "committed": 0, "rolled_back": 0, "unknown": 0, "discarded": 0, "skipped": 0}
+            counts = {"checked": 0, "committed": 0, "rolled_back": 0, "unknown": 0, "no_producer": 0,
+                      "discarded": 0, "skipped": 0}
+            self._no_producer_groups = {}
             queues = self.store.topics().get(HALF_TOPIC, [])
             for queue_id in queues:
                 self._check_queue(queue_id, counts)
@@ -537,8 +553,14 @@ class TransactionalMessageService:
             self.stats["passes"] += 1
             for k_from, k_to in (("checked", "checked"), ("committed", "committed_by_check"),
                                  ("rolled_back", "rolled_back_by_check"), ("unknown", "unknown"),
-                                 ("discarded", "discarded")):
+                                 ("no_producer", "no_producer"), ("discarded", "discarded")):
                 self.stats[k_to] += counts[k_from]
+            if self._no_producer_groups:
+                # One line a pass, not one per half (Java logs "channel is null" for each).
+                log.warning("transaction check: no live producer to ask about %d open half message(s) of producer "
+                            "group(s) %s; after %d checks each is moved to %s", counts["no_producer"],
+                            ", ".join(f"{g} ({n})" for g, n in sorted(self._no_producer_groups.items())[:20]),
+                            self.transaction_check_max, CHECK_MAX_TIME_TOPIC)
             return counts
 
     def _check_queue(self, queue_id, counts):
@@ -679,6 +701,11 @@ class TransactionalMessageService:
                 answer = self.checker(renewed)
             except Exception:                 # a failing check is an unknown answer: checked again later
                 log.exception("transaction checker failed for half %d", renewed.commitlog_offset)
+        if answer is NO_PRODUCER:
+            counts["no_producer"] += 1
+            group = renewed.properties.get(PROPERTY_PRODUCER_GROUP, "")
+            self._no_producer_groups[group] = self._no_producer_groups.get(group, 0) + 1
+            return
         if answer is None:
             counts["unknown"] += 1
             return
@@ -686,7 +713,8 @@ class TransactionalMessageService:
         counts["committed" if answer else "rolled_back"] += 1
 
     def _resolve_discard(self, msg):
-        """5.x resolveDiscardMsg: checked too often (or too old): moved to TRANS_CHECK_MAX_TIME_TOPIC queue 0."""
+        """5.x resolveDiscardMsg: checked too often (or too old): moved to TRANS_CHECK_MAX_TIME_TOPIC queue 0, where
+        ``unresolved_halves`` reports it (the console, /metrics, ``rmqcore inspect``)."""
         log.error("half message at %d checked %s times: moved to %s", msg.commitlog_offset,
                   msg.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES), CHECK_MAX_TIME_TOPIC)
         m = Message(CHECK_MAX_TIME_TOPIC, msg.body, 0, properties=dict(msg.properties), flag=msg.flag,
@@ -735,3 +763,37 @@ class TransactionalMessageService:
             self._thread = None
         with self._check_lock:
             self._persist_offsets()
+
+
+def unresolved_halves(store, limit: int = UNRESOLVED_READ_LIMIT) -> dict:
+    """The half messages no check could resolve, as RocketMQ leaves them: moved to TRANS_CHECK_MAX_TIME_TOPIC after
+    ``transaction_check_max`` checks (never committed nor rolled back). ``store``: a MessageStore or an
+    admin.StoreReader. → ``{"topic", "count", "read", "producer_groups": {group: {"halves", "topics"}}}``; ``count``
+    from the queue's offsets, the groups from the last ``limit`` halves read (``read`` says how many)."""
+    live = hasattr(store, "get_messages")
+    qids = store.topics().get(CHECK_MAX_TIME_TOPIC, [])
+    count = read = 0
+    groups: dict[str, dict] = {}
+    for qid in qids:
+        if live:
+            lo, hi = max(0, store.min_offset(CHECK_MAX_TIME_TOPIC, qid)), store.max_offset(CHECK_MAX_TIME_TOPIC, qid)
+        else:
+            cq = store.consume_queues[(CHECK_MAX_TIME_TOPIC, qid)]
+            lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+        count += max(0, hi - lo)
+        off = max(lo, hi - max(0, limit - read))
+        while off < hi:
+            msgs = (store.get_messages("", CHECK_MAX_TIME_TOPIC, qid, off, 32).messages if live
+                    else store.get(CHECK_MAX_TIME_TOPIC, qid, off, 32))
+            if not msgs:
+                break
+            for m in msgs:
+                props = m.properties
+                g = groups.setdefault(props.get(PROPERTY_PRODUCER_GROUP, ""), {"halves": 0, "topics": set()})
+                g["halves"] += 1
+                g["topics"].add(props.get(PROPERTY_REAL_TOPIC, ""))
+            read += len(msgs)
+            off = msgs[-1].queue_offset + 1
+    return {"topic": CHECK_MAX_TIME_TOPIC, "count": count, "read": read,
+            "producer_groups": {g: {"halves": v["halves"], "topics": sorted(v["topics"])}
+                                for g, v in sorted(groups.items())}}

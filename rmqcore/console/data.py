@@ -30,6 +30,7 @@ from ..broker.mix_all import (DLQ_GROUP_TOPIC_PREFIX, PROPERTY_DELAY_TIME_LEVEL,
                               RETRY_GROUP_TOPIC_PREFIX, get_dlq_topic, get_retry_topic)
 from ..broker.subscription_group_config import SubscriptionGroupConfig
 from ..broker.topic_config import TopicConfig
+from ..broker.transaction import unresolved_halves
 from ..broker.topic_validator import (PERM_READ, PERM_WRITE, is_system_topic, perm_to_string, validate_group,
                                       validate_topic)
 from ..mqadmin import group_view, topic_view
@@ -37,6 +38,7 @@ from ..status import PutStatus
 
 # Page sizes: what a person reads on one screen; the API accepts up to MAX_LIMIT.
 DEFAULT_LIMIT = 50
+UNRESOLVED_CONSOLE_READ = 200       # unresolved halves an overview reads to name their producer groups
 MAX_LIMIT = 200
 # A body is shown up to these sizes (the full body is never sent to the page; the API says it was cut).
 TEXT_PREVIEW_BYTES = 64 * 1024
@@ -264,10 +266,17 @@ class ConsoleData:
         if err:
             problems.append(f"flush error: {err}")
             level = "ERROR"
+        tx = info.get("unresolved_halves")
+        if tx and tx["count"]:
+            groups = ", ".join(f"{g or '(none)'} ({v['halves']})" for g, v in list(tx["producer_groups"].items())[:10])
+            problems.append(f"{tx['count']} transactional half message(s) never resolved: no producer answered "
+                            f"their checks, moved to {tx['topic']} (producer groups: {groups})")
+            level = "WARN" if level == "OK" else level
         return {"status": level, "problems": problems}
 
     def overview(self) -> dict:
         info = self.broker.runtime_info()
+        info["unresolved_halves"] = unresolved = unresolved_halves(self.store, limit=UNRESOLVED_CONSOLE_READ)
         disk = self.disk_usage()
         snap = self.server.events.snapshot()
         earliest = None
@@ -307,6 +316,9 @@ class ConsoleData:
                        "bytes_in": sum(snap["bytes_in"].values()), "dlq": sum(snap["dlq"].values()),
                        "commits": sum(snap["commits"].values()), "rollbacks": sum(snap["rollbacks"].values())},
             "recovery": info["recovery"],
+            "transactions": {"unresolved_halves": unresolved,
+                             "checks_without_producer": (self.broker.transactions.stats["no_producer"]
+                                                         if self.broker.transactions is not None else 0)},
         }
 
     # ------------------------------------------------------------------ topics

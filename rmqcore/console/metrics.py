@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..broker.mix_all import RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_validator import is_system_topic
+from ..broker.transaction import CHECK_MAX_TIME_TOPIC
 from ..server.events import MESSAGE_SIZE_BUCKETS, RPC_LATENCY_BUCKETS
 
 NODE_TYPE = "broker"
@@ -118,6 +119,21 @@ class RocketMQCollector(Collector):
                 half.add_metric(bv + [topic], max(n - snap["commits"].get(topic, 0)
                                                   - snap["rollbacks"].get(topic, 0), 0))
         yield half
+        # Halves no check could resolve (RocketMQ moves them to TRANS_CHECK_MAX_TIME_TOPIC after
+        # transactionCheckMax checks and says nothing more): counted from that queue's offsets, no message read.
+        unresolved = GaugeMetricFamily("rmqcore_transaction_unresolved_halves",
+                                       f"Half messages moved to {CHECK_MAX_TIME_TOPIC} unresolved after "
+                                       "transaction_check_max checks", labels=base)
+        unresolved.add_metric(bv, sum(max(0, store.max_offset(CHECK_MAX_TIME_TOPIC, q)
+                                          - max(0, store.min_offset(CHECK_MAX_TIME_TOPIC, q)))
+                                      for q in store.topics().get(CHECK_MAX_TIME_TOPIC, [])))
+        yield unresolved
+        tx = broker.transactions
+        no_producer = CounterMetricFamily("rmqcore_transaction_checks_without_producer",
+                                          "Checks of open halves that found no live producer of the half's group",
+                                          labels=base)
+        no_producer.add_metric(bv, tx.stats["no_producer"] if tx is not None else 0)
+        yield no_producer
 
         # -- consumers -----------------------------------------------------------------------------------
         lag_labels = base + ["topic", "consumer_group", "is_retry", "is_system"]

@@ -22,7 +22,7 @@ from ..broker.errors import (BrokerError, IllegalNameError, NoPermissionError, S
 from ..broker.mix_all import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, is_readable, is_writeable,
                                       validate_client_group, validate_client_topic)
-from ..broker.transaction import PROPERTY_REAL_TOPIC
+from ..broker.transaction import NO_PRODUCER, PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC
 from ..errors import MessageIllegalError
 from ..reference import java_hash_code
 from ..status import PutStatus
@@ -629,10 +629,19 @@ class MessagingService:
         if commit:
             self._wake(topic)
 
-    def transaction_check(self, half) -> None:
-        """The broker's check service (its thread) asks about an open half: send RecoverOrphanedTransactionCommand
-        to a producer of its topic; its answer comes back as EndTransaction (source SERVER_CHECK). Returns None:
-        "unknown" until then, as the Java broker's check is asynchronous too."""
+    def transaction_check(self, half):
+        """The broker's check service (its thread) asks about an open half. As RocketMQ 5: the broker sends the
+        check to a producer channel of the half's PGROUP (AbstractTransactionalMessageCheckListener.sendCheckMessage,
+        ProducerManager.getAvailableChannel), and the proxy registers a 5.x producer under each topic it publishes
+        to as its producer group (ClientActivity: "use topic name as producer group") and ends its transactions with
+        the topic as producer group (EndTransactionActivity). So a producer is asked only when it publishes to a
+        topic named as the half's PGROUP, whose EndTransaction the broker accepts; a 4.x producer's half (PGROUP its
+        own group) has no gRPC producer to ask. Returns None ("unknown": the answer comes back later as
+        EndTransaction with source SERVER_CHECK, the Java check being asynchronous too) or NO_PRODUCER."""
+        group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        # a copy of the loop's table (one C-level copy under the GIL); the loop looks again before it sends
+        if not self._check_targets(group, tuple(self.telemetry.values())):
+            return NO_PRODUCER
         topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
         cmd = pb.TelemetryCommand()
         rc = cmd.recover_orphaned_transaction_command
@@ -641,11 +650,16 @@ class MessagingService:
         rc.message.topic.resource_namespace = ns
         rc.message.system_properties.message_type = pb.TRANSACTION
         rc.transaction_id = half.msg_id
-        self.server.loop.call_soon_threadsafe(self._send_check, topic, cmd)
+        self.server.loop.call_soon_threadsafe(self._send_check, group, cmd)
         return None
 
-    def _send_check(self, topic: str, cmd) -> None:
-        producers = [t for t in self.telemetry.values() if t.kind == pb.PRODUCER and topic in t.topics]
+    @staticmethod
+    def _check_targets(group: str, tels) -> list:
+        """The producers registered under ``group``: those publishing to a topic of that name (see above)."""
+        return [t for t in tels if t.kind == pb.PRODUCER and group in t.topics]
+
+    def _send_check(self, group: str, cmd) -> None:
+        producers = self._check_targets(group, self.telemetry.values())
         if producers:
             producers[next(self._rr) % len(producers)].outbox.put_nowait(cmd)
 
