@@ -403,3 +403,86 @@ def test_halves_of_a_4x_producer_are_not_checked_by_5x_producers_and_are_reporte
     assert out.returncode == 0, out.stderr
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("transactions"))
     assert "3 half message(s) never resolved" in line and "legacy_pg 3 (tx_legacy)" in line
+
+
+def test_overflowing_timestamps_and_deep_filters_get_their_own_codes(tmp_path):
+    """Malformed requests that answered INTERNAL_ERROR with a traceback in the log each (issue 36): a born_timestamp
+    or a QueryOffset timestamp whose milliseconds pass a Java long (BAD_REQUEST), an SQL92 filter nested past the
+    parser's depth (ILLEGAL_FILTER_EXPRESSION). Nothing is logged for them; the server goes on."""
+    import signal
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as d
+    from rocketmq.grpc_protocol import service_pb2 as sv
+    service = "/apache.rocketmq.v2.MessagingService/"
+    store = str(tmp_path / "store")
+    prepare(store, {"raw_t": ("NORMAL", 2)}, {"raw_g": {}})
+    with ServerProcess(store, FAST_CONF) as s, grpc.insecure_channel(s.endpoint) as ch:
+        md = (("x-mq-client-id", "raw-client"),)
+
+        def call(method, req, resp_type, stream=False):
+            kind = ch.unary_stream if stream else ch.unary_unary
+            out = kind(service + method, request_serializer=type(req).SerializeToString,
+                       response_deserializer=resp_type.FromString)(req, metadata=md, timeout=10)
+            return list(out) if stream else out
+
+        def send(born=None):
+            req = sv.SendMessageRequest()
+            m = req.messages.add(body=b"x")
+            m.topic.name = "raw_t"
+            m.system_properties.message_id = "0102FC00000001"
+            m.system_properties.message_type = d.NORMAL
+            if born is not None:
+                m.system_properties.born_timestamp.seconds, m.system_properties.born_timestamp.nanos = born
+            return call("SendMessage", req, sv.SendMessageResponse).status
+
+        for born in ((2 ** 62, 0), (-(2 ** 62), 0), (2 ** 63 - 1, 999_999_999), (9_223_372_036_854_776, 0)):
+            st = send(born)
+            assert st.code == d.BAD_REQUEST and "born_timestamp" in st.message, (born, st)
+        assert send((9_223_372_036_854_775, 0)).code == d.OK           # the last second that fits
+        for seconds in (2 ** 62, -(2 ** 62), 2 ** 63 - 1):
+            req = sv.QueryOffsetRequest(message_queue=d.MessageQueue(topic=d.Resource(name="raw_t"), id=0),
+                                        query_offset_policy=d.TIMESTAMP)
+            req.timestamp.seconds = seconds
+            st = call("QueryOffset", req, sv.QueryOffsetResponse).status
+            assert st.code == d.BAD_REQUEST and "timestamp" in st.message, (seconds, st)
+        req = sv.ReceiveMessageRequest(group=d.Resource(name="raw_g"),
+                                       message_queue=d.MessageQueue(topic=d.Resource(name="raw_t"), id=-1),
+                                       batch_size=1, auto_renew=True)
+        req.long_polling_timeout.seconds = 1
+        for expr in ("(" * 1400 + "a = 1" + ")" * 1400, "NOT " * 1000 + "a = 1"):    # both under 4096 characters
+            req.filter_expression.CopyFrom(d.FilterExpression(type=d.SQL, expression=expr))
+            got = [r.status for r in call("ReceiveMessage", req, sv.ReceiveMessageResponse, stream=True)
+                   if r.HasField("status")]
+            assert [st.code for st in got] == [d.ILLEGAL_FILTER_EXPRESSION], got
+        s.proc.send_signal(signal.SIGTERM)
+        err = s.proc.stderr.read()
+        assert s.proc.wait(30) == 0
+    assert "Traceback" not in err and "failed" not in err, err
+
+
+def test_unexpected_errors_are_logged_one_line_per_kind_with_a_count(caplog):
+    """An RPC failing the same way again and again: one line for the first (with where it was raised, no
+    traceback), then at most one line per kind and interval, with how many came since."""
+    import logging
+    from rmqcore.server.service import ErrorLog
+    now = [0.0]
+    errors = ErrorLog(interval=60, clock=lambda: now[0])
+
+    def fail(n):
+        try:
+            raise OverflowError(f"boom {n}")
+        except OverflowError as e:
+            return e
+    with caplog.at_level(logging.ERROR, logger="rmqcore.server.service"):
+        for i in range(500):
+            errors.error("SendMessage", fail(i))
+        errors.error("QueryOffset", fail(0))                     # another kind: its own first line
+        now[0] = 61
+        errors.error("SendMessage", fail(500))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3 and not any(r.exc_info for r in caplog.records)
+    assert lines[0].startswith("SendMessage failed: OverflowError: boom 0 at test_serve.py:") \
+        and lines[0].endswith("(1 so far)")
+    assert lines[1].startswith("QueryOffset failed: OverflowError: boom 0")
+    assert lines[2].startswith("SendMessage failed 500 times in the last 60 s: OverflowError: boom 500") \
+        and lines[2].endswith("(501 so far)")

@@ -219,12 +219,24 @@ class _M:
     ("a NOT CONTAINS 'z'", {"a": "hello"}, True),
     ("flag = TRUE", {"flag": "true"}, True),
     ("x = 1.5", {"x": "1.50"}, True),
+    # three-valued AND / OR over many terms (n-ary nodes: a long chain is not a deep tree)
+    pytest.param(" AND ".join(["a = 1"] * 400), {"a": "1"}, True, id="and-chain-400"),
+    pytest.param(" AND ".join(["a = 1"] * 300 + ["b = 1"]), {"a": "1"}, False, id="and-chain-unknown"),
+    pytest.param(" OR ".join(["b = 1"] * 300 + ["a = 1"]), {"a": "1"}, True, id="or-chain-300"),
+    pytest.param("(" * 100 + "a = 1" + ")" * 100, {"a": "1"}, True, id="nested-100"),   # as deep as may nest
+    ("NOT (a = 1 OR b = 1) AND NOT NOT c = 1", {"a": "2", "b": "2", "c": "1"}, True),
 ])
 def test_sql_filter(expr, props, want):
     assert compile_filter(expr)(_M(**props)) is want
 
 
-@pytest.mark.parametrize("expr", ["", "a >", "a = = 1", "a IN ()", "(a = 1", "a = 'x", "a NOT 1", "a # 1"])
+@pytest.mark.parametrize("expr", ["", "a >", "a = = 1", "a IN ()", "(a = 1", "a = 'x", "a NOT 1", "a # 1",
+                                  # nested past the limit, short enough for the length limit: not a RecursionError
+                                  pytest.param("(" * 101 + "a = 1" + ")" * 101, id="nested-101"),
+                                  pytest.param("(" * 1400 + "a = 1" + ")" * 1400, id="nested-1400"),
+                                  pytest.param("NOT " * 1000 + "a = 1", id="not-1000"),
+                                  pytest.param("n BETWEEN " + "(" * 1300 + "1" + ")" * 1300 + " AND 2",
+                                               id="nested-value-1300")])
 def test_sql_filter_refusals(expr):
     with pytest.raises(FilterError):
         compile_filter(expr)

@@ -71,6 +71,7 @@ cdef Py_ssize_t MAX_MESSAGE_GROUP_SIZE = _const.MAX_MESSAGE_GROUP_SIZE
 cdef Py_ssize_t MAX_TAG_LENGTH = _const.MAX_TAG_LENGTH
 cdef Py_ssize_t MAX_MESSAGE_ID_LENGTH = _const.MAX_MESSAGE_ID_LENGTH
 cdef object InvalidMessage = _const.InvalidMessage
+cdef object born_timestamp_refused = _const.born_timestamp_refused
 cdef object PUT_OK = PutStatus.PUT_OK
 cdef object FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
 
@@ -438,8 +439,7 @@ cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
     host = _born_host(f.born_host)
     PyLong_AsLongLongAndOverflow(born, &overflow)
     if overflow:
-        # Not a Java long: Message's own constructor raises the error naming born_timestamp.
-        return Message(topic, body, -1, properties=props, born_timestamp=born, born_host=host), f.message_type
+        raise born_timestamp_refused(born)       # not a Java long: a malformed request
     # Message(topic, body, -1, properties=props, born_timestamp=born, born_host=host) without its keyword call and
     # its copy of props (a fresh dict here); every other field keeps its default, 0.
     msg = Message.__new__(Message)

@@ -12,13 +12,13 @@ from ..message import Message
 from ..status import PutStatus
 from . import messaging_pb2 as pb
 # The names and limits both converters share (protobuf-free, for the compiled one), re-exported here.
-from .message_const import (DEFAULT_MAX_BODY, MAX_MESSAGE_GROUP_SIZE, MAX_MESSAGE_ID_LENGTH, MAX_TAG_LENGTH,  # noqa: F401
+from .message_const import (DEFAULT_MAX_BODY, JAVA_LONG_MAX, JAVA_LONG_MIN, MAX_MESSAGE_GROUP_SIZE, MAX_MESSAGE_ID_LENGTH, MAX_TAG_LENGTH,  # noqa: F401
                             MAX_USER_PROPERTY_SIZE, PROPERTY_BORN_HOST_NAME, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
                             PROPERTY_DLQ_ORIGIN_MESSAGE_ID, PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_KEYS,
                             PROPERTY_PRODUCER_GROUP, PROPERTY_SHARDING_KEY, PROPERTY_TAGS, PROPERTY_TIMER_DELIVER_MS,
                             PROPERTY_TIMER_OUT_MS, PROPERTY_TRACE_CONTEXT, PROPERTY_TRANSACTION_CHECK_TIMES,
                             PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, SYSTEM_PROPERTIES, InvalidMessage,
-                            gunzip_limited)
+                            born_timestamp_refused, gunzip_limited)
 
 
 def _check_text(value: str, code: int, what: str) -> None:
@@ -91,8 +91,10 @@ def to_store_message(m: "pb.Message", max_body: int = DEFAULT_MAX_BODY) -> tuple
                                  "(max_message_size)")
     born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField(
         "born_timestamp") else time.time_ns() // 1_000_000
-    msg = Message(m.topic.name, body, -1, properties=props, born_timestamp=born,
-                  born_host=_born_host(sp.born_host))
+    host = _born_host(sp.born_host)
+    if not JAVA_LONG_MIN <= born <= JAVA_LONG_MAX:
+        raise born_timestamp_refused(born)
+    msg = Message(m.topic.name, body, -1, properties=props, born_timestamp=born, born_host=host)
     return msg, mtype
 
 

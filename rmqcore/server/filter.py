@@ -13,6 +13,10 @@ from __future__ import annotations
 import re
 
 MAX_EXPRESSION = 4096
+# Parentheses and NOTs nested deeper than this are refused (ILLEGAL_FILTER_EXPRESSION): the parser and the
+# evaluator recurse once a level (the parser a few frames), and past Python's recursion limit (1000) an expression
+# of 4096 characters would fail as an error of the server. AND and OR chains do not nest: they are n-ary nodes.
+MAX_NESTING = 100
 
 
 class FilterError(ValueError):
@@ -60,6 +64,12 @@ class _Parser:
         self.text = text
         self.toks = _tokens(text)
         self.i = 0
+        self.depth = 0
+
+    def _nest(self):
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise FilterError(f"SQL filter expression nests parentheses and NOTs more than {MAX_NESTING} deep")
 
     def peek(self, kind=None, value=None):
         k, v = self.toks[self.i]
@@ -80,23 +90,26 @@ class _Parser:
         return node
 
     def or_(self):
-        node = self.and_()
+        terms = [self.and_()]
         while self.peek("kw", "OR"):
             self.take()
-            node = ("or", node, self.and_())
-        return node
+            terms.append(self.and_())
+        return terms[0] if len(terms) == 1 else ("or", tuple(terms))
 
     def and_(self):
-        node = self.not_()
+        terms = [self.not_()]
         while self.peek("kw", "AND"):
             self.take()
-            node = ("and", node, self.not_())
-        return node
+            terms.append(self.not_())
+        return terms[0] if len(terms) == 1 else ("and", tuple(terms))
 
     def not_(self):
         if self.peek("kw", "NOT"):
             self.take()
-            return ("not", self.not_())
+            self._nest()
+            node = ("not", self.not_())
+            self.depth -= 1
+            return node
         return self.predicate()
 
     def value(self):
@@ -109,8 +122,10 @@ class _Parser:
             return ("lit", {"TRUE": True, "FALSE": False, "NULL": None}[v])
         if k == "op" and v == "(":
             self.i += 1
+            self._nest()
             node = self.or_()
             self.take("op", ")")
+            self.depth -= 1
             return node
         raise FilterError(f"expected a value at token {self.i + 1} ({v!r}) in {self.text!r}")
 
@@ -177,16 +192,24 @@ def _eval(node, props):
         return node[1]
     if kind == "prop":
         return props.get(node[1])
-    if kind == "or":
-        a, b = _eval(node[1], props), _eval(node[2], props)
-        if a is True or b is True:
-            return True
-        return None if a is None or b is None else False
+    if kind == "or":                        # SQL's three-valued OR over every term
+        out = False
+        for term in node[1]:
+            v = _eval(term, props)
+            if v is True:
+                return True
+            if v is None:
+                out = None
+        return out
     if kind == "and":
-        a, b = _eval(node[1], props), _eval(node[2], props)
-        if a is False or b is False:
-            return False
-        return None if a is None or b is None else True
+        out = True
+        for term in node[1]:
+            v = _eval(term, props)
+            if v is False:
+                return False
+            if v is None:
+                out = None
+        return out
     if kind == "not":
         v = _eval(node[1], props)
         return None if v is None else not v

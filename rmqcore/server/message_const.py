@@ -65,3 +65,14 @@ class InvalidMessage(ValueError):
     def __init__(self, code: int, text: str):
         super().__init__(text)
         self.code = code
+
+
+CODE_BAD_REQUEST = 40000                  # apache.rocketmq.v2.Code.BAD_REQUEST
+JAVA_LONG_MIN, JAVA_LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def born_timestamp_refused(ms: int) -> InvalidMessage:
+    """A born_timestamp whose milliseconds do not fit the record's Java long: the request is malformed (BAD_REQUEST,
+    as the proxy answers a request it cannot read), not an error of the server."""
+    return InvalidMessage(CODE_BAD_REQUEST, f"born_timestamp is {ms} ms, outside a Java long "
+                                            f"[{JAVA_LONG_MIN}, {JAVA_LONG_MAX}]")

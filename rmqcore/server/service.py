@@ -30,6 +30,7 @@ from . import messaging_pb2 as pb
 from .auth import PUB, SUB, AuthError
 from ._converter import CommonSend, fill_send_entries, to_store_messages
 from .converter import InvalidMessage, to_proto_message
+from .message_const import JAVA_LONG_MAX, JAVA_LONG_MIN
 from .filter import FilterError, compile_filter
 from .pop import ReceiptHandle
 
@@ -58,9 +59,51 @@ class Refusal(Exception):
         self.code = code
 
 
+class ErrorLog:
+    """Unexpected errors of RPCs, logged as one line per kind (the RPC and the exception's type) with a count: the
+    first of a kind at once, with where it was raised; then at most one line per kind every ``interval`` s, saying
+    how many came since (a client repeating a request that fails must not make the log 70 times its traffic, as a
+    traceback a request did). The traceback itself goes to DEBUG."""
+
+    def __init__(self, interval: float = 60.0, clock=time.monotonic):
+        self.interval = interval
+        self.clock = clock
+        self.kinds: dict[tuple[str, str], list] = {}      # kind -> [last logged at, count since, total]
+
+    def error(self, name: str, e: BaseException) -> None:
+        kind = (name, type(e).__name__)
+        now = self.clock()
+        entry = self.kinds.get(kind)
+        if entry is None:
+            if len(self.kinds) >= 1000:                     # a bounded table, whatever the mix of errors
+                self.kinds.pop(next(iter(self.kinds)))
+            entry = self.kinds[kind] = [None, 0, 0]
+        entry[1] += 1
+        entry[2] += 1
+        if entry[0] is not None and now - entry[0] < self.interval:
+            log.debug("%s failed", name, exc_info=e)
+            return
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f" at {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb is not None else ""
+        count = entry[1]
+        entry[0], entry[1] = now, 0
+        if count == 1:
+            log.error("%s failed: %s: %.200s%s (%d so far)", name, kind[1], e, where, entry[2])
+        else:
+            log.error("%s failed %d times in the last %.0f s: %s: %.200s%s (%d so far)", name, count,
+                      self.interval, kind[1], e, where, entry[2])
+        log.debug("%s failed", name, exc_info=e)
+
+
+ERRORS = ErrorLog()
+
+
 def _internal_error(name: str, e: Exception, resp) -> None:
-    """An unexpected error of an RPC: logged, answered INTERNAL_ERROR with its text (the server goes on)."""
-    log.error("%s failed", name, exc_info=e)
+    """An unexpected error of an RPC: logged (one line per kind, ErrorLog), answered INTERNAL_ERROR with its text
+    (the server goes on)."""
+    ERRORS.error(name, e)
     resp.ClearField("status")
     _status(resp.status, pb.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
 
@@ -685,7 +728,7 @@ class MessagingService:
             self.events.on_rpc("ReceiveMessage", "CANCELLED", time.perf_counter() - t0)
             raise
         except Exception as e:
-            log.exception("ReceiveMessage failed")
+            ERRORS.error("ReceiveMessage", e)
             code = pb.INTERNAL_ERROR
             yield self._receive_status(code, f"{type(e).__name__}: {e}")
         self.events.on_rpc("ReceiveMessage", pb.Code.Name(code), time.perf_counter() - t0)
@@ -892,6 +935,10 @@ class MessagingService:
             resp.offset = max(0, store.max_offset(topic, qid))
         else:
             ts = req.timestamp.seconds * 1000 + req.timestamp.nanos // 1_000_000
+            if not JAVA_LONG_MIN <= ts <= JAVA_LONG_MAX:
+                # a request the proxy could not read (its Timestamps.toMillis refuses it): not the server's error
+                raise Refusal(pb.BAD_REQUEST, f"timestamp is {ts} ms, outside a Java long [{JAVA_LONG_MIN}, "
+                                              f"{JAVA_LONG_MAX}]")
             resp.offset = max(0, store.offset_by_time(topic, qid, ts))
 
 
