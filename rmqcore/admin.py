@@ -494,10 +494,17 @@ class StoreReader:
     def verify_parts(self, progress: Callable[[str, int, int], None] | None = None) -> dict:
         """recovery.verify_parts over this reader's files: units against records, keys against the index;
         ``progress(phase, done, total)`` as there. A store open in another process (``locked``) is judged up to what
-        its dispatcher had done when the queues and index were read (``report["judged_to"]``), not past it."""
-        from .recovery import verify_parts
-        return verify_parts(self.commit_log, list(self.consume_queues.values()), self.index_service, progress,
-                            index_enabled=self.config.message_index_enable, live=self.locked)
+        its dispatcher had done when the queues and index were read (``report["judged_to"]``), not past it; a store
+        killed without a close (``aborted``), up to where its next open dispatches again (``not_dispatched``)."""
+        from .recovery import crash_redispatch_from, verify_parts
+        cqs = list(self.consume_queues.values())
+        # A killed store (abort file, no lock): what its dispatcher had not reached is rebuilt by the next open.
+        redispatch = None
+        if self.aborted and not self.locked and self.checkpoint is not None:
+            redispatch = crash_redispatch_from(self, self.commit_log.mapped_file_queue.mapped_files, cqs)
+        return verify_parts(self.commit_log, cqs, self.index_service, progress,
+                            index_enabled=self.config.message_index_enable, live=self.locked,
+                            redispatch_from=redispatch)
 
 
 def repair(path: str, config: StoreConfig | None = None) -> dict:

@@ -497,9 +497,13 @@ def verify_cmd(args: argparse.Namespace) -> int:
             if parts["judged_to"] is not None:
                 report["judged_to"] = parts["judged_to"]
                 report["not_judged"] = parts["not_judged"]
+            # killed without a close: the records its dispatcher had not reached get their units and keys at the
+            # next open (as inspect says), which is no damage
+            report["not_dispatched"] = parts["not_dispatched"]
             # verify_parts walks the commitlog too; its findings there are the segment walk's (which also knows
             # that preallocated empty files after the data need no end-of-file blank), so they are not repeated.
-        if report["judged_to"] is not None:
+        if report["judged_to"] is not None and r.locked:
+            # (a killed store's records are all judged: only their units and keys wait for the next open)
             report["commitlog_errors"] = [b for b in bad if b["offset"] < report["judged_to"]]
         report["ok"] = not (report["commitlog_errors"] or report.get("cq_errors") or report.get("index_missing")
                             or report.get("index_errors"))
@@ -512,6 +516,10 @@ def verify_cmd(args: argparse.Namespace) -> int:
                   "what was written and dispatched when verify looked"
                   + (f"; {report['not_judged']:,} newer record(s) not judged" if report.get("not_judged") else ""),
                   file=out)
+        if report.get("not_dispatched"):
+            print(f"  killed or crashed (abort file): {report['not_dispatched']:,} record(s) from commitlog offset "
+                  f"{report['judged_to']:,} not yet dispatched (built at the next open); their units and keys are "
+                  "not judged", file=out)
         print(f"  commitlog  {report['records']:,} records, {_fmt_bytes(report['bytes'])} in "
               f"{report['commitlog_files']} file(s), {len(report['commitlog_errors'])} bad", file=out)
         for b in report["commitlog_errors"][:args.limit]:

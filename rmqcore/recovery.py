@@ -77,6 +77,19 @@ def abnormal_start_index(store, files) -> int:
     return 0
 
 
+def crash_redispatch_from(store, files, consume_queues) -> int:
+    """Where the next open of a store that was not closed dispatches from (``recover``'s reput_from after a
+    crash, before any unit is found wrong): the furthest commitlog offset a consume queue covers, lowered to the
+    start of the file the abnormal recovery scans from. ``store``: anything with checkpoint, config and
+    commit_log (a MessageStore, an admin.StoreReader)."""
+    if not files:
+        return store.commit_log.min_offset
+    reput_from = store.commit_log.min_offset
+    for cq in consume_queues:
+        reput_from = max(reput_from, cq.max_physic_offset)
+    return min(reput_from, files[abnormal_start_index(store, files)].file_from_offset)
+
+
 def plan_recovery(path: str, config=None) -> dict:
     """What opening the store at ``path`` would cut from its commitlog, changing nothing (``rmqcore repair
     --dry-run``): the same start file, scan and CRC checks as ``MessageStore.open``, on files mapped read-only."""
@@ -305,7 +318,8 @@ def _describe_missing(commit_log, topics, rec, key_hash: int, phy: int) -> Missi
 
 
 def verify_parts(commit_log, consume_queues, index_service, progress=None, index_enabled: bool = True, *,
-                 delay_level_ms=None, judged_to: int | None = None, live: bool = False) -> dict:
+                 delay_level_ms=None, judged_to: int | None = None, live: bool = False,
+                 redispatch_from: int | None = None) -> dict:
     """Check a store end to end in time linear in its size: every record's structure, CRCs (body and 5.x
     ``__CRC32#``) and physicalOffset; every consume-queue unit against the record it points at (offset, size, topic,
     queue, queue offset and tagsCode: what a pull and its tag filter read) and every consumable record present in
@@ -326,6 +340,13 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
     ``report["judged_to"]`` says where judging stopped (None: everything) and ``report["not_judged"]`` how many
     records lie past it.
 
+    ``redispatch_from``: a store that was not closed (killed, crashed) whose next open dispatches again from this
+    commitlog offset (``crash_redispatch_from``). What dispatch had not reached when it stopped is no damage there:
+    the open rebuilds the units and keys of every record from that offset on. The store is then judged up to the
+    later of that offset and the first record dispatch had not reached (found as for ``live``); the records past
+    it are counted in ``report["not_dispatched"]`` (and ``not_judged``), as ``rmqcore inspect`` reports them, not
+    as errors. A record before the offset that lacks its unit is still an error: no open would rebuild it.
+
     ``progress(phase, done, total)`` is called as the work goes: phase "commitlog" (bytes), "consumequeue"
     (queues), "index" (files).
     """
@@ -333,7 +354,7 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
         "ok": True, "records": 0, "bytes": 0, "commitlog_errors": [], "cq_units": 0, "cq_errors": [], "keys": 0,
         "index_missing": [], "index_problems": 0, "index_errors": [], "index_error_count": 0, "live": bool(live),
         "judged_to": judged_to, "not_judged": 0, "undispatchable": 0, "undispatchable_offsets": [],
-        "damaged_queues": []}
+        "damaged_queues": [], "not_dispatched": 0}
     files = commit_log.mapped_file_queue.mapped_files
     total_bytes = sum(mf.read_position for mf in files)
     done_bytes = 0
@@ -401,7 +422,7 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
             index_files = list(index_service.index_file_list)
         headers = [_read_header(f, live or judged_to is not None) for f in index_files]
 
-    if live and judged_to is None:
+    if (live or redispatch_from is not None) and judged_to is None:
         # How far dispatch had got when the queues were read: every record before the first one it had not reached
         # has its unit, and (index written after units) its keys when they lie before the index's end.
         frontier = [int(rec["phys"][-1]) + int(rec["size"][-1]) if nrec else commit_log.min_offset]
@@ -415,12 +436,18 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
                 if len(unindexed):
                     frontier.append(int(rec["phys"][unindexed[0]]))
         judged_to = min(frontier)
+        if redispatch_from is not None and not live:
+            # A stopped dispatcher: the next open rebuilds from redispatch_from, not from where this one stopped.
+            judged_to = max(judged_to, redispatch_from)
+        else:
+            # Past it the writer may still be writing (a record half written is no damage).
+            report["commitlog_errors"] = [e for e in report["commitlog_errors"] if e["offset"] < judged_to]
         report["judged_to"] = judged_to
-        # Past it the writer may still be writing (a record half written is no damage).
-        report["commitlog_errors"] = [e for e in report["commitlog_errors"] if e["offset"] < judged_to]
     if judged_to is not None:
         judged = rec["phys"] < judged_to
         report["not_judged"] = int(nrec - np.count_nonzero(judged))
+        if redispatch_from is not None and not live:
+            report["not_dispatched"] = report["not_judged"]
         consumable &= judged
         kj = rec["key_phys"] < judged_to
         rec["key_hash"], rec["key_phys"] = rec["key_hash"][kj], rec["key_phys"][kj]

@@ -409,3 +409,71 @@ def test_reachable_items_matches_the_reference_on_hostile_files(tmp_path):
             for i in (1, items // 2, items - 1):
                 assert f.item(i) == R.IndexFileRef.open(bytearray(data), slots, items).item(i)
         assert got == want, round_
+
+
+STALLED_WRITER = r"""
+import signal, sys
+from rmqcore import Message, MessageStore, StoreConfig
+path = sys.argv[1]
+cfg = StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=20 * 1000,
+                  max_hash_slot_num=101, max_index_num=404, warm_mapped_file_enable=False)
+s = MessageStore.open(path, cfg)
+s.put_batch([Message("Kill%d" % (j % 3), b"x" * 300, j % 4, tags="T", keys=["k%d" % j]) for j in range(200)])
+s.wait_dispatched()
+# The dispatcher stalls (its pass lock held, as while a pass runs) and the next puts are not dispatched when the
+# process is killed: a kill at any moment can leave such a tail.
+s.reput._lock.acquire()
+s.put_batch([Message("Kill%d" % (j % 3), b"y" * 300, j % 4, tags="T", keys=["t%d" % j]) for j in range(100)])
+print("ready", flush=True)
+signal.pause()
+"""
+
+
+def test_verify_after_a_kill_reports_the_undispatched_tail_as_such_not_as_damage(tmp_path, capsys):
+    """A store whose process was killed (SIGKILL) before its dispatcher reached the last puts: the records are
+    sound and the next open builds their units and keys, so verify says OK and counts them "not yet dispatched",
+    as inspect does (issue 36); a unit missing below that point is still damage."""
+    path = str(tmp_path / "s")
+    child = subprocess.Popen([sys.executable, "-c", STALLED_WRITER, path], stdout=subprocess.PIPE, cwd=os.getcwd())
+    try:
+        assert child.stdout.readline().strip() == b"ready"
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    code, out, err = cli(capsys, "inspect", "--json", path)
+    behind = json.loads(out)["dispatch"]["behind_bytes"]
+    assert code == 0 and behind > 0
+    code, out, err = cli(capsys, "verify", "-q", "--json", path)
+    r = json.loads(out)
+    assert code == 0 and r["ok"], (r["cq_errors"][:3], r["index_missing"][:3], r["commitlog_errors"][:3])
+    # the 100 records put after the stall (and the last one dispatched before it, whose keys are judged as the
+    # live rule does: the index header's endPhyOffset is that record's start)
+    assert r["not_dispatched"] in (100, 101) and r["records"] == 300 and not r["live"]
+    code, out, err = cli(capsys, "verify", "-q", path)
+    assert code == 0 and out.startswith("OK") and f"{r['not_dispatched']} record(s) from commitlog offset" in out \
+        and "not yet dispatched (built at the next open)" in out, out
+    # The next open dispatches the tail; then nothing is left undispatched.
+    with MessageStore.open(path, cfg()) as s:
+        assert sum(s.max_offset("Kill%d" % t, q) for t in range(3) for q in range(4)) == 300
+    code, out, err = cli(capsys, "verify", "-q", "--json", path)
+    r = json.loads(out)
+    assert code == 0 and r["ok"] and r["not_dispatched"] == 0 and r["records"] == 300
+
+
+def test_a_unit_missing_below_where_a_killed_store_dispatches_again_is_still_damage(tmp_path):
+    # The same store judged as killed: a record without its unit past the point its next open dispatches from is
+    # "not dispatched"; the same record below that point is an error, since no open would rebuild its unit.
+    from rmqcore.admin import StoreReader
+    from rmqcore.recovery import verify_parts
+    path = str(tmp_path / "s")
+    fill(path)
+    patch(os.path.join(path, "consumequeue", TOPIC, "0", "%020d" % (150 * 20)), 20 * 20, bytes(30 * 20))
+    with StoreReader(path, cfg()) as r:
+        first_missing = r.get(TOPIC, 0, 169)[0].commitlog_offset + r.get(TOPIC, 0, 169)[0].store_size
+        args = (r.commit_log, list(r.consume_queues.values()), r.index_service)
+        rebuilt = verify_parts(*args, redispatch_from=first_missing)
+        not_rebuilt = verify_parts(*args, redispatch_from=r.max_offset)
+    assert rebuilt["ok"] and rebuilt["not_dispatched"] == 30 and rebuilt["judged_to"] == first_missing, rebuilt
+    assert not not_rebuilt["ok"] and not_rebuilt["not_dispatched"] == 0
+    assert sum("has no consume-queue unit" in e for e in not_rebuilt["cq_errors"]) == 30
