@@ -474,8 +474,8 @@ class MessagingService:
                     # thread stack traces and verify results are answers to commands this server never sends
             except (asyncio.CancelledError, grpc.RpcError):
                 pass
-            except Exception:
-                log.exception("telemetry stream of %s failed", cid)
+            except Exception as e:
+                ERRORS.error("Telemetry", e)        # (one line per kind, as every RPC's unexpected error)
             finally:
                 done.set()
                 await tel.outbox.put(None)
