@@ -23,7 +23,7 @@ are newer than the journal, and the journal must yield to them (issue 36). Its o
 than the journal instead (they are persisted every 5 s; the journal at every RPC), and then the journal wins. To
 tell the two apart the journal records, in ``G`` lines, the generation (a digest of the text,
 ``consumer_offset_manager.generation_of``) of every text of consumerOffset.json this server wrote or started
-from, before that text is written. At start, a file whose generation the journal does not know was written by
+from, before that text is written (the last KEEP_GENERATIONS of them). At start, a file whose generation the journal does not know was written by
 someone else since: for each queue the file covers with an offset other than the journal's watermark, the file
 wins (past the watermark: what lies below is done, acks above it kept; below: a reset, delivered again from
 there). A journal without any ``G`` line (written before this rule) yields only to an offset past its watermark,
@@ -47,7 +47,8 @@ HANDLE_VERSION = "r2"
 HANDLE_KEY = "popHandleKey"
 HANDLE_KEY_BYTES = 32
 MAC_HEX = 32                # 128 bits of HMAC-SHA256, in hex
-KEEP_GENERATIONS = 4        # consumerOffset.json generations a snapshot keeps (a persist may be under way)
+# consumerOffset.json generations the journal keeps: the last 64 texts (5 min of 5 s persists; its .bak among them)
+KEEP_GENERATIONS = 64
 
 
 def now_ms() -> int:
