@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-EXIT_OK, EXIT_PROBLEM, EXIT_ERROR = 0, 1, 2
+from .admin_views import EXIT_ERROR, EXIT_OK, EXIT_PROBLEM, table
+from .admin_views import emit_json as _emit_json
 
 
 class CliError(Exception):
@@ -47,19 +48,6 @@ def _fmt_bytes(n: int) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return str(n)
-
-
-def table(rows: Sequence[Sequence[Any]], header: Sequence[str], out: TextIO) -> None:
-    """Left-aligned text columns, numbers right-aligned."""
-    cells = [[str(h) for h in header]] + [[f"{c:,}" if isinstance(c, int) and not isinstance(c, bool) else str(c)
-                                           for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    numeric = [all(isinstance(r[i], int) for r in rows) if rows else False for i in range(len(header))]
-    for n, r in enumerate(cells):
-        line = "  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-        print("  " + line.rstrip(), file=out)
-        if n == 0:
-            print("  " + "  ".join("-" * w for w in widths), file=out)
 
 
 class ProgressBar:
@@ -115,11 +103,6 @@ class ProgressBar:
         if self.enabled:
             self.stream.write("\r" + " " * max(self._width, 100) + "\r")
             self.stream.flush()
-
-
-def _emit_json(obj: Any, out: TextIO) -> None:
-    json.dump(obj, out, indent=2, default=str)
-    out.write("\n")
 
 
 def message_dict(m: Any, body: str = "base64") -> dict:

@@ -2,8 +2,8 @@
 directory (STORE: the broker is opened there, taking the store's lock) and a running server (``--server URL``:
 through the console's JSON API, docs/console-api.md):
 
-- ``topic_view`` / ``group_view``: one topic's or group's config as both answer it (the console's JSON carries the
-  same dict as ``config``), so ``--json`` output is the same either way;
+- the views (rmqcore.admin_views ``topic_view`` / ``group_view``) are one topic's or group's config as both answer
+  it (the console's JSON carries the same dict as ``config``), so ``--json`` output is the same either way;
 - ``RemoteAdmin``: the JSON API's calls; ``local_admin``: the console's operations (rmqcore.console.data) over a
   store directory, for what only the console computes (show, reset-offset, dlq resend).
 """
@@ -19,7 +19,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .cli import EXIT_OK, EXIT_PROBLEM, _emit_json, table
+from .admin_views import EXIT_OK, EXIT_PROBLEM, group_view, table, topic_view
+from .admin_views import emit_json as _emit_json
 
 
 
@@ -146,22 +147,6 @@ def open_admin(args):
             yield admin
 
 
-def topic_view(tc, system: bool) -> dict:
-    """A topic's config as ``rmqcore topic`` answers it (offline and through a server alike)."""
-    from .broker.topic_validator import perm_to_string
-    return {"name": tc.topic_name, "read_queue_nums": tc.read_queue_nums, "write_queue_nums": tc.write_queue_nums,
-            "perm": tc.perm, "perm_string": perm_to_string(tc.perm), "message_type": tc.message_type,
-            "order": tc.order, "topic_filter_type": tc.topic_filter_type, "attributes": tc.attributes,
-            "system": system}
-
-
-def group_view(g, system: bool) -> dict:
-    """A group's config as ``rmqcore group`` answers it (offline and through a server alike)."""
-    return {"name": g.group_name, "fifo": g.consume_message_orderly, "max_delivery_attempts": g.max_delivery_attempts,
-            "retry_max_times": g.retry_max_times, "retry_queue_nums": g.retry_queue_nums,
-            "consume_enable": g.consume_enable, "retry_policy": g.group_retry_policy.to_json(), "system": system}
-
-
 def run_admin(op):
     """``op()`` with the console's and the store's refusals as AdminError (one line, exit 2)."""
     from .console.data import ConsoleError
@@ -176,7 +161,7 @@ def run_admin(op):
 
 # -- the commands ------------------------------------------------------------------------------------------------
 # On a store no server holds (STORE: the broker is opened here, its lock taken) or on a running server (--server URL:
-# its console's JSON API); both answer with the same views (mqadmin.topic_view / group_view).
+# its console's JSON API); both answer with the same views (admin_views.topic_view / group_view).
 
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
 

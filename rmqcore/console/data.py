@@ -33,7 +33,7 @@ from ..broker.topic_config import TopicConfig
 from ..broker.transaction import unresolved_halves
 from ..broker.topic_validator import (PERM_READ, PERM_WRITE, is_system_topic, perm_to_string, validate_group,
                                       validate_topic)
-from ..mqadmin import group_view, topic_view
+from ..admin_views import group_view, topic_view
 from ..status import PutStatus
 
 # Page sizes: what a person reads on one screen; the API accepts up to MAX_LIMIT.

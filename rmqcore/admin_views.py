@@ -1,0 +1,54 @@
+"""The admin views every face of rmqcore shows: the command line (cli.py, mqadmin.py) and the console
+(console/data.py, console/app.py) answer with the same topic and group dicts, the same text tables and the same
+JSON, and end with the same exit statuses.
+
+This module sits below the faces: each of them imports it, it imports none of them (tests/test_imports.py fails on
+an import cycle among rmqcore's modules), so the CLI can start the console (``serve --http``) and the console's
+operations can serve the CLI's ``--server`` and STORE admin alike without one face importing another.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+# The command line's exit statuses (cli.py's docstring says what each means); mqadmin's commands and the console's
+# standalone entry point answer with the same ones.
+EXIT_OK, EXIT_PROBLEM, EXIT_ERROR = 0, 1, 2
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str], out: TextIO) -> None:
+    """Left-aligned text columns, numbers right-aligned."""
+    cells = [[str(h) for h in header]] + [[f"{c:,}" if isinstance(c, int) and not isinstance(c, bool) else str(c)
+                                           for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    numeric = [all(isinstance(r[i], int) for r in rows) if rows else False for i in range(len(header))]
+    for n, r in enumerate(cells):
+        line = "  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        print("  " + line.rstrip(), file=out)
+        if n == 0:
+            print("  " + "  ".join("-" * w for w in widths), file=out)
+
+
+def emit_json(obj: Any, out: TextIO) -> None:
+    """``obj`` as indented JSON and a newline (what ``--json`` prints)."""
+    json.dump(obj, out, indent=2, default=str)
+    out.write("\n")
+
+
+def topic_view(tc: Any, system: bool) -> dict[str, Any]:
+    """A topic's config (a broker TopicConfig) as ``rmqcore topic`` answers it, offline and through a server alike
+    (the console's JSON carries the same dict as ``config``)."""
+    from .broker.topic_validator import perm_to_string
+    return {"name": tc.topic_name, "read_queue_nums": tc.read_queue_nums, "write_queue_nums": tc.write_queue_nums,
+            "perm": tc.perm, "perm_string": perm_to_string(tc.perm), "message_type": tc.message_type,
+            "order": tc.order, "topic_filter_type": tc.topic_filter_type, "attributes": tc.attributes,
+            "system": system}
+
+
+def group_view(g: Any, system: bool) -> dict[str, Any]:
+    """A group's config (a broker SubscriptionGroupConfig) as ``rmqcore group`` answers it, offline and through a
+    server alike (the console's JSON carries the same dict as ``config``)."""
+    return {"name": g.group_name, "fifo": g.consume_message_orderly, "max_delivery_attempts": g.max_delivery_attempts,
+            "retry_max_times": g.retry_max_times, "retry_queue_nums": g.retry_queue_nums,
+            "consume_enable": g.consume_enable, "retry_policy": g.group_retry_policy.to_json(), "system": system}
