@@ -9,7 +9,9 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import re
+import shutil
 import signal
 import sys
 
@@ -116,18 +118,44 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as e:
             print(f"rmqcore serve: error: --http needs rmqcore.console ({e})", file=sys.stderr)
             return 1
-    broker = Broker.open(args.store, bc, store_config=sc)
+    created = _first_missing(args.store)
+    listening: list[bool] = []
     try:
-        return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http))
-    finally:
-        broker.close()
+        broker = Broker.open(args.store, bc, store_config=sc)
+        try:
+            return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http, args,
+                                      listening))
+        finally:
+            broker.close()
+    except BaseException:
+        # A server that never listened (a listener refused, a bad config) leaves nothing behind: the directory this
+        # command made for the store (and any parent it made) goes. One that served keeps its store, whatever ends it.
+        if created is not None and not listening:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
 
 
-async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http) -> int:
+def _first_missing(path: str) -> str | None:
+    """The outermost directory of ``path`` that does not exist yet (what opening a store there creates), or None."""
+    path = os.path.abspath(path)
+    missing = None
+    while not os.path.lexists(path):
+        missing, parent = path, os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http, args, listening) -> int:
     from .server import MessagingServer
     server = MessagingServer(broker, host=host, port=port, config=config, acl=acl, tls_cert=tls_cert,
                              tls_key=tls_key, advertised_host=advertise)
-    await server.start()
+    try:
+        await server.start()
+    except OSError as e:
+        # one line naming the option (cli.main prints it, exit 2), as a taken --http port does
+        raise OSError(f"--listen: {e}") from None
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -136,10 +164,14 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
     try:
         if http is not None:
             from ..console import serve_console
-            runner = await serve_console(server, http[0], http[1])
+            try:
+                runner = await serve_console(server, http[0], http[1])
+            except OSError as e:
+                raise OSError(f"--http: cannot listen on {args.http}: {os.strerror(e.errno) if e.errno else e}") from None
             print(f"console on http://{http[0]}:{runner.port}", flush=True)
         shown = f"[{host}]" if ":" in host else host
         print(f"listening on {shown}:{server.port}", flush=True)
+        listening.append(True)
         await stop.wait()
     finally:
         if runner is not None:
