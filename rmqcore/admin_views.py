@@ -17,6 +17,13 @@ from typing import Any, TextIO
 EXIT_OK, EXIT_PROBLEM, EXIT_ERROR = 0, 1, 2
 
 
+def missing_extra(what: str, extra: str, e: ImportError) -> str:
+    """The one line a face prints when an optional dependency of ``extra`` (pyproject.toml) is not installed."""
+    module = (e.name or "").split(".")[0] or str(e)        # the distribution's top-level module, not a submodule
+    return (f"{what} needs {module}, of rmqcore's {extra} extra: python -m pip install -e '.[{extra}]' in a "
+            "clone (README, Set up)")
+
+
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str], out: TextIO) -> None:
     """Left-aligned text columns, numbers right-aligned."""
     cells = [[str(h) for h in header]] + [[f"{c:,}" if isinstance(c, int) and not isinstance(c, bool) else str(c)

@@ -84,8 +84,8 @@ def test_http_flag_needs_the_console(tmp_path):
         pytest.skip("rmqcore.console is installed here: --http serves it")
     r = subprocess.run([sys.executable, "-m", "rmqcore", "serve", str(tmp_path / "s"), "--listen", "127.0.0.1:0",
                         "--http", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1
-    assert r.stderr.count("\n") == 1 and "rmqcore.console" in r.stderr
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "rmqcore.console" in r.stderr and "console extra" in r.stderr
     assert not (tmp_path / "s").exists()          # refused before the store was opened
 
 

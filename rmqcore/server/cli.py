@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import os
 import re
-import shutil
 import signal
 import sys
 
@@ -85,11 +84,13 @@ def load_config(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..admin_views import EXIT_ERROR, missing_extra
     try:
         import grpc  # noqa: F401
-    except ImportError:
-        print("rmqcore serve: error: needs grpcio and protobuf, the server extra: pip install -e '.[server]' in a clone", file=sys.stderr)
-        return 1
+        import google.protobuf  # noqa: F401
+    except ImportError as e:
+        print(f"rmqcore serve: error: {missing_extra('rmqcore serve', 'server', e)}", file=sys.stderr)
+        return EXIT_ERROR
     from ..broker import Broker, BrokerConfig
     from ..config import StoreConfig
     from .server import ServerConfig
@@ -114,40 +115,21 @@ def run(args: argparse.Namespace) -> int:
     http = _host_port(args.http, "--http") if args.http else None
     if http is not None:
         try:
-            from ..console import serve_console  # noqa: F401
+            from ..console import app  # noqa: F401  (its dependencies, before the store is opened)
         except ImportError as e:
-            print(f"rmqcore serve: error: --http needs rmqcore.console ({e})", file=sys.stderr)
-            return 1
-    created = _first_missing(args.store)
-    listening: list[bool] = []
-    try:
+            print(f"rmqcore serve: error: {missing_extra('--http (rmqcore.console)', 'console', e)}", file=sys.stderr)
+            return EXIT_ERROR
+    from ..admin import NewStoreDir
+    with NewStoreDir(args.store) as made:
         broker = Broker.open(args.store, bc, store_config=sc)
         try:
             return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http, args,
-                                      listening))
+                                      made))
         finally:
             broker.close()
-    except BaseException:
-        # A server that never listened (a listener refused, a bad config) leaves nothing behind: the directory this
-        # command made for the store (and any parent it made) goes. One that served keeps its store, whatever ends it.
-        if created is not None and not listening:
-            shutil.rmtree(created, ignore_errors=True)
-        raise
 
 
-def _first_missing(path: str) -> str | None:
-    """The outermost directory of ``path`` that does not exist yet (what opening a store there creates), or None."""
-    path = os.path.abspath(path)
-    missing = None
-    while not os.path.lexists(path):
-        missing, parent = path, os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return missing
-
-
-async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http, args, listening) -> int:
+async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http, args, made) -> int:
     from .server import MessagingServer
     server = MessagingServer(broker, host=host, port=port, config=config, acl=acl, tls_cert=tls_cert,
                              tls_key=tls_key, advertised_host=advertise)
@@ -171,7 +153,7 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
             print(f"console on http://{http[0]}:{runner.port}", flush=True)
         shown = f"[{host}]" if ":" in host else host
         print(f"listening on {shown}:{server.port}", flush=True)
-        listening.append(True)
+        made.served = True
         await stop.wait()
     finally:
         if runner is not None:
