@@ -17,6 +17,11 @@ from typing import Any, TextIO
 EXIT_OK, EXIT_PROBLEM, EXIT_ERROR = 0, 1, 2
 
 
+def not_found(kind: str, name: str) -> str:
+    """"topic 'x' does not exist": the one wording of a missing topic or group, on every face (console JSON, CLI)."""
+    return f"{kind} {name!r} does not exist"
+
+
 def missing_extra(what: str, extra: str, e: ImportError) -> str:
     """The one line a face prints when an optional dependency of ``extra`` (pyproject.toml) is not installed."""
     module = (e.name or "").split(".")[0] or str(e)        # the distribution's top-level module, not a submodule

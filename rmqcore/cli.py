@@ -5,7 +5,8 @@ Commands: demo, inspect, verify, get, query, dump, repair, stats, export, topic,
 reads (files mapped read-only, no lock taken). The admin commands work on a store no server holds (STORE) or on a
 running server (--server URL, through its console's JSON API) alike. Human output by default, --json for scripts.
 
-Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found);
+Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found;
+topic/group/dlq: the topic, group or message named does not exist);
 2 a usage error or a path/argument the command cannot work with (message on stderr, one line).
 """
 from __future__ import annotations
@@ -974,7 +975,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: sys.argv[1:]); returns the exit status."""
     from .errors import RmqStoreError
-    from .mqadmin import AdminError
+    from .mqadmin import AdminError, NotFoundError
     import logging
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -986,6 +987,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `rmqcore dump ... | head`: the reader went away; exit quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except NotFoundError as e:
+        # what the command names does not exist: found nothing, as get and query say it (exit 1)
+        print(f"rmqcore {args.cmd}: {e}", file=sys.stderr)
+        return EXIT_PROBLEM
     except (CliError, AdminError, RmqStoreError, OSError, ValueError) as e:
         print(f"rmqcore {args.cmd}: error: {e}", file=sys.stderr)
     except KeyboardInterrupt:

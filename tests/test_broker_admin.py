@@ -156,7 +156,7 @@ def test_cli_topic_create_list_delete(tmp_path, capsys):
     code, out, err = cli(capsys, "topic", "delete", store, "orders")
     assert code == 0 and "deleted topic orders" in out
     code, out, err = cli(capsys, "topic", "delete", store, "orders")
-    assert code == 1 and "no topic orders" in err
+    assert code == 1 and err == "rmqcore topic: topic 'orders' does not exist\n"
     assert "orders" not in topics_json(store)
 
 

@@ -33,7 +33,7 @@ from ..broker.topic_config import TopicConfig
 from ..broker.transaction import unresolved_halves
 from ..broker.topic_validator import (PERM_READ, PERM_WRITE, is_system_topic, perm_to_string, validate_group,
                                       validate_topic)
-from ..admin_views import group_view, topic_view
+from ..admin_views import group_view, not_found, topic_view
 from ..status import PutStatus
 
 # Page sizes: what a person reads on one screen; the API accepts up to MAX_LIMIT.
@@ -370,7 +370,7 @@ class ConsoleData:
         tc = self.broker.topic_config_manager.select_topic_config(name)
         stored = self.store.topics().get(name, [])
         if tc is None and not stored:
-            raise NotFound(f"topic {name!r} does not exist")
+            raise NotFound(not_found("topic", name))
         queue_ids = sorted(set(range(tc.read_queue_nums if tc else 0)) | set(stored))
         rates = self.history.topic_rates()
         out = (self._topic_summary(tc, {name: stored}, rates) if tc is not None
@@ -423,7 +423,7 @@ class ConsoleData:
         if self._kind(name) == "SYSTEM":
             raise ConsoleError(f"topic {name!r} is a system topic: the broker manages it", 403)
         if not self.broker.delete_topic(name):
-            raise NotFound(f"topic {name!r} does not exist")
+            raise NotFound(not_found("topic", name))
         return {"deleted": name}
 
     # ------------------------------------------------------------------ groups
@@ -495,7 +495,7 @@ class ConsoleData:
         gc = self.broker.subscription_group_manager.find_subscription_group_config(name) \
             if name in self.broker.subscription_group_manager.subscription_group_table else None
         if gc is None:
-            raise NotFound(f"consumer group {name!r} does not exist")
+            raise NotFound(not_found("consumer group", name))
         clients = self.server.events.clients()
         snap = self.server.events.snapshot()
         out = self._group_summary(gc, clients, snap["dlq"])
@@ -533,7 +533,7 @@ class ConsoleData:
     def delete_group(self, name: str) -> dict:
         validate_group(name)
         if not self.broker.delete_group(name):
-            raise NotFound(f"consumer group {name!r} does not exist")
+            raise NotFound(not_found("consumer group", name))
         return {"deleted": name}
 
     def _first_at_or_after(self, topic: str, queue_id: int, ts: int) -> int:
@@ -559,7 +559,7 @@ class ConsoleData:
         queue's max offset. Returns each queue's old and new offset."""
         validate_group(group)
         if group not in self.broker.subscription_group_manager.subscription_group_table:
-            raise NotFound(f"consumer group {group!r} does not exist")
+            raise NotFound(not_found("consumer group", group))
         ts = parse_time(body.get("timestamp"), "timestamp")
         if ts is None:
             raise ConsoleError("timestamp: required (milliseconds since the epoch or an ISO 8601 time)")
@@ -569,7 +569,7 @@ class ConsoleData:
             validate_topic(topic)
             tc = self.broker.topic_config_manager.select_topic_config(topic)
             if tc is None:
-                raise NotFound(f"topic {topic!r} does not exist")
+                raise NotFound(not_found("topic", topic))
             targets = {topic: sorted(set(range(tc.read_queue_nums)) | set(self.store.topics().get(topic, ())))}
         else:
             targets = {t: sorted(com.query_offsets(group, t)) for t in com.which_topic_by_consumer(group)}
