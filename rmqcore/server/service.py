@@ -601,8 +601,13 @@ class MessagingService:
                 max_delay = self.broker.store_config.timer_max_delay_sec * 1000
                 now = now or time.time_ns() // 1_000_000
                 if int(deliver) - now > max_delay:
-                    raise Refusal(pb.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {deliver} is more than "
-                                  f"timer_max_delay_sec ({max_delay // 1000} s) ahead")
+                    # The protocol's delivery time is a Timestamp (seconds); the Python client fills its seconds
+                    # from Message.delivery_timestamp, so milliseconds given there land ~1000x too far ahead.
+                    hint = ("; the delivery time is seconds since the epoch (the Python client's "
+                            "delivery_timestamp): milliseconds were given"
+                            if int(deliver) // 1000 - now <= max_delay else "")
+                    raise Refusal(pb.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {int(deliver) // 1000} s since "
+                                  f"the epoch is more than timer_max_delay_sec ({max_delay // 1000} s) ahead{hint}")
         tc = self._topic_config(topic, create=True)
         if not is_writeable(tc.perm):
             raise Refusal(pb.FORBIDDEN, f"topic {topic!r} is not writeable (perm {tc.perm})")
