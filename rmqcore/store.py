@@ -16,6 +16,7 @@ import re
 import threading
 import time
 from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,6 +47,7 @@ from .status import GetStatus, PutStatus
 from .transient_store_pool import TransientStorePool
 
 if TYPE_CHECKING:
+    from ._encoder import EncodeBuffer
     from ._message import Message, MessageExt, PutResult
 
 log = logging.getLogger(__name__)
@@ -474,7 +476,7 @@ class MessageStore:
     def __enter__(self) -> "MessageStore":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _check_running(self) -> None:
@@ -546,7 +548,7 @@ class MessageStore:
 
     _probe_encoder = None
 
-    def check_delivery(self, msg, what: str = "delivery", *, broker_topic_rule: bool = True) -> None:
+    def check_delivery(self, msg: Message, what: str = "delivery", *, broker_topic_rule: bool = True) -> None:
         """Raise MessageIllegalError (field prefixed ``delivery: ``) when the store would refuse ``msg`` as it
         stands, without the delay/timer rewrite and without writing anything: the checks of a put (topic,
         queue id, properties, record size against max_message_size and the commitlog file) on a scratch copy.
@@ -572,7 +574,7 @@ class MessageStore:
             raise MessageIllegalError(f"{what}: {e.field}" if what else e.field, str(e).split(": ", 1)[-1],
                                       e.limit, e.status) from None
 
-    def check_put(self, msg) -> None:
+    def check_put(self, msg: Message) -> None:
         """Raise MessageIllegalError when ``put(msg)`` would be refused now or when its delayed or timed delivery
         would be; writes nothing and leaves ``msg`` as it was. For a caller that must answer a refusal before it
         changes any state of its own (the broker's send-back creates a retry topic only for a message the store
@@ -596,7 +598,7 @@ class MessageStore:
 
     _durable = None     # SYNC_FLUSH: put, put_async and aput below this frame (rmqcore._flush.DurablePuts)
 
-    def put_batch(self, messages, *, properties: dict[str, str] | None = None) -> list[PutResult]:
+    def put_batch(self, messages: Sequence[Message], *, properties: dict[str, str] | None = None) -> list[PutResult]:
         """Store many messages under one lock and one flush wait; all are validated before any is written.
 
         ``properties``: properties common to every message of the call (the broker's CLUSTER, say), validated and
@@ -607,7 +609,7 @@ class MessageStore:
         them set in its dict first). A delay or timer property is refused here (it is per message)."""
         return self._put_batch(messages, properties, True)
 
-    def put_delivered(self, messages) -> list[PutResult]:
+    def put_delivered(self, messages: Sequence[Message]) -> list[PutResult]:
         """put_batch for the messages the schedule and timer services deliver to their real topics (rmqcore.schedule
         and rmqcore.timer), held to RocketMQ's store-level topic rule, not the broker's: 1..127 UTF-8 bytes, any
         characters. A delayed or timer message another broker stored may name a topic its own send path took
@@ -635,7 +637,7 @@ class MessageStore:
         # 1 ms), so records that arrive together are dispatched together.
         return results
 
-    def put_arrow(self, data):
+    def put_arrow(self, data: Any) -> Any:
         """Store the rows of a pyarrow RecordBatch or Table in one call, no Python object per message (columns and
         result: rmqcore.columnar): the records and offsets put_batch would give for the same messages. Returns a
         RecordBatch with status, commitlog_offset, queue_offset, wrote_bytes, store_timestamp and uniq_key per row.
@@ -656,7 +658,7 @@ class MessageStore:
                 result = result.set_column(0, "status", timed_out)
         return result
 
-    def put_encoded(self, encoded, result) -> None:
+    def put_encoded(self, encoded: EncodeBuffer, result: np.ndarray) -> None:
         """Append records already encoded into an EncodeBuffer (rmqcore._schedule.time_up_into: delayed messages
         coming due) through the writer's path for encoded rows, as put_arrow appends its rows: queue offsets,
         dispatch and index as for put_batch. Row i of ``result`` (an int64 array of at least (len(encoded), 4))
@@ -685,14 +687,14 @@ class MessageStore:
                     f" ({self.group_commit.last_error})" if self.group_commit.last_error else "")
         return last.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)
 
-    def put_async(self, msg) -> Future:
+    def put_async(self, msg: Message) -> Future[PutResult]:
         """Like RocketMQ's asyncPutMessage: the record is appended now; the returned Future completes with the
         PutResult once it is flushed (SYNC_FLUSH) or at once (ASYNC_FLUSH, or WAIT "false")."""
         if not self._running:
             self._check_running()
         if self._durable is not None:
             return self._durable.put_async(msg)
-        out = Future()
+        out: Future[PutResult] = Future()
         out.set_result(self._writer.put(msg))
         return out
 
@@ -715,7 +717,7 @@ class MessageStore:
             return self.group_commit.wait_flushed(offset, self._sync_timeout if timeout is None else timeout)
         return self.commit_log.flush(0) >= offset
 
-    def aput(self, msg) -> asyncio.Future:
+    def aput(self, msg: Message) -> asyncio.Future[PutResult]:
         """asyncio form of put_async, to await in the running loop: the record is appended now, in the caller
         (which waits for nothing but the put lock), and the future completes in the loop once a flush covers it.
         The completions of one flush reach a loop in one call_soon_threadsafe, not one per message. Raises
@@ -724,11 +726,11 @@ class MessageStore:
             self._check_running()
         if self._durable is not None:
             return self._durable.aput(msg)
-        out = asyncio.get_running_loop().create_future()
+        out: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
         out.set_result(self._writer.put(msg))
         return out
 
-    def verify(self, progress=None) -> dict:
+    def verify(self, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
         """Check the open store end to end in one linear pass (see recovery.verify_parts); waits for dispatch to
         catch up first. Records put meanwhile by other threads, past what dispatch had done, are not judged
         (``report["judged_to"]``, ``report["not_judged"]``). ``progress(phase, done, total)`` is called as it goes
@@ -798,7 +800,8 @@ class MessageStore:
 
     # -- get ----------------------------------------------------------------------------------------------------
 
-    def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None,
+    def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                     tags: str | Iterable[str] | None = None,
                      wait: float = 0.0) -> GetResult:
         """Pull up to ``max_count`` messages of one queue from logical ``offset`` (RocketMQ's getMessage, same
         statuses and next_begin_offset). ``tags`` filters by tag ("TagA || TagB"); ``wait`` > 0 long-polls: it
