@@ -18,6 +18,7 @@ HOST_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "console_
 
 class HostProcess:
     def __init__(self, store: str, acl: str | None = None):
+        self.store = store
         args = [sys.executable, HOST_SCRIPT, store]
         if acl:
             args += ["--acl", acl]

@@ -16,6 +16,7 @@ import binascii
 import datetime
 import heapq
 import json
+import os
 import random
 import shutil
 import threading
@@ -143,6 +144,29 @@ def topic_kind(topic: str, system_topics=()) -> str:
     return "USER"
 
 
+def _tree_bytes(path: str) -> tuple[int, int]:
+    """(bytes allocated on disk, apparent bytes) of the regular files under ``path`` (0, 0 when it is missing)."""
+    used = apparent = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        used += st.st_blocks * 512
+                        apparent += st.st_size
+                except OSError:         # removed meanwhile (a cleaned file): not the store's any more
+                    continue
+    return used, apparent
+
+
 def hex_dump(data: bytes) -> str:
     """16 bytes a line: offset, hex, printable ASCII (what ``xxd`` shows)."""
     lines = []
@@ -225,28 +249,26 @@ class ConsoleData:
 
     # ------------------------------------------------------------------ overview
     def disk_usage(self) -> dict:
-        """Bytes the store's files take (their mapped sizes: RocketMQ preallocates every file) by kind, and the
-        file system's total and free space."""
+        """Bytes the store's files take on disk by kind (``*_bytes``: allocated blocks, st_blocks * 512) beside
+        their apparent sizes (``*_apparent_bytes``: RocketMQ's preallocated file sizes, which a sparse file does not
+        use: a fresh 1 GiB commitlog file holds a few MiB), and the file system's total and free space."""
         store = self.store
         cfg = store.config
-        commitlog = len(store.commit_log.mapped_file_queue) * store.commit_log.mapped_file_queue.mapped_file_size
-        cq_bytes = 0
-        for cq in store._all_consume_queues():
-            mfq = cq.mapped_file_queue
-            cq_bytes += len(mfq) * mfq.mapped_file_size
-        index = 0
-        files = store.index_service.index_file_list if store.index_service is not None else []
-        if files:
-            index = files[0].file_size * len(files)
+        out: dict = {}
+        for kind in ("commitlog", "consumequeue", "index"):
+            used, apparent = _tree_bytes(os.path.join(store.path, kind))
+            out[f"{kind}_bytes"], out[f"{kind}_apparent_bytes"] = used, apparent
         try:
             fs = shutil.disk_usage(store.path)
             fs_total, fs_free = fs.total, fs.free
         except OSError:
             fs_total = fs_free = 0
-        return {"commitlog_bytes": commitlog, "consumequeue_bytes": cq_bytes, "index_bytes": index,
-                "store_bytes": commitlog + cq_bytes + index, "fs_total_bytes": fs_total, "fs_free_bytes": fs_free,
-                "fs_used_bytes": fs_total - fs_free, "disk_max_used_ratio": cfg.disk_max_used_space_ratio
-                if hasattr(cfg, "disk_max_used_space_ratio") else None}
+        kinds = ("commitlog", "consumequeue", "index")
+        out.update(store_bytes=sum(out[f"{k}_bytes"] for k in kinds),
+                   store_apparent_bytes=sum(out[f"{k}_apparent_bytes"] for k in kinds),
+                   fs_total_bytes=fs_total, fs_free_bytes=fs_free, fs_used_bytes=fs_total - fs_free,
+                   disk_max_used_ratio=getattr(cfg, "disk_max_used_space_ratio", None))
+        return out
 
     def health(self, info: dict, disk: dict) -> dict:
         """OK, or WARN/ERROR with the reasons a person should look at."""
