@@ -64,3 +64,24 @@ def group_view(g: Any, system: bool) -> dict[str, Any]:
     return {"name": g.group_name, "fifo": g.consume_message_orderly, "max_delivery_attempts": g.max_delivery_attempts,
             "retry_max_times": g.retry_max_times, "retry_queue_nums": g.retry_queue_nums,
             "consume_enable": g.consume_enable, "retry_policy": g.group_retry_policy.to_json(), "system": system}
+
+
+def record_crc_view(m: Any) -> dict[str, Any] | None:
+    """What a record's ``__CRC32#`` property is, for a person: None when the record has none. RocketMQ 5 (with
+    enableAppendPropCRC) appends it as the CRC32 of the record before it, masked to 31 bits, its 10 decimal digits
+    written least significant first (CommitLog's crc32 reserved property): the text shown among the properties is
+    that reversed number. ``crc32`` is the number itself, ``matches`` whether the record's bytes still give it."""
+    from ._message import decode_message
+    from .errors import CorruptRecordError
+    text = m.properties.get("__CRC32#")
+    if text is None:
+        return None
+    crc = int(text[::-1]) if text.isdigit() else None
+    try:
+        decode_message(m.record(), 0, check_crc=True)    # checks the body CRC and this record CRC
+        matches = crc is not None
+    except CorruptRecordError:
+        matches = False
+    return {"stored_text": text, "crc32": crc, "matches": matches,
+            "what": "RocketMQ 5's record CRC32 (enableAppendPropCRC) of the record's bytes before the property, "
+                    "stored with its decimal digits reversed"}

@@ -350,3 +350,22 @@ def test_disk_usage_of_sparse_preallocated_files_is_what_they_use(tmp_path):
     assert disk["commitlog_apparent_bytes"] == apparent == 64 << 20
     assert disk["commitlog_bytes"] == used < apparent            # a fresh 64 MiB file uses less: shown as it is
     assert disk["store_bytes"] < disk["store_apparent_bytes"]
+
+
+def test_record_crc_property_is_shown_with_what_it_is(tmp_path):
+    """``__CRC32#`` holds RocketMQ 5's record CRC with its digits reversed: the message view gives the number and
+    whether the record still matches it, not only the reversed text."""
+    import zlib
+    from rmqcore import Message, StoreConfig
+    from rmqcore.broker import Broker
+    from rmqcore.console.data import ConsoleData
+    from rmqcore.console.standalone import BrokerHost
+    with Broker.open(str(tmp_path / "s"), store_config=StoreConfig(enabled_append_prop_crc=True)) as b:
+        r = b.send(Message("t", b"crc me", 0))
+        view = ConsoleData(BrokerHost(b)).message(r.commitlog_offset)
+        raw = bytes(b.store.look_message(r.commitlog_offset).record())
+    crc = view["record_crc"]
+    assert crc["stored_text"] == view["properties"]["__CRC32#"] and crc["crc32"] == int(crc["stored_text"][::-1])
+    # the number a user can compute: CRC32 of the record's bytes before the 20-byte property, masked to 31 bits
+    assert crc["crc32"] == zlib.crc32(raw[:-20]) & 0x7FFFFFFF and crc["matches"] is True
+    assert "reversed" in crc["what"]

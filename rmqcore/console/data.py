@@ -34,7 +34,7 @@ from ..broker.topic_config import TopicConfig
 from ..broker.transaction import unresolved_halves
 from ..broker.topic_validator import (PERM_READ, PERM_WRITE, is_system_topic, perm_to_string, validate_group,
                                       validate_topic)
-from ..admin_views import group_view, not_found, topic_view
+from ..admin_views import group_view, not_found, record_crc_view, topic_view
 from ..status import PutStatus
 
 # Page sizes: what a person reads on one screen; the API accepts up to MAX_LIMIT.
@@ -650,7 +650,7 @@ class ConsoleData:
             "text": raw[:TEXT_PREVIEW_BYTES].decode("utf-8", "replace"),
             "text_truncated": len(raw) > TEXT_PREVIEW_BYTES,
             "hex": hex_dump(raw[:HEX_PREVIEW_BYTES]), "hex_truncated": len(raw) > HEX_PREVIEW_BYTES,
-            "json": None,
+            "json": None, "record_crc": record_crc_view(m),
         })
         del m
         if raw[:1] in (b"{", b"[") and len(raw) <= JSON_PREVIEW_BYTES:
