@@ -494,7 +494,10 @@ class MessagingService:
             reader.cancel()
             if self.telemetry.get(cid) is tel:
                 del self.telemetry[cid]
-                self.events.on_client(cid, telemetry=False)
+                # The stream ended (the client closed it, or its channel closed: a killed process): the client is
+                # gone now, from the console, its groups and /metrics alike, not at the heartbeat expiry. A client
+                # that goes on sending RPCs is heard from again at its next one.
+                self.forget_client(cid)
             self.events.on_rpc("Telemetry", code, time.perf_counter() - t0)
 
     # -- send -------------------------------------------------------------------------------------------------
