@@ -13,6 +13,8 @@ import re
 import signal
 import sys
 
+from ..console.access import add_console_access_args, console_ssl_context
+
 log = logging.getLogger(__name__)
 
 
@@ -33,7 +35,9 @@ def add_parser(sub) -> None:
     s.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (with --tls-key)")
     s.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     s.add_argument("--advertise", metavar="HOST", help="host clients should connect to, when --listen is 0.0.0.0")
-    s.add_argument("--http", metavar="HOST:PORT", help="also serve the console (rmqcore.console) here")
+    s.add_argument("--http", metavar="HOST:PORT", help="also serve the console (rmqcore.console) here, over TLS with "
+                                                       "--tls-cert")
+    add_console_access_args(s)
     s.set_defaults(func=run)
 
 
@@ -110,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
         with open(args.tls_key, "rb") as f:
             tls_key = f.read()
     http = _host_port(args.http, "--http") if args.http else None
+    console = {"allowed_hosts": tuple(args.console_allowed_host),
+               "allow_anonymous_changes": args.console_allow_anonymous_changes,
+               "ssl_context": console_ssl_context(args.tls_cert, args.tls_key) if http and args.tls_cert else None}
     if http is not None:
         try:
             from ..console import serve_console  # noqa: F401
@@ -118,12 +125,13 @@ def run(args: argparse.Namespace) -> int:
             return 1
     broker = Broker.open(args.store, bc, store_config=sc)
     try:
-        return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http))
+        return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http,
+                                  console))
     finally:
         broker.close()
 
 
-async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http) -> int:
+async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http, console) -> int:
     from .server import MessagingServer
     server = MessagingServer(broker, host=host, port=port, config=config, acl=acl, tls_cert=tls_cert,
                              tls_key=tls_key, advertised_host=advertise)
@@ -136,8 +144,8 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
     try:
         if http is not None:
             from ..console import serve_console
-            runner = await serve_console(server, http[0], http[1])
-            print(f"console on http://{http[0]}:{runner.port}", flush=True)
+            runner = await serve_console(server, http[0], http[1], **console)
+            print(f"console on {runner.url}", flush=True)
         shown = f"[{host}]" if ":" in host else host
         print(f"listening on {shown}:{server.port}", flush=True)
         await stop.wait()
