@@ -30,7 +30,6 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from rmqcore._message cimport Message, PutResult
 
 import time
-import zlib
 
 from rmqcore.server import message_const as _const
 from rmqcore.status import PutStatus
@@ -65,7 +64,7 @@ cdef str PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = _const.PROPERTY_CHECK_IMMUNIT
 cdef str PROPERTY_TRACE_CONTEXT = _const.PROPERTY_TRACE_CONTEXT
 cdef frozenset SYSTEM_PROPERTIES = _const.SYSTEM_PROPERTIES
 cdef Py_ssize_t DEFAULT_MAX_BODY = _const.DEFAULT_MAX_BODY
-cdef object gunzip_limited = _const.gunzip_limited
+cdef object gzip_encoded_body = _const.gzip_encoded_body
 cdef Py_ssize_t MAX_USER_PROPERTY_SIZE = _const.MAX_USER_PROPERTY_SIZE
 cdef Py_ssize_t MAX_MESSAGE_GROUP_SIZE = _const.MAX_MESSAGE_GROUP_SIZE
 cdef Py_ssize_t MAX_TAG_LENGTH = _const.MAX_TAG_LENGTH
@@ -363,14 +362,16 @@ cdef object _millis(int64_t seconds, int32_t nanos):
     return <object>seconds * 1000 + <object>nanos // 1000000
 
 
-cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
+cdef tuple _convert(m, bytes body, Py_ssize_t max_body, Py_ssize_t *budget):
     """converter.to_store_message, check for check in the same order (the first error found is the same one), the
     properties inserted in the same order (it decides the record's bytes); ``body`` is ``m.body``, read once by
-    the caller."""
+    the caller; ``budget``: how far a gzip body may still expand (of its request's max_body), less what this one
+    expanded to."""
     cdef dict props = {}
     cdef Py_ssize_t size = 0
     cdef str k, v, text, topic
     cdef int overflow = 0
+    cdef int sys_flag = 0
     cdef Message msg
     sp = m.system_properties
     up = m.user_properties
@@ -428,13 +429,9 @@ cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
     if f.has_trace:
         props[PROPERTY_TRACE_CONTEXT] = f.trace
     if f.body_encoding == GZIP:
-        try:
-            body = gunzip_limited(body, max_body)
-        except (OSError, EOFError, zlib.error) as e:
-            raise InvalidMessage(MESSAGE_CORRUPTED, f"gzip body does not decompress: {e}") from None
-        if body is None:
-            raise InvalidMessage(MESSAGE_BODY_TOO_LARGE, f"gzip body expands past {max_body} bytes "
-                                 "(max_message_size)")
+        body, sys_flag = gzip_encoded_body(body, max_body, budget[0])
+        if sys_flag == 0:                   # a gzip body, inflated
+            budget[0] -= len(body)
     born = _millis(f.born_s, f.born_n) if f.has_born else time.time_ns() // 1000000
     host = _born_host(f.born_host)
     PyLong_AsLongLongAndOverflow(born, &overflow)
@@ -445,6 +442,7 @@ cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
     msg = Message.__new__(Message)
     msg.topic = topic
     msg.body = body
+    msg._sys_flag = sys_flag
     msg._queue_id = -1
     msg._born_timestamp = born
     msg.born_host = host
@@ -455,12 +453,15 @@ cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
 def to_store_message(m, Py_ssize_t max_body=DEFAULT_MAX_BODY):
     """converter.to_store_message: a protocol Message → (store Message with queue_id -1, MessageType). Raises
     InvalidMessage."""
-    return _convert(m, m.body, max_body)
+    cdef Py_ssize_t budget = max_body
+    return _convert(m, m.body, max_body, &budget)
 
 
 def to_store_messages(messages, Py_ssize_t max_body):
     """converter.to_store_messages: a SendMessage request's messages → [(store Message, MessageType)], every body
-    checked first (empty, or longer than ``max_body``). Raises InvalidMessage."""
+    checked first (empty, or longer than ``max_body``); gzip bodies expand to no more than ``max_body`` together.
+    Raises InvalidMessage."""
+    cdef Py_ssize_t budget = max_body
     cdef list srcs = []
     cdef list bodies = []
     cdef list out
@@ -478,7 +479,7 @@ def to_store_messages(messages, Py_ssize_t max_body):
         bodies.append(body)
     out = []
     for i in range(len(srcs)):
-        out.append(_convert(srcs[i], <bytes>bodies[i], max_body))
+        out.append(_convert(srcs[i], <bytes>bodies[i], max_body, &budget))
     return out
 
 
@@ -768,8 +769,9 @@ cdef class CommonSend:
         cdef Py_ssize_t n = len(body)
         if n == 0 or n > self.max_body:
             return None
+        cdef Py_ssize_t budget = self.max_body
         try:
-            converted = _convert(m, body, self.max_body)
+            converted = _convert(m, body, self.max_body, &budget)
         except InvalidMessage:
             return None
         cdef Message msg = <Message>converted[0]

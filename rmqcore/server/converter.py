@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import zlib
 
+from ..compression import decompress
 from ..message import Message
 from ..status import PutStatus
 from . import messaging_pb2 as pb
@@ -18,7 +19,7 @@ from .message_const import (DEFAULT_MAX_BODY, JAVA_LONG_MAX, JAVA_LONG_MIN, MAX_
                             PROPERTY_PRODUCER_GROUP, PROPERTY_SHARDING_KEY, PROPERTY_TAGS, PROPERTY_TIMER_DELIVER_MS,
                             PROPERTY_TIMER_OUT_MS, PROPERTY_TRACE_CONTEXT, PROPERTY_TRANSACTION_CHECK_TIMES,
                             PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, SYSTEM_PROPERTIES, InvalidMessage,
-                            born_timestamp_refused, gunzip_limited)
+                            born_timestamp_refused, gzip_encoded_body)
 
 
 def _check_text(value: str, code: int, what: str) -> None:
@@ -26,8 +27,10 @@ def _check_text(value: str, code: int, what: str) -> None:
         raise InvalidMessage(code, f"{what} {value[:64]!r} is blank or holds a control character")
 
 
-def to_store_message(m: "pb.Message", max_body: int = DEFAULT_MAX_BODY) -> tuple[Message, int]:
-    """A protocol Message → (store Message with queue_id -1, MessageType). Raises InvalidMessage."""
+def to_store_message(m: "pb.Message", max_body: int = DEFAULT_MAX_BODY,
+                     budget: int | None = None) -> tuple[Message, int]:
+    """A protocol Message → (store Message with queue_id -1, MessageType). Raises InvalidMessage. ``budget``: how
+    far a gzip body may still expand, of its request's ``max_body`` (gzip_encoded_body)."""
     sp = m.system_properties
     props: dict[str, str] = {}
     size = 0
@@ -79,22 +82,15 @@ def to_store_message(m: "pb.Message", max_body: int = DEFAULT_MAX_BODY) -> tuple
     if sp.HasField("trace_context"):
         props[PROPERTY_TRACE_CONTEXT] = sp.trace_context
     body = m.body
+    sys_flag = 0
     if sp.body_encoding == pb.GZIP:
-        try:
-            body = gunzip_limited(body, max_body)
-        # zlib.error: a gzip header over a deflate stream that is not one (BadGzipFile is an OSError, a cut
-        # stream an EOFError).
-        except (OSError, EOFError, zlib.error) as e:
-            raise InvalidMessage(pb.MESSAGE_CORRUPTED, f"gzip body does not decompress: {e}") from None
-        if body is None:
-            raise InvalidMessage(pb.MESSAGE_BODY_TOO_LARGE, f"gzip body expands past {max_body} bytes "
-                                 "(max_message_size)")
+        body, sys_flag = gzip_encoded_body(body, max_body, max_body if budget is None else budget)
     born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField(
         "born_timestamp") else time.time_ns() // 1_000_000
     host = _born_host(sp.born_host)
     if not JAVA_LONG_MIN <= born <= JAVA_LONG_MAX:
         raise born_timestamp_refused(born)
-    msg = Message(m.topic.name, body, -1, properties=props, born_timestamp=born, born_host=host)
+    msg = Message(m.topic.name, body, -1, properties=props, sys_flag=sys_flag, born_timestamp=born, born_host=host)
     return msg, mtype
 
 
