@@ -97,14 +97,21 @@ def to_store_message(m: "pb.Message", max_body: int = DEFAULT_MAX_BODY,
 def to_store_messages(messages, max_body: int) -> list[tuple[Message, int]]:
     """A SendMessage request's messages → [(store Message, MessageType)], every body checked first (empty, or
     longer than ``max_body``: the store's max_message_size) so a bad one anywhere refuses the request before any is
-    converted. Raises InvalidMessage."""
+    converted; gzip bodies expand to no more than ``max_body`` together. Raises InvalidMessage."""
     for m in messages:
         if not m.body:
             raise InvalidMessage(pb.MESSAGE_BODY_EMPTY, "message body is empty")
         if len(m.body) > max_body:
             raise InvalidMessage(pb.MESSAGE_BODY_TOO_LARGE, f"message body is {len(m.body)} bytes, more than "
                                  f"{max_body} (max_message_size)")
-    return [to_store_message(m, max_body) for m in messages]
+    out = []
+    budget = max_body
+    for m in messages:
+        msg, mtype = to_store_message(m, max_body, budget)
+        if m.system_properties.body_encoding == pb.GZIP and not msg.sys_flag:      # a gzip body, inflated
+            budget -= len(msg.body)
+        out.append((msg, mtype))
+    return out
 
 
 def fill_send_entries(resp: "pb.SendMessageResponse", messages, converted, results) -> tuple[list[int], int, str]:
@@ -166,10 +173,17 @@ def _ts(ts, ms: int) -> None:
 
 def to_proto_message(ext, *, topic: str | None = None, receipt_handle: str | None = None,
                      invisible_ms: int | None = None, attempt: int | None = None,
-                     message_id: str | None = None) -> "pb.Message":
-    """A stored message (MessageExt) → the protocol's Message, as the proxy builds it for a consumer."""
+                     message_id: str | None = None, body_limit: int = DEFAULT_MAX_BODY) -> "pb.Message":
+    """A stored message (MessageExt) → the protocol's Message, as the proxy builds it for a consumer.
+
+    A compressed body (sysFlag COMPRESSED: a 4.x producer's, or a 5.x one's sent GZIP) goes out inflated, IDENTITY,
+    its digest over what the producer sent: as the proxy answers when it reads through the broker's client
+    (MessageDecoder with decompressBody, which clears the flag), and the one answer every client reads whatever
+    the compressor (the protocol names no LZ4 or ZSTD encoding). Inflated no further than ``body_limit`` (the
+    store's max_message_size: a producer sends no larger body); raises compression.DecompressionError for a body
+    that does not inflate."""
     props = ext.properties
-    body = bytes(ext.body)
+    body = decompress(ext.body, ext.sys_flag, body_limit)
     m = pb.Message()
     m.topic.name = topic or ext.topic
     m.body = body

@@ -23,6 +23,7 @@ from ..broker.mix_all import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, is_readable, is_writeable,
                                       validate_client_group, validate_client_topic)
 from ..broker.transaction import NO_PRODUCER, PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC
+from ..compression import DecompressionError
 from ..errors import MessageIllegalError
 from ..reference import java_hash_code
 from ..status import PutStatus
@@ -689,7 +690,12 @@ class MessagingService:
         cmd = pb.TelemetryCommand()
         rc = cmd.recover_orphaned_transaction_command
         ns, _, bare = topic.partition("%") if "%" in topic else ("", "", topic)
-        rc.message.CopyFrom(to_proto_message(half, topic=bare))
+        try:
+            rc.message.CopyFrom(to_proto_message(half, topic=bare,
+                                                 body_limit=self.broker.store_config.max_message_size))
+        except DecompressionError as e:          # no producer can judge a body it is not shown: "unknown"
+            log.warning("transaction check of %s not sent: %s", half.msg_id, e)
+            return None
         rc.message.topic.resource_namespace = ns
         rc.message.system_properties.message_type = pb.TRANSACTION
         rc.transaction_id = half.msg_id
@@ -790,7 +796,10 @@ class MessagingService:
             popped = self.pop.pop(group, topic, queue_ids, batch, inv, fifo=fifo, max_attempts=max_attempts,
                                   tags=tags, matcher=matcher)
             if popped:
-                break
+                deliveries = _Deliveries(self, popped, group, topic, req.message_queue.topic.name, inv, fifo)
+                item = deliveries.next()
+                if item is not None:        # (none of them deliverable: look again, as for an empty pop)
+                    break
             left = deadline - time.monotonic()
             if left <= 0 or context.cancelled() or self.server.stopping:
                 yield self._receive_status(pb.MESSAGE_NOT_FOUND, "no new message")
@@ -802,24 +811,23 @@ class MessagingService:
             except asyncio.TimeoutError:
                 pass
         nbytes = sent = 0
-        key = self.pop.handle_key
         try:
             yield self._receive_status(pb.OK, "OK")
-            for p in popped:
+            while item is not None:
                 r = pb.ReceiveMessageResponse()
-                r.message.CopyFrom(to_proto_message(p.message, topic=req.message_queue.topic.name,
-                                                    receipt_handle=p.handle.encode(key, group, topic),
-                                                    invisible_ms=inv, attempt=p.attempt))
+                r.message.CopyFrom(item[1])
                 r.message.topic.resource_namespace = req.message_queue.topic.resource_namespace
                 nbytes += len(r.message.body)
                 yield r
                 sent += 1
+                item = None
+                item = deliveries.next()
         except BaseException:
             # The client went away (or the write failed) before it had them all: what it did not get is visible
             # again at once instead of after its invisible time (the proxy nacks a message it could not write).
-            self.pop.release(group, topic, [p.handle for p in popped[sent:]])
+            self.pop.release(group, topic, ([item[0].handle] if item is not None else []) + deliveries.untaken())
             raise
-        self.events.on_messages_out(topic, group, len(popped), nbytes)
+        self.events.on_messages_out(topic, group, sent, nbytes)
         # The push consumer counts a receive as done at this response (ReceiveMessageResponseStreamWriter).
         yield self._delivery_stamp()
 
@@ -940,6 +948,54 @@ class MessagingService:
                 raise Refusal(pb.BAD_REQUEST, f"timestamp is {ts} ms, outside a Java long [{JAVA_LONG_MIN}, "
                                               f"{JAVA_LONG_MAX}]")
             resp.offset = max(0, store.offset_by_time(topic, qid, ts))
+
+
+class _Deliveries:
+    """The messages of one pop as their consumer gets them, built one at a time as the answer is written (a batch
+    of 32 inflated bodies is never held at once).
+
+    A compressed body is inflated (to_proto_message); one that does not inflate (corrupt, past max_message_size,
+    or its compressor's package not installed) is never handed out as something else: it stays in flight, comes
+    back after its invisible time as any message its consumer did not ack, and past the group's max attempts goes
+    to the DLQ (the end RocketMQ 5's consumers give a message whose body they cannot read), where ``rmqcore get``
+    shows it as stored. For a FIFO group the messages behind it in its queue are released: they wait for it."""
+
+    def __init__(self, service: "MessagingService", popped: list, group: str, topic: str, topic_name: str,
+                 inv: int, fifo: bool):
+        self.service, self.popped, self.group, self.topic = service, popped, group, topic
+        self.topic_name, self.inv, self.fifo = topic_name, inv, fifo
+        self.limit = service.broker.store_config.max_message_size
+        self.key = service.pop.handle_key
+        self.i = 0
+        self.held: set[int] = set()             # FIFO queues with a message left in flight
+        self.behind: list = []
+
+    def next(self):
+        """(Popped, the protocol Message) of the next deliverable message; None when there is none left."""
+        while self.i < len(self.popped):
+            p = self.popped[self.i]
+            self.i += 1
+            if p.handle.queue_id in self.held:
+                self.behind.append(p.handle)
+                continue
+            try:
+                return p, to_proto_message(p.message, topic=self.topic_name,
+                                           receipt_handle=p.handle.encode(self.key, self.group, self.topic),
+                                           invisible_ms=self.inv, attempt=p.attempt, body_limit=self.limit)
+            except DecompressionError as e:
+                m = p.message
+                log.warning("message %s of %s (queue %d, offset %d) not delivered to %s, attempt %d: %s",
+                            m.uniq_key or m.msg_id, m.topic, m.queue_id, m.queue_offset, self.group, p.attempt, e)
+                if self.fifo:
+                    self.held.add(p.handle.queue_id)
+        if self.behind:
+            self.service.pop.release(self.group, self.topic, self.behind)
+            self.behind = []
+        return None
+
+    def untaken(self) -> list:
+        """The handles of the messages not looked at yet (and of FIFO ones held behind), to release."""
+        return self.behind + [p.handle for p in self.popped[self.i:]]
 
 
 def wrap_namespace(namespace: str, name: str) -> str:
