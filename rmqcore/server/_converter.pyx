@@ -769,6 +769,9 @@ cdef class CommonSend:
         cdef Py_ssize_t n = len(body)
         if n == 0 or n > self.max_body:
             return None
+        cdef const unsigned char *head = <const unsigned char *>PyBytes_AS_STRING(body)
+        if n >= 2 and head[0] == 0x1f and head[1] == 0x8b:
+            return None         # perhaps a gzip file to inflate: the service does that off its loop
         cdef Py_ssize_t budget = self.max_body
         try:
             converted = _convert(m, body, self.max_body, &budget)

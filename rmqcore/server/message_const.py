@@ -5,8 +5,6 @@ defaults), and ``InvalidMessage``, the refusal of a message that breaks them. Sh
 and protobuf are only in the ``server`` extra)."""
 from __future__ import annotations
 
-import gzip
-import io
 import zlib
 
 from ..compression import COMPRESSED_FLAG, DEFAULT_LIMIT, is_zlib_header
@@ -57,12 +55,27 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def gunzip_limited(body: bytes, limit: int) -> bytes | None:
-    """A gzip body decompressed, or None when it would expand past ``limit`` bytes: it is read only that far, so
-    a small request cannot take the memory of a huge one. Raises what gzip raises for a body that does not
-    decompress (OSError/BadGzipFile, EOFError for a cut stream, zlib.error for a header over no deflate stream)."""
-    with gzip.GzipFile(fileobj=io.BytesIO(body)) as f:
-        out = f.read(limit + 1)
-    return None if len(out) > limit else out
+    """A gzip body decompressed (every member of it, as gzip reads it), or None when it would expand past
+    ``limit`` bytes: it is inflated only that far, so a small request cannot take the memory of a huge one. Each
+    member is one zlib call, which lets go of the GIL while it inflates. Raises zlib.error for a body that does not
+    decompress, EOFError for a cut one, OSError for bytes after its last member."""
+    out = []
+    left = limit
+    data = body
+    while True:
+        d = zlib.decompressobj(wbits=31)            # 16 + 15: a gzip header and trailer around a deflate stream
+        part = d.decompress(data, left + 1)
+        if len(part) > left:
+            return None
+        if not d.eof:
+            raise EOFError("the gzip stream is cut short")
+        out.append(part)
+        left -= len(part)
+        data = d.unused_data
+        if not data:
+            return b"".join(out) if len(out) > 1 else part
+        if data[:2] != GZIP_MAGIC:
+            raise OSError("bytes after the end of the gzip stream")
 
 
 def gzip_encoded_body(body: bytes, max_body: int, budget: int) -> tuple[bytes, int]:

@@ -31,7 +31,7 @@ from . import messaging_pb2 as pb
 from .auth import PUB, SUB, AuthError
 from ._converter import CommonSend, fill_send_entries, to_store_messages
 from .converter import InvalidMessage, to_proto_message
-from .message_const import JAVA_LONG_MAX, JAVA_LONG_MIN
+from .message_const import GZIP_MAGIC, JAVA_LONG_MAX, JAVA_LONG_MIN
 from .filter import FilterError, compile_filter
 from .pop import ReceiptHandle
 
@@ -587,7 +587,14 @@ class MessagingService:
             self.acl.check(account, topic=topic, need=PUB)
         try:
             # the bodies' checks, then each message converted (compiled; converter.to_store_messages is the reference)
-            converted = to_store_messages(messages, self.broker.store_config.max_message_size)
+            limit = self.broker.store_config.max_message_size
+            if any(m.body[:2] == GZIP_MAGIC and m.system_properties.body_encoding == pb.GZIP for m in messages):
+                # a gzip file is inflated (up to max_message_size a request): in the send pool, so that the loop
+                # goes on answering everyone else meanwhile (zlib lets go of the GIL while it inflates)
+                converted = await asyncio.get_running_loop().run_in_executor(
+                    self.server.executor, to_store_messages, messages, limit)
+            else:
+                converted = to_store_messages(messages, limit)
         except InvalidMessage as e:
             raise Refusal(e.code, str(e)) from None
         if resource.resource_namespace:
