@@ -302,6 +302,11 @@ class RocketMQStoreDataSource(DataSource):
     def writer(self, schema, overwrite):
         return RocketMQStoreWriter(dict(self.options), [f.name for f in schema.fields], overwrite)
 
+    def streamReader(self, schema):
+        # spark.readStream: follows live stores through their consume queues (rmqcore.spark.stream).
+        from .stream import RocketMQStreamReader, StreamOptions
+        return RocketMQStreamReader(StreamOptions.parse(self.options), schema)
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Opt-in filter pushdown
