@@ -31,8 +31,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxBytes, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+try:        # PySpark >= 4.2: admission control and Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxBytes, ReadMaxRows,
+                                                  SupportsTriggerAvailableNow)
+except ImportError:   # pragma: no cover - PySpark 4.0/4.1 call latestOffset() without a limit
+    from dataclasses import dataclass as _dc
+
+    class SupportsTriggerAvailableNow:                      # type: ignore[no-redef]
+        pass
+
+    @_dc
+    class ReadAllAvailable:                                 # type: ignore[no-redef]
+        pass
+
+    @_dc
+    class ReadMaxRows:                                      # type: ignore[no-redef]
+        max_rows: int
+
+    @_dc
+    class ReadMaxBytes:                                     # type: ignore[no-redef]
+        max_bytes: int
 
 from .._codec import java_hash_code
 from . import fs
@@ -539,7 +557,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self):
         return nest({k: mx for k, (mn, mx) in self._bounds().items()})
 
-    def latestOffset(self, start, limit):
+    def latestOffset(self, start=None, limit=None):
+        # PySpark 4.0/4.1 ask latestOffset() alone: then the last known end is the start and no limit applies.
+        if start is None:
+            start = getattr(self, "_last_end", None) or self.initialOffset()
+        if limit is None:
+            limit = self.getDefaultReadLimit()
         bounds = self._bounds()
         begin = flatten(start or {})
         end = dict(begin)
@@ -564,7 +587,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             for k, (s, eff, mx) in avail.items():
                 end[k] = mx
-            return nest(end)
+            self._last_end = nest(end)
+            return self._last_end
         counts = {k: mx - eff for k, (s, eff, mx) in avail.items()}
         if max_rows is not None:
             counts = fair_take(counts, max_rows)
@@ -582,7 +606,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for k, n in counts.items():
             if n:
                 end[k] = avail[k][1] + n
-        return nest(end)
+        self._last_end = nest(end)
+        return self._last_end
 
     def partitions(self, start, end):
         begin = flatten(start or {})
@@ -678,8 +703,9 @@ def read_queue_range(p: QueueRange, fields, opts: StreamOptions):
             positions, expect = positions[~past], expect[~past]
         read = SegmentRead(path, p.broker, positions=positions.tolist())
         seen = []
-        for b in iter_segment_batches(read, wanted, check_crc=opts.check_crc, batch_rows=opts.batch_rows,
-                                      batch_bytes=opts.batch_bytes, on_corrupt=opts.on_corrupt, log=log):
+        batches = iter_segment_batches(read, wanted, check_crc=opts.check_crc, batch_rows=opts.batch_rows,
+                                       batch_bytes=opts.batch_bytes, on_corrupt=opts.on_corrupt, log=log)
+        for b in _naming_the_unit(batches, p, offs[sel], expect, bases):
             ok_rows = pc.and_(pc.equal(b.column("topic"), p.topic), pc.equal(b.column("queue_id"), p.queue_id))
             got = b.column("queue_offset").to_numpy(zero_copy_only=False)
             ok_rows = pc.and_(ok_rows, pa.array(np.isin(got, expect)))
@@ -697,6 +723,23 @@ def read_queue_range(p: QueueRange, fields, opts: StreamOptions):
                 _bad_unit(opts, p, q, int(offs[sel][np.searchsorted(qoffs[sel], q)]),
                           f"no record of this queue there ({len(absent)} such unit(s) in this range: past the "
                           "commitlog's end of data, a damaged record, or a record of another queue)")
+
+
+def _naming_the_unit(batches, p: QueueRange, phys: np.ndarray, qoffs: np.ndarray, bases: list[int]):
+    """The batches, with a broken record (onCorrupt=fail) reported as the unit that points at it: broker, topic,
+    queue, queue offset, and whether it lies past the commitlog's end of data or is a damaged record."""
+    from .arrow import CorruptSegmentError
+    try:
+        yield from batches
+    except CorruptSegmentError as e:
+        i = np.flatnonzero(phys == e.offset)
+        qoff = int(qoffs[i[0]]) if len(i) else -1
+        total = record_total_size(p.root, bases, e.offset)
+        why = ("past the commitlog's end of data (nothing written there)" if not total
+               else f"a damaged record ({e})")
+        raise ConsumeQueueError(f"broker {p.broker}, topic {p.topic}, queue {p.queue_id}: the consume-queue unit at "
+                                f"queue offset {qoff} points at commitlog offset {e.offset}, {why}; set option "
+                                "onCorrupt=stop to skip such units") from None
 
 
 def _bad_unit(opts: StreamOptions, p: QueueRange, qoff: int, phy: int, why: str) -> None:
