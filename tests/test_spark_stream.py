@@ -461,3 +461,27 @@ def test_driver_killed_and_restarted_from_its_checkpoint_is_exactly_once_into_th
         bodies = [int(m.body) for q in range(4) for m in queue_messages(st, "K", q)]
     assert sorted(bodies) == list(range(600))
     assert last_batch() >= 5                         # 600 messages, 100 per trigger
+
+
+def test_consumer_group_offsets_through_a_running_serve(tmp_path):
+    pytest.importorskip("grpc")
+    from serve_util import FAST_CONF, ServerProcess, prepare
+
+    from rmqcore.broker.consumer_offset_manager import ConsumerOffsetManager
+    path = str(tmp_path / "broker-a")
+    prepare(path, topics={"G": ("NORMAL", 2)}, groups={"spark-g": {}})
+    with MessageStore.open(path) as st:
+        put_ids(st, range(20), lambda i: "G", lambda i: i % 2)
+        st.wait_dispatched()
+    with ServerProcess(path, FAST_CONF) as srv:
+        # the store is held by the server: read live, offsets committed through its UpdateOffset RPC
+        r = reader(path, startingOffsets="earliest", topics="G", consumerGroup="spark-g",
+                   consumerGroupEndpoints=srv.endpoint)
+        start = r.initialOffset()
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+        assert sorted(int(b) for *_, b in read_all(r, start, end)) == list(range(20))
+        r.commit(end)
+        assert srv.terminate() == 0
+    m = ConsumerOffsetManager(path)
+    m.load()
+    assert m.query_offsets("spark-g", "G") == {0: 10, 1: 10}

@@ -291,6 +291,7 @@ class StreamOptions:
     max_per_partition: int = DEFAULT_MAX_PER_PARTITION
     fail_on_data_loss: bool = True
     consumer_group: str | None = None
+    group_endpoints: dict = field(default_factory=dict)    # broker → "host:port" of the rmqcore serve holding it
     check_crc: bool = True
     on_corrupt: str = "fail"
     batch_rows: int = 65536
@@ -299,7 +300,7 @@ class StreamOptions:
 
     KNOWN = {"path", "paths", "brokers", "topics", "topicpattern", "queueids", "tags", "startingoffsets",
              "startingtimestamp", "maxmessagespertrigger", "maxbytespertrigger", "minpartitions",
-             "maxmessagesperpartition", "failondataloss", "consumergroup", "checkcrc", "oncorrupt", "batchrows",
+             "maxmessagesperpartition", "failondataloss", "consumergroup", "consumergroupendpoints", "checkcrc", "oncorrupt", "batchrows",
              "batchbytes"}
 
     @classmethod
@@ -347,6 +348,19 @@ class StreamOptions:
         r.max_per_partition = _int_option(o, "maxMessagesPerPartition", 1, DEFAULT_MAX_PER_PARTITION)
         r.fail_on_data_loss = _bool(o.get("failondataloss"), True)
         r.consumer_group = (o.get("consumergroup") or "").strip() or None
+        ep = (o.get("consumergroupendpoints") or "").strip()
+        if ep:
+            if r.consumer_group is None:
+                raise ValueError("option consumerGroupEndpoints needs option consumerGroup")
+            if ep.startswith("{"):
+                r.group_endpoints = {str(k): str(v) for k, v in json.loads(ep).items()}
+            elif len(r.stores) == 1:
+                r.group_endpoints = {r.stores[0][0]: ep}
+            else:
+                raise ValueError('option consumerGroupEndpoints: with several stores give JSON {"broker": "host:port"}')
+            unknown = sorted(set(r.group_endpoints) - {b for b, _ in r.stores})
+            if unknown:
+                raise ValueError(f"option consumerGroupEndpoints names brokers the query does not read: {unknown}")
         r.check_crc = _bool(o.get("checkcrc"), True)
         r.on_corrupt = str(o.get("oncorrupt", "fail")).lower()
         if r.on_corrupt not in ("fail", "stop"):
@@ -753,24 +767,58 @@ def _bad_unit(opts: StreamOptions, p: QueueRange, qoff: int, phy: int, why: str)
 # -- consumer group --------------------------------------------------------------------------------------------
 
 def write_consumer_offsets(opts: StreamOptions, offsets: dict) -> None:
-    """Write a committed batch's end offsets as consumer group ``opts.consumer_group``'s offsets in each store's
-    ``config/consumerOffset.json``, so ``rmqcore group``, the console and /metrics show the query as a consumer
-    group with its lag. A store a running broker holds is skipped with a warning: the broker keeps its offsets in
-    memory and would overwrite the file (there is no admin call that commits a group's offset yet). Spark's
-    checkpoint, not this file, is what a restarted query resumes from."""
+    """Write a committed batch's end offsets as consumer group ``opts.consumer_group``'s offsets, so
+    ``rmqcore group``, the console and /metrics show the query as a consumer group with its lag. A store with an
+    endpoint in ``consumerGroupEndpoints`` (the ``rmqcore serve`` holding it) gets them through RocketMQ 5's
+    ``MessagingService.UpdateOffset`` RPC; any other store through ``config/consumerOffset.json`` while no broker
+    holds it (a broker keeps offsets in memory and would overwrite the file: such a store is skipped with a
+    warning). Spark's checkpoint, not these offsets, is what a restarted query resumes from, so a failure here
+    is logged, not raised."""
     from ..broker.consumer_offset_manager import ConsumerOffsetManager
     group = opts.consumer_group
     for broker, root in opts.stores:
         mine = {(t, q): o for (b, t, q), o in offsets.items() if b == broker}
-        if not mine or not fs.is_local(root):
+        if not mine:
             continue
-        local = fs.local_path(root)
-        if lock_held(local):
-            log.warning("rocketmq-store stream: %s (broker %s) is held by a running broker: consumer group %s's "
-                        "offsets are not written there", local, broker, group)
-            continue
-        m = ConsumerOffsetManager(local)
-        m.load()
-        for (t, q), o in sorted(mine.items()):
-            m.commit_offset(group, t, q, o)
-        m.persist()
+        endpoint = opts.group_endpoints.get(broker)
+        try:
+            if endpoint:
+                update_offsets_rpc(endpoint, group, mine)
+                continue
+            if not fs.is_local(root):
+                continue
+            local = fs.local_path(root)
+            if lock_held(local):
+                log.warning("rocketmq-store stream: %s (broker %s) is held by a running broker: consumer group %s's "
+                            "offsets are not written there (give its endpoint in consumerGroupEndpoints)", local,
+                            broker, group)
+                continue
+            m = ConsumerOffsetManager(local)
+            m.load()
+            for (t, q), o in sorted(mine.items()):
+                m.commit_offset(group, t, q, o)
+            m.persist()
+        except Exception as e:      # noqa: BLE001 - reported, the batch itself is committed
+            log.warning("rocketmq-store stream: consumer group %s's offsets not written to broker %s: %s", group,
+                        broker, e)
+
+
+def update_offsets_rpc(endpoint: str, group: str, offsets: dict, timeout: float = 10.0) -> None:
+    """UpdateOffset for each (topic, queue) → offset, over gRPC to ``endpoint`` (``host:port``)."""
+    import grpc
+
+    from ..server import messaging_pb2 as pb
+    with grpc.insecure_channel(endpoint) as ch:
+        call = ch.unary_unary("/apache.rocketmq.v2.MessagingService/UpdateOffset",
+                              request_serializer=pb.UpdateOffsetRequest.SerializeToString,
+                              response_deserializer=pb.UpdateOffsetResponse.FromString)
+        md = (("x-mq-client-id", f"rmqcore-spark-{group}"), ("x-mq-language", "PYTHON"))
+        for (t, q), o in sorted(offsets.items()):
+            req = pb.UpdateOffsetRequest(offset=o)
+            req.group.name = group
+            req.message_queue.topic.name = t
+            req.message_queue.id = q
+            resp = call(req, metadata=md, timeout=timeout)
+            if resp.status.code != pb.OK:
+                raise RuntimeError(f"UpdateOffset {t}/{q}={o} refused: {pb.Code.Name(resp.status.code)} "
+                                   f"{resp.status.message}")
