@@ -155,13 +155,71 @@ class QueueFiles:
         return arr, missing
 
 
+class _Maps:
+    """Read-only maps of the files the driver probes every micro-batch (each queue's last consume-queue file,
+    the commitlog segments): a probe is a slice, not an open + pread + close. Local files only; the mapping of a
+    file deleted meanwhile still reads its old bytes, so callers re-list when a probe says a file is done."""
+
+    def __init__(self):
+        self._m: dict = {}
+
+    def read(self, path: str, offset: int, n: int) -> bytes:
+        if not fs.is_local(path):
+            return _pread(path, offset, n)
+        m = self._m.get(path)
+        if m is None:
+            import mmap
+            fd = os.open(fs.local_path(path), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                size = os.fstat(fd).st_size
+                if size == 0:
+                    return b""
+                m = self._m[path] = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+        return m[offset:offset + n]
+
+    def drop(self, path: str) -> None:
+        m = self._m.pop(path, None)
+        if m is not None:
+            m.close()
+
+    def close(self) -> None:
+        for m in self._m.values():
+            m.close()
+        self._m.clear()
+
+
 class StoreScan:
     """Where every consume queue of one store begins and ends, rescanned cheaply between micro-batches."""
 
     def __init__(self, broker: str, root: str):
         self.broker, self.root = broker, root
-        self._ends: dict = {}          # qdir → (file path, file's first unit, units known complete in it)
-        self._mins: dict = {}          # qdir → (first file name, commitlog min, min offset)
+        self._ends: dict = {}          # qdir → (file path, file's first unit, units known complete in it, capacity)
+        self._mins: dict = {}          # qdir → ((first file path, commitlog min), min offset)
+        self._maps = _Maps()
+
+    def __getstate__(self):
+        # Planning state only: never shipped with maps (Spark pickles the reader to its Python workers).
+        return {"broker": self.broker, "root": self.root, "_ends": {}, "_mins": {}}
+
+    def __setstate__(self, d):
+        self.__dict__.update(d)
+        self._maps = _Maps()
+
+    def record_size(self, bases: list[int], offset: int) -> int | None:
+        i = bisect.bisect_right(bases, offset) - 1
+        if i < 0:
+            return None
+        head = self._maps.read(fs.join(self.root, "commitlog", f"{bases[i]:020d}"), offset - bases[i], 4)
+        return int.from_bytes(head, "big", signed=True) if len(head) == 4 else None
+
+    def min_offset(self, qdir: str, bases: list[int]) -> int:
+        mn = self._min_known(qdir, bases)
+        if mn is None:
+            q = QueueFiles(qdir)
+            mn = self._min(qdir, q, bases) if q.files else 0
+        return mn
 
     def queue_dirs(self) -> dict:
         """{(topic, queue id): qdir} of every queue on disk now."""
@@ -179,20 +237,52 @@ class StoreScan:
     def bounds(self, qdir: str, bases: list[int]) -> tuple[int, int]:
         """(min, max) consume-queue offsets of a queue: min is its first unit pointing at a commitlog segment
         still present (RocketMQ's ConsumeQueue.correctMinOffset), max is one past its last complete unit."""
+        mx = self._max_known(qdir, bases)
+        mn = self._min_known(qdir, bases)
+        if mx is not None and mn is not None:
+            return mn, mx
         q = QueueFiles(qdir)
         if not q.files:
+            self._ends.pop(qdir, None)
+            self._mins.pop(qdir, None)
             return 0, 0
         return self._min(qdir, q, bases), self._max(qdir, q, bases)
+
+    def _max_known(self, qdir: str, bases: list[int]) -> int | None:
+        """The end from where it was last time, without listing the directory: while the last file is not full,
+        new units can only go into it (the next file is used once it is full). None: list and search."""
+        known = self._ends.get(qdir)
+        if known is None or known[2] >= known[3]:
+            return None
+        try:
+            return self._advance(qdir, known[0], known[1], known[2], known[3], bases)
+        except FileNotFoundError:
+            return None
+
+    def _min_known(self, qdir: str, bases: list[int]) -> int | None:
+        cached = self._mins.get(qdir)
+        cl_min = bases[0] if bases else 0
+        # Consume-queue files are cleaned after the commitlog files they point into, so the commitlog's first file
+        # moving is what invalidates a min (units gone by other means are found missing by the task reading them).
+        if cached is None or cached[0][1] != cl_min:
+            return None
+        return cached[1]
 
     def _max(self, qdir: str, q: QueueFiles, bases: list[int]) -> int:
         start, path, cap = q.files[-1]
         known = self._ends.get(qdir)
-        if known and known[0] == path:
-            k = known[2]
-        else:
-            k = self._search_end(path, cap)
+        k = known[2] if known and known[0] == path else self._search_end(path, cap)
+        return self._advance(qdir, path, start, k, cap, bases, verify=True)
+
+    def _advance(self, qdir: str, path: str, start: int, k: int, cap: int, bases: list[int],
+                 verify: bool = False) -> int:
+        k0 = k
+        if not verify and k < cap:
+            head = self._maps.read(path, k * UNIT_SIZE + 8, 4)
+            if head == b"\0\0\0\0" or len(head) < 4:
+                return start + k            # nothing new: the common case between micro-batches
         while k < cap:
-            raw = _pread(path, k * UNIT_SIZE, min(PROBE_UNITS, cap - k) * UNIT_SIZE)
+            raw = self._maps.read(path, k * UNIT_SIZE, min(PROBE_UNITS, cap - k) * UNIT_SIZE)
             n = len(raw) // UNIT_SIZE
             if n == 0:
                 break
@@ -204,12 +294,18 @@ class StoreScan:
             k += n
         # The last unit must be whole: the record it points at has its size (a unit being written shows its
         # size only after its offset, so a size that matches the record means offset and size are in).
-        while k > 0:
-            off, size, _ = np.frombuffer(_pread(path, (k - 1) * UNIT_SIZE, UNIT_SIZE), dtype=UNITS)[0].tolist()
-            if size == FILLER_SIZE or off < 0 or record_total_size(self.root, bases, off) == size:
+        while k > 0 and (k > k0 or verify):
+            off, size, _ = np.frombuffer(self._maps.read(path, (k - 1) * UNIT_SIZE, UNIT_SIZE),
+                                         dtype=UNITS)[0].tolist()
+            if size == FILLER_SIZE or off < 0 or self.record_size(bases, off) == size:
                 break
             k -= 1
-        self._ends[qdir] = (path, start, k)
+        old = self._ends.get(qdir)
+        if old is not None and old[0] != path:
+            self._maps.drop(old[0])
+        if k >= cap:
+            self._maps.drop(path)           # full: the next probe lists the directory for the next file
+        self._ends[qdir] = (path, start, k, cap)
         return start + k
 
     @staticmethod
@@ -628,6 +724,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stores = dict(self.opts.stores)
         ranges = []
         lost_here = []
+        bases_of: dict = {}
         for k, e in sorted(flatten(end).items()):
             s = begin.get(k, 0)
             if e <= s:
@@ -636,7 +733,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             root = stores.get(broker)
             if root is None:
                 continue
-            mn, mx = self._scans[broker].bounds(fs.join(root, "consumequeue", topic, str(qid)), _segments(root))
+            if broker not in bases_of:
+                bases_of[broker] = _segments(root)
+            mn = self._scans[broker].min_offset(fs.join(root, "consumequeue", topic, str(qid)), bases_of[broker])
             if s < mn:
                 gone = min(mn, e) - s
                 lost_here.append((broker, topic, qid, s, gone))
