@@ -138,7 +138,7 @@ def test_admission_limits_are_fair_over_queues_and_never_exceeded(tmp_path):
         p = rb.partitions(start, end)
         size = sum(sum(b.column("store_size").to_pylist()) for x in p for b in rb.read(x))
         assert size <= 2000
-        total += sum(x.end - x.start for x in p)
+        total += sum(x.end - x.start for t in p for x in t.ranges)
         start = end
     assert total == 300
 
@@ -160,6 +160,22 @@ def test_available_now_stops_at_the_ends_seen_when_it_started(tmp_path):
         assert sorted(int(b) for *_, b in rows) == list(range(30))
     finally:
         st.close()
+
+
+def test_tasks_share_small_ranges_and_split_large_ones(tmp_path):
+    from rmqcore.spark.stream import QueueRange, plan_tasks
+    small = [QueueRange("b", "/r", "T", q, 0, 10) for q in range(50)]
+    tasks = plan_tasks(small, 100_000, None)
+    assert len(tasks) == 1 and len(tasks[0].ranges) == 50
+    tasks = plan_tasks(small + [QueueRange("b", "/r", "U", 0, 5, 1005)], 300, 2)
+    sizes = [sum(r.end - r.start for r in t.ranges) for t in tasks]
+    assert len(tasks) == 5 and max(sizes) <= 300 and sum(sizes) == 1500
+    covered = sorted((r.topic, r.queue_id, r.start, r.end) for t in tasks for r in t.ranges if r.topic == "U")
+    assert covered[0][2] == 5 and covered[-1][3] == 1005 and all(a[3] == b[2] for a, b in zip(covered, covered[1:]))
+    path = make_store(tmp_path / "broker-a", 300)
+    r = reader(path, startingOffsets="earliest", minPartitions=4)
+    start = r.initialOffset()
+    assert len(r.partitions(start, r.latestOffset(start, r.getDefaultReadLimit()))) == 4
 
 
 def test_tags_filter_by_tags_code_then_exactly(tmp_path):
@@ -272,6 +288,7 @@ def test_vanished_store_and_deleted_queue(tmp_path):
     start = r.initialOffset()
     end = r.latestOffset(start, r.getDefaultReadLimit())
     parts = r.partitions(start, end)
+    assert len(parts) == 1 and len(parts[0].ranges) == 1
     shutil.rmtree(os.path.join(path, "consumequeue", "T"))
     with pytest.raises(DataLossError, match="topic T, queue 0: 30 message"):
         list(r.read(parts[0]))

@@ -64,7 +64,10 @@ UNIT_SIZE = 20
 UNITS = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 FILLER_SIZE = 0x7FFFFFFF          # RocketMQ's blank units before a queue's first real one
 PROBE_UNITS = 3276                # units read per pread when looking for a queue's new end (64 KiB)
-DEFAULT_MAX_PER_PARTITION = 1_000_000
+# Messages per task. Every Spark task costs ~65 ms of CPU whatever it reads (bench/README, issue 13), about what
+# the point decoder spends on ~20,000 small messages: tasks of one small queue range each made a catch-up 6x
+# slower than the batch source, so a task reads many queues' ranges, up to this many units.
+DEFAULT_MAX_PER_PARTITION = 100_000
 
 
 class DataLossError(RuntimeError):
@@ -559,39 +562,51 @@ def fair_take_bytes(sizes: dict, budget: int) -> dict:
 # -- partitions ------------------------------------------------------------------------------------------------
 
 @dataclass
-class QueueRange(InputPartition):
-    """One task: units [start, end) of one consume queue."""
+class QueueRange:
+    """Units [start, end) of one consume queue."""
     broker: str
     root: str
     topic: str
     queue_id: int
     start: int
     end: int
+
+
+@dataclass
+class QueueRanges(InputPartition):
+    """One task: ranges of one or more queues, read in turn."""
+    ranges: list
     value: object = None
 
     def __post_init__(self):
-        self.value = f"{self.broker}/{self.topic}/{self.queue_id}[{self.start},{self.end})"
+        self.value = ",".join(f"{r.broker}/{r.topic}/{r.queue_id}[{r.start},{r.end})" for r in self.ranges[:4])
 
 
-def split_ranges(ranges: list[QueueRange], max_per: int, min_parts: int | None) -> list[QueueRange]:
-    """Queue ranges cut into pieces of at most ``max_per`` units, then the largest cut further until there are
-    ``min_parts`` (as the Kafka source's minPartitions splits large offset ranges)."""
+def plan_tasks(ranges: list[QueueRange], max_per: int, min_parts: int | None) -> list[QueueRanges]:
+    """Queue ranges packed in order into tasks of about equal size: as many tasks as ``max_per`` units each need,
+    and at least ``min_parts`` (a large queue range is split across tasks, as the Kafka source's minPartitions
+    splits large offset ranges); several small ranges share a task."""
     import dataclasses
-    out = []
+    import math
+    total = sum(r.end - r.start for r in ranges)
+    if total == 0:
+        return []
+    n = max(min_parts or 1, math.ceil(total / max_per))
+    cap = max(1, math.ceil(total / n))
+    tasks, cur, used = [], [], 0
     for r in ranges:
         a = r.start
         while a < r.end:
-            b = min(r.end, a + max_per)
-            out.append(dataclasses.replace(r, start=a, end=b))
-            a = b
-    while min_parts and len(out) < min_parts:
-        big = max(range(len(out)), key=lambda i: out[i].end - out[i].start, default=None)
-        if big is None or out[big].end - out[big].start < 2:
-            break
-        r = out[big]
-        mid = (r.start + r.end) // 2
-        out[big:big + 1] = [dataclasses.replace(r, end=mid), dataclasses.replace(r, start=mid)]
-    return out
+            take = min(r.end - a, cap - used)
+            cur.append(dataclasses.replace(r, start=a, end=a + take))
+            used += take
+            a += take
+            if used >= cap:
+                tasks.append(QueueRanges(cur))
+                cur, used = [], 0
+    if cur:
+        tasks.append(QueueRanges(cur))
+    return tasks
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -745,7 +760,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for broker, topic, qid, s, gone in lost_here:
             report_data_loss(self.opts, broker, topic, qid, s, gone)
             self.lost += gone
-        return split_ranges(ranges, self.opts.max_per_partition, self.opts.min_partitions)
+        return plan_tasks(ranges, self.opts.max_per_partition, self.opts.min_partitions)
 
     def commit(self, end):
         if self.opts.consumer_group:
@@ -753,7 +768,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executors -----------------------------------------------------------------------------------------
     def read(self, partition):
-        return read_queue_range(partition, self.fields, self.opts)
+        for r in getattr(partition, "ranges", ()):       # an empty plan may reach here as InputPartition(None)
+            yield from read_queue_range(r, self.fields, self.opts)
 
 
 def report_data_loss(opts: StreamOptions, broker: str, topic: str, qid: int, offset: int, gone: int) -> None:
