@@ -502,3 +502,35 @@ def test_consumer_group_offsets_through_a_running_serve(tmp_path):
     m = ConsumerOffsetManager(path)
     m.load()
     assert m.query_offsets("spark-g", "G") == {0: 10, 1: 10}
+
+
+def test_a_store_written_by_rocketmqs_java_store_reads_as_a_stream(tmp_path):
+    # RocketMQ 4.9.7's own DefaultMessageStore wrote it (tests/golden, see test_foreign_topics): every message its
+    # consume queues hold is read once, with the queue offsets and commitlog offsets Java read back.
+    import tarfile
+    from test_foreign_topics import GOLDEN
+    with tarfile.open(GOLDEN) as t:
+        t.extractall(tmp_path, filter="data")
+    with open(tmp_path / "java-read.tsv", encoding="utf-8") as f:
+        header = f.readline().rstrip("\n").split("\t")
+        rows = [dict(zip(header, line.rstrip("\n").split("\t"))) for line in f]
+    path = str(tmp_path / "store")
+    r = reader(path, startingOffsets="earliest", topicPattern=".*", maxMessagesPerTrigger=50)
+    start, got = r.initialOffset(), []
+    while (end := r.latestOffset(start, r.getDefaultReadLimit())) != start:
+        for p in r.partitions(start, end):
+            for b in r.read(p):
+                got += zip(b.column("queue_id").to_pylist(), b.column("queue_offset").to_pylist(),
+                           b.column("commitlog_offset").to_pylist())
+        start = end
+    java = {(int(x["queueId"]), int(x["queueOffset"]), int(x["commitLogOffset"])) for x in rows}
+    assert len(got) == len(set(got)) > 0 and set(got) <= java
+    # all but the control-character topic's, whose directory the store's rule never names (consume_queue.queue_id_of)
+    assert set(got) == {(int(x["queueId"]), int(x["queueOffset"]), int(x["commitLogOffset"])) for x in rows
+                        if x["topic"] != "ctl\\u00010"}
+    # every message of every queue directory the store has
+    assert len(got) == sum(n for qs in flatten_counts(end) for n in qs)
+
+
+def flatten_counts(offsets):
+    return [list(qs.values()) for topics in offsets.values() for qs in topics.values()]
