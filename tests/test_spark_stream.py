@@ -382,7 +382,7 @@ with MessageStore.open(sys.argv[1], cfg) as st:
         topic, qid = ("P0", i % 2) if i < n // 2 else ("P1", i % 4)
         st.put(Message(topic, str(i).encode(), qid, keys=[f"id-{i}"]))
         if i % 20 == 19:
-            time.sleep(0.1)                 # about 200 messages a second
+            time.sleep(float(sys.argv[4]))   # 20 messages per pause
     st.wait_dispatched()
 """
 
@@ -402,20 +402,23 @@ def collect_by_batch(spark, path, ckpt, trigger, **options):
 def test_live_producer_processing_time_and_available_now_exactly_once(spark, tmp_path):
     java_or_skip()
     path = str(tmp_path / "broker-a")
-    n = 600
+    n = 400
     MessageStore.open(path, small_config()).close()
-    prod = subprocess.Popen([sys.executable, "-c", PRODUCER, path, str(n), PKG_PARENT])
+    prod = subprocess.Popen([sys.executable, "-c", PRODUCER, path, str(n), PKG_PARENT, "0.5"])
     try:
-        q, batches = collect_by_batch(spark, path, str(tmp_path / "ck"), {"processingTime": "300 milliseconds"},
-                                      startingOffsets="earliest", topicPattern="P.*", maxMessagesPerTrigger=150)
+        # One query at a time (each has its own planning worker; the machine has 2 cores).
+        # AvailableNow while the producer writes: what was there when it started, once.
         an, an_batches = collect_by_batch(spark, path, str(tmp_path / "ck-an"), {"availableNow": True},
                                           startingOffsets="earliest", topicPattern="P[0-9]")
-        an.awaitTermination(120)
+        an.awaitTermination(300)
         assert an.exception() is None
         first = collections.Counter(i for b in an_batches.values() for i in b)
         assert all(c == 1 for c in first.values())
-        assert prod.wait(120) == 0
-        deadline = time.monotonic() + 120
+        # A processing-time query following the producer to its end, admission-limited in every batch.
+        q, batches = collect_by_batch(spark, path, str(tmp_path / "ck"), {"processingTime": "300 milliseconds"},
+                                      startingOffsets="earliest", topicPattern="P.*", maxMessagesPerTrigger=150)
+        assert prod.wait(300) == 0
+        deadline = time.monotonic() + 300
         while sum(len(b) for b in batches.values()) < n and time.monotonic() < deadline and q.isActive:
             time.sleep(0.3)
         q.stop()
@@ -426,7 +429,7 @@ def test_live_producer_processing_time_and_available_now_exactly_once(spark, tmp
         # AvailableNow again on its checkpoint, now that the producer is done: the rest, once
         an2, an_batches2 = collect_by_batch(spark, path, str(tmp_path / "ck-an"), {"availableNow": True},
                                             startingOffsets="earliest", topicPattern="P[0-9]")
-        an2.awaitTermination(120)
+        an2.awaitTermination(300)
         total = collections.Counter(i for bs in (an_batches, an_batches2) for b in bs.values() for i in b)
         assert sorted(total) == list(range(n)) and set(total.values()) == {1}
         offsets = json.loads(an2.lastProgress["sources"][0]["endOffset"])
@@ -461,7 +464,7 @@ def test_driver_killed_and_restarted_from_its_checkpoint_is_exactly_once_into_th
     for kill_after in (2,):
         d = driver()
         try:
-            deadline = time.monotonic() + 150
+            deadline = time.monotonic() + 300
             while last_batch() < kill_after and d.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
             if d.poll() is None:
@@ -472,8 +475,18 @@ def test_driver_killed_and_restarted_from_its_checkpoint_is_exactly_once_into_th
                 os.killpg(d.pid, signal.SIGKILL)
             d.wait()
     assert kills == 1
-    d = driver()
-    assert d.wait(180) == 0
+    for _ in range(3):
+        # Restarted from the checkpoint until it ends: on a loaded machine a start can fail on its own ("Python
+        # worker failed to connect back"), which is one more restart of the same query.
+        d = driver()
+        try:
+            if d.wait(600) == 0:
+                break
+        finally:
+            if d.poll() is None:
+                os.killpg(d.pid, signal.SIGKILL)
+                d.wait()
+    assert d.returncode == 0
     with MessageStore.open(os.path.join(out, "broker-a"), small_config()) as st:
         bodies = [int(m.body) for q in range(4) for m in queue_messages(st, "K", q)]
     assert sorted(bodies) == list(range(600))
