@@ -820,12 +820,7 @@ class ConsoleData:
         send (its permission and topic checks, auto-creation, a random queue unless ``queue_id`` is given), so a
         console user can see a topic and its consumers work end to end. ``body`` (text, UTF-8) or ``body_base64``
         (bytes); ``tags``; ``keys`` (a string of space-separated keys or a list)."""
-        topic = body.get("topic")
-        if not isinstance(topic, str) or not topic:
-            raise ConsoleError("topic: required")
-        validate_topic(topic)
-        if self._kind(topic) == "SYSTEM":
-            raise ConsoleError(f"topic {topic!r} is a system topic: test messages go to user topics", status=403)
+        topic = self._user_topic(body)
         payload = _body_bytes(body)
         tags = body.get("tags") or None
         if tags is not None and not isinstance(tags, str):
@@ -845,6 +840,17 @@ class ConsoleData:
                 "queue_offset": result.queue_offset, "commitlog_offset": result.commitlog_offset,
                 "msg_id": result.msg_id, "store_time": fmt_ms(result.store_timestamp)}
 
+    def _user_topic(self, body: dict) -> str:
+        """The request's ``topic``: a legal name, not a system topic (a test message or a look goes to user topics)."""
+        topic = body.get("topic")
+        if not isinstance(topic, str) or not topic:
+            raise ConsoleError("topic: required")
+        validate_topic(topic)
+        if self._kind(topic) == "SYSTEM":
+            raise ConsoleError(f"topic {topic!r} is a system topic: the console sends to and reads user topics",
+                               status=403)
+        return topic
+
     def consume(self, group: str, body: dict) -> dict:
         """mqadmin's consumeMessage: up to ``count`` (1..32) messages of ``topic`` for ``group``, read from each
         queue's committed offset (the queue's min when the group has none), queue by queue, through the broker's
@@ -853,12 +859,7 @@ class ConsoleData:
         validate_group(group)
         if group not in self.broker.subscription_group_manager.subscription_group_table:
             raise NotFound(f"consumer group {group!r} does not exist")
-        topic = body.get("topic")
-        if not isinstance(topic, str) or not topic:
-            raise ConsoleError("topic: required")
-        validate_topic(topic)
-        if self._kind(topic) == "SYSTEM":
-            raise ConsoleError(f"topic {topic!r} is a system topic", status=403)
+        topic = self._user_topic(body)
         tc = self.broker.topic_config_manager.select_topic_config(topic)
         if tc is None:
             raise NotFound(f"topic {topic!r} does not exist")
