@@ -1,6 +1,9 @@
-"""``rmqcore serve STORE``: the command around MessagingServer (the rest of the command line is rmqcore/cli.py).
+"""``rmqcore serve STORE``: the command around the protocol fronts over one Broker on one event loop — RocketMQ 5's
+gRPC (MessagingServer, ``--listen``) and the classic remoting protocol (rmqcore.remoting.RemotingServer,
+``--remoting``, with the name server's part also on ``--namesrv``). The rest of the command line is rmqcore/cli.py.
+Each front is imported only when asked for, so neither needs the other's dependencies.
 
-Prints ``listening on HOST:PORT`` once RPCs are accepted. SIGTERM / SIGINT: stop accepting, finish running RPCs,
+Prints ``listening on HOST:PORT`` (gRPC), ``remoting on HOST:PORT`` and ``namesrv on HOST:PORT`` once each accepts. SIGTERM / SIGINT: stop accepting, finish running RPCs,
 write the pop state, close the broker (its config files, the store) cleanly, exit 0.
 """
 from __future__ import annotations
@@ -11,6 +14,7 @@ import dataclasses
 import logging
 import re
 import signal
+import socket
 import sys
 
 from ..console.access import add_console_access_args, console_ssl_context
@@ -25,8 +29,14 @@ def add_parser(sub) -> None:
                                    "transactions). Prints 'listening on HOST:PORT' once ready; SIGTERM/SIGINT "
                                    "stop it cleanly.")
     s.add_argument("store", help="store directory (created if missing)")
-    s.add_argument("--listen", default="127.0.0.1:8081", metavar="HOST:PORT",
-                   help="address to listen on (default 127.0.0.1:8081, the proxy's port; port 0 picks a free one)")
+    s.add_argument("--listen", metavar="HOST:PORT",
+                   help="serve gRPC here (default 127.0.0.1:8081, the proxy's port, unless only --remoting is given; "
+                        "port 0 picks a free one)")
+    s.add_argument("--remoting", metavar="HOST:PORT",
+                   help="also serve RocketMQ's classic remoting protocol (the 4.x clients) here, name server "
+                        "requests included (the Java broker's port is 10911; port 0 picks a free one)")
+    s.add_argument("--namesrv", metavar="HOST:PORT",
+                   help="with --remoting: answer the name server's requests on this address too (RocketMQ's 9876)")
     s.add_argument("--config", metavar="FILE",
                    help="a RocketMQ broker.conf (Java properties: camelCase keys of BrokerConfig, "
                         "MessageStoreConfig and the proxy's settings)")
@@ -87,20 +97,44 @@ def load_config(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import grpc  # noqa: F401
-    except ImportError:
-        print("rmqcore serve: error: needs grpcio and protobuf, the server extra: pip install -e '.[server]' in a clone", file=sys.stderr)
-        return 1
+    if args.listen is None and args.remoting is None:
+        args.listen = "127.0.0.1:8081"
+    if args.namesrv is not None and args.remoting is None:
+        raise ValueError("--namesrv goes with --remoting")
+    if args.listen is not None:
+        try:
+            import grpc  # noqa: F401
+        except ImportError:
+            print("rmqcore serve: error: needs grpcio and protobuf, the server extra: pip install -e '.[server]' in a clone", file=sys.stderr)
+            return 1
     from ..broker import Broker, BrokerConfig
     from ..config import StoreConfig
     from .server import ServerConfig
-    host, port = _host_port(args.listen, "--listen")
+    host, port = _host_port(args.listen, "--listen") if args.listen is not None else (None, None)
     bc, sc, srv = BrokerConfig(), StoreConfig(), ServerConfig()
+    conf_keys: set = set()
     if args.config:
         bc, sc, srv, unknown = load_config(args.config)
+        from ..broker.broker_conf import parse_properties
+        from ..config_manager import file2string
+        conf_keys = set(parse_properties(file2string(args.config) or "", args.config))
         if unknown:
             log.warning("%s: keys not used by rmqcore: %s", args.config, ", ".join(sorted(unknown)))
+    remoting = None
+    if args.remoting is not None:
+        r_host, r_port = _host_port(args.remoting, "--remoting")
+        ns = _host_port(args.namesrv, "--namesrv") if args.namesrv else None
+        # Bound before the store opens: the advertised address (brokerIP1:listenPort of broker.conf, else this
+        # socket's) is the store host every record carries, so offset msg ids decode to this broker.
+        sock = socket.create_server((r_host, r_port), family=socket.AF_INET6 if ":" in r_host else socket.AF_INET)
+        bound = sock.getsockname()[1]
+        if "brokerIP1" in conf_keys or "listenPort" in conf_keys:
+            address = sc.store_host
+        else:
+            adv = args.advertise or (r_host if r_host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+            address = f"{adv}:{bound}"
+            sc = dataclasses.replace(sc, store_host=address)
+        remoting = (r_host, sock, address, ns)
     acl = None
     if args.acl:
         from .auth import Acl
@@ -123,34 +157,61 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as e:
             print(f"rmqcore serve: error: --http needs rmqcore.console ({e})", file=sys.stderr)
             return 1
-    broker = Broker.open(args.store, bc, store_config=sc)
+    try:
+        broker = Broker.open(args.store, bc, store_config=sc)
+    except BaseException:
+        if remoting is not None:
+            remoting[1].close()
+        raise
     try:
         return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http,
-                                  console))
+                                  console, remoting))
     finally:
         broker.close()
 
 
-async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http, console) -> int:
-    from .server import MessagingServer
-    server = MessagingServer(broker, host=host, port=port, config=config, acl=acl, tls_cert=tls_cert,
-                             tls_key=tls_key, advertised_host=advertise)
-    await server.start()
+def _shown(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http, console,
+                 remoting=None) -> int:
+    server = rserver = None
+    events = None
+    if host is not None:
+        from .server import MessagingServer
+        server = MessagingServer(broker, host=host, port=port, config=config, acl=acl, tls_cert=tls_cert,
+                                 tls_key=tls_key, advertised_host=advertise)
+        events = server.events
+        await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runner = None
     try:
+        if remoting is not None:
+            from ..remoting.server import RemotingServer
+            r_host, sock, address, ns = remoting
+            # one set of counters for both fronts: the console and /metrics count remoting traffic too
+            rserver = RemotingServer(broker, host=r_host, sock=sock, address=address, namesrv=ns, events=events)
+            await rserver.start()
         if http is not None:
             from ..console import serve_console
-            runner = await serve_console(server, http[0], http[1], **console)
+            runner = await serve_console(server or rserver, http[0], http[1], **console)
             print(f"console on {runner.url}", flush=True)
-        shown = f"[{host}]" if ":" in host else host
-        print(f"listening on {shown}:{server.port}", flush=True)
+        if server is not None:
+            print(f"listening on {_shown(host, server.port)}", flush=True)
+        if rserver is not None:
+            print(f"remoting on {_shown(rserver.host, rserver.port)}", flush=True)
+            if rserver.namesrv_port is not None:
+                print(f"namesrv on {_shown(rserver.namesrv_addr[0], rserver.namesrv_port)}", flush=True)
         await stop.wait()
     finally:
         if runner is not None:
             await runner.close()
-        await server.stop()
+        if rserver is not None:
+            await rserver.stop()
+        if server is not None:
+            await server.stop()
     return 0
