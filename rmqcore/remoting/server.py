@@ -637,7 +637,16 @@ class RemotingConnection(asyncio.Protocol):
 
     def _commit(self, group, topic, queue_id, offset) -> None:
         try:
-            self.broker.commit_offset(group, topic, queue_id, offset)
+            try:
+                self.broker.commit_offset(group, topic, queue_id, offset)
+            except OffsetIllegalError:
+                # past the queue's max offset: the messages may be written and not dispatched yet (the client
+                # commits right after it consumed what it pulled, a send earlier): dispatch what is written, then
+                # look again
+                store = self.broker.store
+                if store.reput is None or store.reput.try_reput() < 0:
+                    store.wait_dispatched(1.0)
+                self.broker.commit_offset(group, topic, queue_id, offset)
         except (OffsetIllegalError, TopicNotExistError, QueueIdIllegalError, SubscriptionGroupNotExistError,
                 IllegalNameError) as e:
             log.info("remoting: offset commit of %s for %s/%d refused: %s", group, topic, queue_id, e)
