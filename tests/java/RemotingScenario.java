@@ -5,6 +5,10 @@
 //   litepull  a DefaultLitePullConsumer assigned every queue from offset 0 reads N messages: "GOT <body>"
 //   push      a DefaultMQPushConsumer (new group, CONSUME_FROM_FIRST_OFFSET) consumes N: "GOT <body>"
 //   tags      sends N with tag A and N with tag B; a push consumer subscribed to "B" gets exactly the Bs
+//   live      a push consumer starts on an empty topic, then N are sent: each arrives (long polls woken)
+//   retry     a push consumer fails each message once (delay level 1): every message comes again, reconsumed once
+//   orderly   N sends keyed to queues by i % 4 (a selector), an orderly push consumer gets each queue in order
+//   delay     N sends at delay level 1 (1 s): each arrives, not before its level's time
 // Ends with "OK" and exit 0, or an exception and exit 1.
 import java.util.*;
 import java.util.concurrent.*;
@@ -29,6 +33,10 @@ public class RemotingScenario {
                 case "litepull": litePull(n); break;
                 case "push": push(n, "*", "p" + System.nanoTime()); break;
                 case "tags": tags(n); break;
+                case "live": live(n); break;
+                case "retry": retry(n); break;
+                case "orderly": orderly(n); break;
+                case "delay": delay(n); break;
                 default: throw new IllegalArgumentException(scenario);
             }
             System.out.println("OK");
@@ -138,5 +146,127 @@ public class RemotingScenario {
         Set<String> got = consume(n, "B", "t" + System.nanoTime());
         for (String s : got) if (!s.endsWith(" B")) throw new IllegalStateException("tag filter let through " + s);
         if (got.size() != n) throw new IllegalStateException("tags got " + got.size() + " of " + n);
+    }
+
+    static void live(int n) throws Exception {
+        DefaultMQProducer p = producer();
+        p.send(new Message(topic, "x", "first".getBytes("UTF-8")));     // the topic and its route exist
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer("live" + System.nanoTime());
+        c.setNamesrvAddr(ns);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        c.subscribe(topic, "*");
+        Set<String> got = ConcurrentHashMap.newKeySet();
+        CountDownLatch done = new CountDownLatch(n);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                String b = new String(m.getBody());
+                if (b.startsWith("live-") && got.add(b)) done.countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        Thread.sleep(3000);          // its rebalance has taken the queues and parked its pulls
+        for (int i = 0; i < n; i++) p.send(new Message(topic, "x", ("live-" + i).getBytes("UTF-8")));
+        boolean ok = done.await(60, TimeUnit.SECONDS);
+        c.shutdown();
+        p.shutdown();
+        if (!ok) throw new IllegalStateException("live got " + got.size() + " of " + n);
+        System.out.println("GOT " + got.size());
+    }
+
+    static void retry(int n) throws Exception {
+        DefaultMQProducer p = producer();
+        for (int i = 0; i < n; i++) p.send(new Message(topic, "r", ("retry-" + i).getBytes("UTF-8")));
+        p.shutdown();
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer("retry" + System.nanoTime());
+        c.setNamesrvAddr(ns);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(topic, "*");
+        Map<String, Integer> seen = new ConcurrentHashMap<>();
+        CountDownLatch done = new CountDownLatch(n);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            ctx.setDelayLevelWhenNextConsume(1);
+            for (MessageExt m : msgs) {
+                String b = new String(m.getBody());
+                int times = seen.merge(b, 1, Integer::sum);
+                if (times == 1) return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                if (times == 2 && m.getReconsumeTimes() == 1) done.countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.setConsumeMessageBatchMaxSize(1);
+        c.start();
+        boolean ok = done.await(90, TimeUnit.SECONDS);
+        c.shutdown();
+        if (!ok) throw new IllegalStateException("retry: " + seen);
+        System.out.println("GOT " + seen.size());
+    }
+
+    static void orderly(int n) throws Exception {
+        DefaultMQProducer p = producer();
+        for (int i = 0; i < n; i++) {
+            Message m = new Message(topic, "o", ("" + i).getBytes("UTF-8"));
+            SendResult r = p.send(m, (mqs, msg, arg) -> mqs.get((Integer) arg % mqs.size()), i % 4);
+            if (r.getSendStatus() != SendStatus.SEND_OK) throw new IllegalStateException("" + r);
+        }
+        p.shutdown();
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer("ord" + System.nanoTime());
+        c.setNamesrvAddr(ns);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(topic, "*");
+        Map<Integer, List<Integer>> perQueue = new ConcurrentHashMap<>();
+        AtomicInteger count = new AtomicInteger();
+        CountDownLatch done = new CountDownLatch(1);
+        c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                perQueue.computeIfAbsent(m.getQueueId(), q -> Collections.synchronizedList(new ArrayList<>()))
+                        .add(Integer.parseInt(new String(m.getBody())));
+                if (count.incrementAndGet() >= n) done.countDown();
+            }
+            return ConsumeOrderlyStatus.SUCCESS;
+        });
+        c.start();
+        boolean ok = done.await(60, TimeUnit.SECONDS);
+        c.shutdown();
+        if (!ok) throw new IllegalStateException("orderly got " + count.get() + " of " + n);
+        for (List<Integer> l : perQueue.values())
+            for (int i = 1; i < l.size(); i++)
+                if (l.get(i) < l.get(i - 1)) throw new IllegalStateException("out of order: " + l);
+        System.out.println("QUEUES " + perQueue.keySet());
+    }
+
+    static void delay(int n) throws Exception {
+        DefaultMQProducer p = producer();
+        Map<String, Long> sentAt = new ConcurrentHashMap<>();
+        p.send(new Message(topic, "x", "first".getBytes("UTF-8")));
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer("delay" + System.nanoTime());
+        c.setNamesrvAddr(ns);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        c.subscribe(topic, "*");
+        CountDownLatch done = new CountDownLatch(n);
+        AtomicReference<String> early = new AtomicReference<>();
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                String b = new String(m.getBody());
+                Long t = sentAt.get(b);
+                if (t == null) continue;
+                if (System.currentTimeMillis() - t < 900) early.set(b);
+                done.countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        Thread.sleep(3000);
+        for (int i = 0; i < n; i++) {
+            Message m = new Message(topic, "d", ("delay-" + i).getBytes("UTF-8"));
+            m.setDelayTimeLevel(1);
+            sentAt.put("delay-" + i, System.currentTimeMillis());
+            p.send(m);
+        }
+        boolean ok = done.await(60, TimeUnit.SECONDS);
+        c.shutdown();
+        p.shutdown();
+        if (!ok) throw new IllegalStateException("delay: " + done.getCount() + " of " + n + " missing");
+        if (early.get() != null) throw new IllegalStateException("delivered before its delay: " + early.get());
     }
 }

@@ -1,0 +1,110 @@
+"""The real RocketMQ 4.9.7 Java client (DefaultMQProducer, DefaultLitePullConsumer, DefaultMQPushConsumer) against
+`rmqcore serve --remoting --namesrv` in a child process: tests/java/RemotingScenario.java, compiled here against
+the java-broker harness's classpath (../shared/java-broker, set up by its prebuilt.sh: Debian jars only).
+
+Where the harness is: $RMQCORE_JAVA_BROKER, else ../shared/java-broker or ../../shared/java-broker beside the
+repository. Its build goes to $RMQCORE_JBROKER_BUILD (default ~/.cache/rmqcore/jbroker), made once with
+``NO_APT=1 prebuilt.sh`` (CI apt-gets the Debian jars in .ci/run). Without a JDK, the harness or its jars, every
+test here skips and says which is missing.
+"""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from remoting_util import RemotingProcess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JAVA_DIR = os.path.join(ROOT, "tests", "java")
+
+
+def _harness():
+    env = os.environ.get("RMQCORE_JAVA_BROKER")
+    for d in ([env] if env else []) + [os.path.join(ROOT, "..", "shared", "java-broker"),
+                                       os.path.join(ROOT, "..", "..", "shared", "java-broker")]:
+        if d and os.path.exists(os.path.join(d, "prebuilt.sh")):
+            return os.path.abspath(d)
+    return None
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory):
+    """(java command prefix) with the client classpath and the scenarios compiled."""
+    if not shutil.which("java") or not shutil.which("javac"):
+        pytest.skip("no JDK (java and javac): apt-get install default-jdk-headless")
+    harness = _harness()
+    if harness is None:
+        pytest.skip("the java-broker harness is not here (set RMQCORE_JAVA_BROKER to ../shared/java-broker)")
+    build = os.environ.get("RMQCORE_JBROKER_BUILD", os.path.expanduser("~/.cache/rmqcore/jbroker"))
+    cp_file = os.path.join(build, "cp.txt")
+    if not os.path.exists(cp_file):
+        r = subprocess.run(["bash", os.path.join(harness, "prebuilt.sh")], env={**os.environ, "BUILD": build,
+                           "NO_APT": "1"}, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0 or not os.path.exists(cp_file):
+            pytest.skip(f"the java-broker harness did not set up (Debian's jars missing?): {r.stderr[-500:]}")
+    with open(cp_file) as f:
+        cp = f.read().strip()
+    classes = str(tmp_path_factory.mktemp("java-classes"))
+    r = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", classes, "-cp", cp,
+                        os.path.join(JAVA_DIR, "RemotingScenario.java")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    home = str(tmp_path_factory.mktemp("java-home"))
+    return ["java", "-Xmx256m", "-Dfile.encoding=UTF-8", "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+            "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED", f"-Duser.home={home}",
+            f"-Drocketmq.client.logRoot={home}/logs", "-cp", f"{classes}:{cp}"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with RemotingProcess(str(tmp_path_factory.mktemp("jremoting") / "store")) as s:
+        yield s
+
+
+def run(java, server, scenario, topic, n, *flags):
+    r = subprocess.run([*java, *flags, "RemotingScenario", server.namesrv, scenario, topic, str(n)],
+                       capture_output=True, text=True, timeout=180)
+    # the client's own INFO logging shares stdout: the scenario's lines are the rest
+    lines = [ln for ln in r.stdout.splitlines() if " INFO " not in ln and " WARN " not in ln]
+    assert r.returncode == 0 and "OK" in lines, r.stdout[-3000:] + r.stderr[-2000:]
+    return lines
+
+
+@pytest.mark.parametrize("serialize", ["JSON", "ROCKETMQ"])
+def test_sync_async_oneway_and_batch_sends_then_lite_pull_and_push(java, server, serialize):
+    topic = f"jt-{serialize}"
+    flags = [f"-Drocketmq.serialize.type={serialize}"]
+    lines = run(java, server, "produce", topic, 30, *flags)
+    assert "SENT 34" in lines
+    # offset msg ids name this broker's advertised address (the store host of every record)
+    host, port = server.address.rsplit(":", 1)
+    ids = [ln.split()[1] for ln in lines if ln.startswith("MSGID ")]
+    assert len(ids) == 10 and all(i.startswith("7F000001%08X" % int(port)) for i in ids)
+    want = {f"body-{i}" for i in range(30)} | {f"batch-{i}" for i in range(4)}
+    got = {ln[4:] for ln in run(java, server, "litepull", topic, 34, *flags) if ln.startswith("GOT ")}
+    assert got == want
+    got = {ln[4:] for ln in run(java, server, "push", topic, 34, *flags) if ln.startswith("GOT ")}
+    assert got == want
+
+
+def test_push_consumer_filters_by_tag(java, server):
+    got = [ln for ln in run(java, server, "tags", "jt-tags", 10) if ln.startswith("GOT ")]
+    assert sorted(got) == sorted(f"GOT b-{i} B" for i in range(10))
+
+
+def test_push_consumer_gets_messages_sent_after_it_parked(java, server):
+    run(java, server, "live", "jt-live", 10)
+
+
+def test_failed_consumption_comes_back_through_the_retry_topic(java, server):
+    run(java, server, "retry", "jt-retry", 5)
+
+
+def test_orderly_consumer_locks_queues_and_keeps_order(java, server):
+    lines = run(java, server, "orderly", "jt-orderly", 40)
+    assert "QUEUES [0, 1, 2, 3]" in lines
+
+
+def test_delay_level_delivers_after_its_time(java, server):
+    run(java, server, "delay", "jt-delay", 5)
