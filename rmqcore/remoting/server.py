@@ -454,7 +454,9 @@ class RemotingConnection(asyncio.Protocol):
         _need(ext, "producerGroup")
         reconsume = _int(ext, "reconsumeTimes", 0)
         props = string_to_properties(ext.get("properties"))
-        batch = cmd.code == SEND_BATCH_MESSAGE or ext.get("batch") == "true"
+        # SendMessageProcessor: code 320, or a header whose batch is Boolean.parseBoolean-true ("true" only:
+        # rocketmq-client-cpp 1.x writes "1", which the Java broker, and so this one, reads as false)
+        batch = cmd.code == SEND_BATCH_MESSAGE or ext.get("batch", "").lower() == "true"
         from .._message import Message
         if batch:
             msgs = [Message(topic, b, queue_id, properties=p, flag=f, sys_flag=sys_flag, born_timestamp=born,
