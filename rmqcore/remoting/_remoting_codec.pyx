@@ -221,7 +221,7 @@ cdef class FrameDecoder:
     cdef bytearray _buf
     cdef readonly long long max_frame
 
-    def __cinit__(self, long long max_frame=_MAX_FRAME):
+    def __init__(self, long long max_frame=_MAX_FRAME):
         self._buf = bytearray()
         self.max_frame = max_frame
 
