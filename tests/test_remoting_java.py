@@ -51,7 +51,8 @@ def java(tmp_path_factory):
                        timeout=300)
     assert r.returncode == 0, r.stderr
     home = str(tmp_path_factory.mktemp("java-home"))
-    return ["java", "-Xmx256m", "-Dfile.encoding=UTF-8", "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+    # mqadmin reads its logback_tools.xml from rocketmq.home.dir/conf (prebuilt.sh puts it there)
+    return ["java", f"-Drocketmq.home.dir={build}/src/distribution", "-Xmx256m", "-Dfile.encoding=UTF-8", "--add-opens", "java.base/java.nio=ALL-UNNAMED",
             "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED", f"-Duser.home={home}",
             f"-Drocketmq.client.logRoot={home}/logs", "-cp", f"{classes}:{cp}"]
 
@@ -60,6 +61,14 @@ def java(tmp_path_factory):
 def server(tmp_path_factory):
     with RemotingProcess(str(tmp_path_factory.mktemp("jremoting") / "store")) as s:
         yield s
+
+
+def mqadmin(java, *args):
+    r = subprocess.run([*java, "org.apache.rocketmq.tools.command.MQAdminStartup", *args], capture_output=True,
+                       text=True, timeout=120)
+    out = "\n".join(ln for ln in (r.stdout + r.stderr).splitlines() if " INFO " not in ln)
+    assert r.returncode == 0 and "Exception" not in out, out + r.stderr[-2000:]
+    return out
 
 
 def run(java, server, scenario, topic, n, *flags):
@@ -108,3 +117,18 @@ def test_orderly_consumer_locks_queues_and_keeps_order(java, server):
 
 def test_delay_level_delivers_after_its_time(java, server):
     run(java, server, "delay", "jt-delay", 5)
+
+
+def test_mqadmin_topic_and_broker_commands(java, server):
+    ns = server.namesrv
+    out = mqadmin(java, "updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", "jt-adm", "-r", "3", "-w", "3")
+    assert f"create topic to {server.address} success." in out
+    assert "jt-adm" in mqadmin(java, "topicList", "-n", ns).split()
+    route = mqadmin(java, "topicRoute", "-n", ns, "-t", "jt-adm")
+    assert '"readQueueNums":3' in route and server.address in route, route
+    run(java, server, "produce", "jt-adm", 6)
+    status = [ln.split() for ln in mqadmin(java, "topicStatus", "-n", ns, "-t", "jt-adm").splitlines()[1:]]
+    assert sorted(int(row[1]) for row in status) == [0, 1, 2]
+    assert sum(int(row[3]) for row in status) == 10            # max offsets: 6 sends and a batch of 4
+    broker = mqadmin(java, "brokerStatus", "-n", ns, "-b", server.address)
+    assert "brokerVersionDesc               : V4_9_7" in broker

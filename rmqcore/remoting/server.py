@@ -53,6 +53,8 @@ UPDATE_CONSUMER_OFFSET = 15
 UPDATE_AND_CREATE_TOPIC = 17
 GET_ALL_TOPIC_CONFIG = 21
 GET_BROKER_RUNTIME_INFO = 28
+GET_TOPIC_STATS_INFO = 202
+GET_CONSUME_STATS = 208
 SEARCH_OFFSET_BY_TIMESTAMP = 29
 GET_MAX_OFFSET = 30
 GET_MIN_OFFSET = 31
@@ -917,6 +919,54 @@ class RemotingConnection(asyncio.Protocol):
                 "topicConfigTable": {name: tc.to_json() for name, tc in self.broker.topics().items()}}
         self.reply(cmd, SUCCESS, body=json.dumps(body, separators=(",", ":")).encode())
 
+    # mqadmin's stats. TopicStatsTable and ConsumeStats are HashMaps keyed by MessageQueue, which fastjson writes
+    # (and reads) with object keys: {{"brokerName":..,"queueId":0,"topic":..}:{...}}, not standard JSON.
+
+    def _mq_key(self, topic: str, queue_id: int) -> str:
+        return "{" + f'"brokerName":{json.dumps(self.broker.config.broker_name)},"queueId":{queue_id},' \
+                     f'"topic":{json.dumps(topic)}' + "}"
+
+    def _last_time(self, topic: str, queue_id: int, max_offset: int) -> int:
+        if max_offset <= 0:
+            return 0
+        r = self.broker.store.get_messages("", topic, queue_id, max_offset - 1, 1)
+        return r.messages[0].store_timestamp if r.messages else 0
+
+    def _topic_stats(self, cmd) -> None:
+        """AdminBrokerProcessor.getTopicStatsInfo (mqadmin topicStatus)."""
+        topic = _need(cmd.ext_fields, "topic")
+        tc = self.broker.topic_config_manager.select_topic_config(topic)
+        if tc is None:
+            raise Refusal(TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        store = self.broker.store
+        items = []
+        for q in range(tc.write_queue_nums):
+            hi, lo = store.max_offset(topic, q), max(0, store.min_offset(topic, q))
+            items.append(f'{self._mq_key(topic, q)}:{{"lastUpdateTimestamp":{self._last_time(topic, q, hi)},'
+                         f'"maxOffset":{hi},"minOffset":{lo}}}')
+        self.reply(cmd, SUCCESS, body=("{\"offsetTable\":{" + ",".join(items) + "}}").encode())
+
+    def _consume_stats(self, cmd) -> None:
+        """AdminBrokerProcessor.getConsumeStats (mqadmin consumerProgress): per queue of each topic the group has
+        offsets in, the queue's max offset and the group's committed one."""
+        group = _need(cmd.ext_fields, "consumerGroup")
+        only = cmd.ext_fields.get("topic")
+        com = self.broker.consumer_offset_manager
+        topics = [only] if only else sorted(com.which_topic_by_consumer(group))
+        store = self.broker.store
+        items = []
+        for topic in topics:
+            tc = self.broker.topic_config_manager.select_topic_config(topic)
+            if tc is None:
+                continue
+            for q in range(tc.read_queue_nums):
+                hi = store.max_offset(topic, q)
+                mine = max(0, self.broker.query_offset(group, topic, q))
+                last = self._last_time(topic, q, mine) if mine > 0 else 0
+                items.append(f'{self._mq_key(topic, q)}:{{"brokerOffset":{hi},"consumerOffset":{mine},'
+                             f'"lastTimestamp":{last}}}')
+        self.reply(cmd, SUCCESS, body=('{"consumeTps":0.0,"offsetTable":{' + ",".join(items) + "}}").encode())
+
 
 NAMESRV_HANDLERS = {
     _ns.GET_ROUTEINFO_BY_TOPIC: RemotingConnection._route,
@@ -949,4 +999,6 @@ HANDLERS.update({
     CHECK_CLIENT_CONFIG: RemotingConnection._check_client_config,
     GET_BROKER_RUNTIME_INFO: RemotingConnection._runtime_info,
     GET_ALL_TOPIC_CONFIG: RemotingConnection._all_topic_config,
+    GET_TOPIC_STATS_INFO: RemotingConnection._topic_stats,
+    GET_CONSUME_STATS: RemotingConnection._consume_stats,
 })
