@@ -199,3 +199,30 @@ def test_offsets_survive_a_restart_in_consumer_offset_json(tmp_path):
         assert bytes(decode_message(p.body).body) == b"2"
         c.close()
         assert s.terminate() == 0
+
+
+def test_view_by_id_and_query_by_key_send_the_stored_record(server):
+    c = Client(server.address)
+    a = send_v2(c, "t-q", b"findme", properties={"KEYS": "order-7"})
+    offset = int(a.ext_fields["msgId"][16:], 16)             # the offset msg id: host, port, commitlog offset
+    v = c.call(33, {"offset": str(offset)})
+    assert v.code == 0 and bytes(decode_message(v.body).body) == b"findme"
+    q = c.call(12, {"topic": "t-q", "key": "order-7", "maxNum": "32", "beginTimestamp": "0",
+                    "endTimestamp": str(1 << 62)})
+    assert q.code == 0 and bytes(decode_message(q.body).body) == b"findme"
+    q = c.call(12, {"topic": "t-q", "key": "nothing", "maxNum": "32", "beginTimestamp": "0",
+                    "endTimestamp": str(1 << 62)})
+    assert q.code == 22
+
+
+def test_a_half_message_is_seen_only_after_its_commit(server):
+    c = Client(server.address)
+    a = send_v2(c, "t-tx", b"half", properties={"TRAN_MSG": "true", "PGROUP": "txg"}, group="txg")
+    assert a.code == 0
+    assert c.answer(pull(c, "txc", "t-tx", 0, 0)).code in (19, 21)     # nothing to consume yet
+    offset = int(a.ext_fields["msgId"][16:], 16)
+    c.request(37, {"producerGroup": "txg", "tranStateTableOffset": a.ext_fields["queueOffset"],
+                   "commitLogOffset": str(offset), "commitOrRollback": "8", "fromTransactionCheck": "false",
+                   "msgId": "x"}, flag=rc.ONEWAY_FLAG)
+    p = c.answer(pull(c, "txc", "t-tx", 0, 0, suspend_ms=10000))
+    assert p.code == 0 and bytes(decode_message(p.body).body) == b"half"
