@@ -35,7 +35,7 @@ from .config import StoreConfig
 from .clean import CleanFilesService
 from .consume_queue import CQ_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue, queue_dirs
 from .dispatch import ReputMessageService
-from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
+from .errors import BrokerRoleError, ReplicaError, StoreClosedError, StoreLayoutError, StoreLockedError
 from .mapped_file_queue import clear_tmp_dir
 from .geometry import is_store_dir, read_geometry
 from .flush import GroupCommitService, PeriodicService
@@ -219,6 +219,7 @@ class MessageStore:
             self._release_everything(clean=untouched)
             raise
         self._running = True
+        self._puts_ok = not self.config.is_slave
 
     def _load_and_recover(self) -> None:
         # A store is read with the file sizes it was written with, whatever the config says (RocketMQ records
@@ -253,10 +254,33 @@ class MessageStore:
         self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
         self.recovery = recovery.recover(self, last_exit_ok)
         self._reput_from = self.recovery["reput_from"]
+        if cfg.is_slave and not last_exit_ok:
+            self._cut_unconfirmed_replica_tail()
         if self._rebuild_from is not None:
             # admin.repair deleted consume queues or index files verify found damaged: dispatch again from here
             # (units and keys still on disk are skipped by their repeat checks).
             self._reput_from = min(self._reput_from, max(self._rebuild_from, self.commit_log.min_offset))
+
+    def _cut_unconfirmed_replica_tail(self) -> None:
+        """A slave killed while a record arrived in pieces keeps its first piece, and zeros where the rest was to go;
+        when the zeros fall in its properties no checksum tells (a 4.x record has only the body's), so recovery may
+        keep it as whole. After a crash a slave therefore keeps only what its consume queues cover (records the
+        dispatcher saw whole) and fetches the rest again from its master, which sends from the slave's max offset.
+        (A clean close cuts a partial tail itself: close.)"""
+        cl = self.commit_log
+        covered = max([cl.min_offset] + [cq.max_physic_offset for cq in self._all_consume_queues()])
+        if covered < cl.max_offset:
+            log.warning("slave %s after a crash: commitlog cut from %d to %d (what its consume queues cover); the "
+                        "master sends it again", self.path, cl.max_offset, covered)
+            self._truncate_commit_log(covered)
+            self.recovery["replica_cut_from"] = covered
+            self._reput_from = min(self._reput_from, covered)
+
+    def _truncate_commit_log(self, offset: int) -> None:
+        mfq = self.commit_log.mapped_file_queue
+        mfq.truncate_dirty_files(offset)
+        mfq.set_flushed_where(offset)
+        self.commit_log.writer.reset()
 
     def _load_consume_queues(self) -> None:
         root = self._path("consumequeue")
@@ -307,11 +331,13 @@ class MessageStore:
         # Delayed and timed delivery (schedule.py, timer.py): their progress is loaded and checked against the
         # queues before any thread runs, so an unreadable delayOffset.json / timerProgress.json fails the open.
         self.schedule_service = self.timer_service = None
-        if cfg.schedule_message_service_enable:
+        # A slave delivers nothing itself: its master's deliveries arrive in the commitlog (RocketMQ starts these
+        # services on a master only).
+        if cfg.schedule_message_service_enable and not cfg.is_slave:
             from .schedule import ScheduleMessageService
             self.schedule_service = ScheduleMessageService(self)
             self.schedule_service.load()
-        if cfg.timer_wheel_enable:
+        if cfg.timer_wheel_enable and not cfg.is_slave:
             from .timer import TimerMessageService
             self.timer_service = TimerMessageService(self)
             self.timer_service.load()
@@ -397,6 +423,7 @@ class MessageStore:
                     progress_error = progress_error or e
         self._closed = True
         was_running, self._running = self._running, False     # puts and gets are refused from here on
+        self._puts_ok = False
         with self._arrived:
             self._arrived.notify_all()
         if was_running:
@@ -412,6 +439,12 @@ class MessageStore:
                 # commitlog's end record by record instead of trusting it.
                 log.error("closing %s: the commitlog's last flush failed: %s", self.path, e)
                 flush_failed = True
+            if self.config.is_slave and self.reput.last_error is None and \
+                    self.reput.reput_from_offset < self.commit_log.max_offset:
+                # A record the master had sent only part of: cut, so the next open's log ends on a whole record
+                # (recovery cannot always tell a torn 4.x record) and the master sends the record again from there.
+                with self.commit_log.put_lock:
+                    self._truncate_commit_log(self.reput.reput_from_offset)
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
                                                        self.commit_log.mapped_file_queue.store_timestamp)
             self._flush_consume_queues(True)
@@ -480,6 +513,16 @@ class MessageStore:
     def _check_running(self) -> None:
         if self._closed or not self._running:
             raise StoreClosedError(f"message store {self.path} is closed")
+
+    _puts_ok = False    # running and a master: the one flag every put checks (a slave's puts are refused)
+
+    def _check_puts(self) -> None:
+        self._check_running()
+        if self.config.is_slave:
+            # DefaultMessageStore.checkStoreStatus: "message store is slave mode, so putMessage is forbidden"
+            # (PutMessageStatus.SERVICE_NOT_AVAILABLE there); raised here so the caller sees why.
+            raise BrokerRoleError(f"message store {self.path} is a SLAVE (broker_role): puts are refused; its "
+                                  "commitlog takes only what its master sends (append_to_commit_log)")
 
     # -- put ----------------------------------------------------------------------------------------------------
 
@@ -584,12 +627,64 @@ class MessageStore:
             self._reroute(copy)          # refuses what its delivery would not store
         self.check_delivery(copy, "")
 
+    def append_to_commit_log(self, offset: int, data) -> int:
+        """A slave's append (RocketMQ's DefaultMessageStore.appendToCommitLog): ``data``, bytes of the master's
+        commitlog from its physical ``offset``, written raw (not re-encoded) at the same offset of this store's
+        commitlog through the write path every put takes (write position, runway, flush, checkpoint). The bytes
+        need not end on a record: the dispatcher builds consume queues and index from complete records only, and
+        a record that arrives in pieces is dispatched once its last piece is here. Returns the new max offset.
+
+        ReplicaError (nothing written) when the bytes do not continue this log: ``offset`` is not its max offset
+        (an empty log takes any file start), or they would cross one of its file ends (a master never sends across
+        its own file end, so its commitlog file size differs). BrokerRoleError when the store is not a SLAVE."""
+        self._check_running()
+        if not self.config.is_slave:
+            raise BrokerRoleError(f"message store {self.path} is a {self.config.broker_role} (broker_role): only a "
+                                  "SLAVE appends a master's bytes")
+        view = memoryview(data).cast("B")
+        n = len(view)
+        cl = self.commit_log
+        mfq = cl.mapped_file_queue
+        size = mfq.mapped_file_size
+        with cl.put_lock:
+            end = mfq.get_max_wrote_position()
+            if mfq.last() is None:
+                if offset < 0 or offset % size:
+                    raise ReplicaError(f"master bytes at offset {offset}: an empty commitlog starts at a file start "
+                                       f"(a multiple of mapped_file_size_commit_log {size}); the master's commitlog "
+                                       "file size differs from this store's", offset, end)
+            elif offset != end:
+                raise ReplicaError(f"master bytes at offset {offset} do not continue this commitlog, which ends at "
+                                   f"{end}", offset, end)
+            if n == 0:
+                return end
+            if offset % size + n > size:
+                raise ReplicaError(f"master bytes at offset {offset}, {n} long, cross this commitlog's file end at "
+                                   f"{offset - offset % size + size}: the master's commitlog file size differs from "
+                                   f"mapped_file_size_commit_log {size} (a master never sends across its file end)",
+                                   offset, end)
+            mf = mfq.get_last_mapped_file(offset)
+            if mf is None:
+                raise OSError(f"commitlog file for offset {offset} could not be made (disk full?)")
+            if not mf.append(view):         # checked above; a file that is not where the offset says
+                raise ReplicaError(f"master bytes at offset {offset} do not fit commitlog file {mf.file_name}",
+                                   offset, end)
+            # The physic timestamp the checkpoint keeps: that of the last record dispatched, no later than these
+            # bytes' records, so an abnormal recovery starts early enough.
+            if self._last_dispatched_ts > mf.store_timestamp:
+                mf.set_store_timestamp(self._last_dispatched_ts)
+            end = offset + n
+        if self.group_commit is not None:
+            self.group_commit.core.request(end)     # SYNC_FLUSH: flushed (and readable) by the group commit
+        self.reput.wakeup()
+        return end
+
     def put(self, msg: Message) -> PutResult:
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once a flush covers it, or
         FLUSH_DISK_TIMEOUT, unless the message's WAIT property is "false": see wait_flushed); raises
         MessageIllegalError (nothing written) for a message RocketMQ refuses."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         if self._durable is None:
             return self._writer.put(msg)        # counted, and the dispatcher woken, by the writer (in C)
         return self._durable.put(msg)
@@ -619,8 +714,8 @@ class MessageStore:
         return self._put_batch(messages, None, False)
 
     def _put_batch(self, messages, properties, broker_topic_rule: bool) -> list[PutResult]:
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         results = self._writer.put_batch(messages, properties, broker_topic_rule)
         if self._sync_flush and results and results[-1].status is PutStatus.PUT_OK:
             wait = properties.get("WAIT") if properties else None      # a batch's WAIT is every message's
@@ -641,8 +736,8 @@ class MessageStore:
         RecordBatch with status, commitlog_offset, queue_offset, wrote_bytes, store_timestamp and uniq_key per row.
         Every row is checked before any is written (MessageIllegalError names the column and row). SYNC_FLUSH:
         returns once a flush covers the last row (else its rows say FLUSH_DISK_TIMEOUT)."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         result = self.commit_log.put_arrow(data, self.put_batch)
         n = result.num_rows
         if self._sync_flush and n:
@@ -664,8 +759,8 @@ class MessageStore:
         queue offset and size. MessageIllegalError (nothing written) when a record does not fit a file.
         SYNC_FLUSH: the flush is asked for, not awaited, as RocketMQ re-puts a due message with waitStoreMsgOK
         false; the caller flushes before it relies on the records being on disk."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         self._writer.put_arrow_rows(encoded, result)
         n = len(encoded)
         if self._sync_flush and n:
@@ -688,8 +783,8 @@ class MessageStore:
     def put_async(self, msg) -> Future:
         """Like RocketMQ's asyncPutMessage: the record is appended now; the returned Future completes with the
         PutResult once it is flushed (SYNC_FLUSH) or at once (ASYNC_FLUSH, or WAIT "false")."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         if self._durable is not None:
             return self._durable.put_async(msg)
         out = Future()
@@ -720,8 +815,8 @@ class MessageStore:
         (which waits for nothing but the put lock), and the future completes in the loop once a flush covers it.
         The completions of one flush reach a loop in one call_soon_threadsafe, not one per message. Raises
         RuntimeError, writing nothing, outside a running loop."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         if self._durable is not None:
             return self._durable.aput(msg)
         out = asyncio.get_running_loop().create_future()

@@ -1,0 +1,148 @@
+"""A slave's raw append (MessageStore.append_to_commit_log): a master's commitlog bytes copied in arbitrary pieces
+end byte-identical, dispatched into the same consume queues, with the checks that keep a replica from diverging."""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from rmqcore import Message, MessageStore
+from rmqcore.errors import BrokerRoleError, ReplicaError
+
+from store_util import queue_messages
+
+
+def _fill(path, config, n=600, seed=1):
+    rnd = random.Random(seed)
+    with MessageStore.open(path, config) as m:
+        for i in range(n):
+            m.put(Message("ha-topic", os.urandom(rnd.randrange(1, 900)), i % 3, tags=f"t{i % 4}", keys=[f"k{i}"]))
+        m.wait_dispatched()
+        return m.commit_log.min_offset, m.commit_log.max_offset
+
+
+def _master_bytes(path, start, end):
+    """The master's commitlog bytes [start, end) as the files lie (blank padding included)."""
+    out = bytearray()
+    size = None
+    for name in sorted(os.listdir(os.path.join(path, "commitlog"))):
+        with open(os.path.join(path, "commitlog", name), "rb") as f:
+            data = f.read()
+        size = len(data)
+        base = int(name)
+        lo, hi = max(start, base), min(end, base + size)
+        if lo < hi:
+            out += data[lo - base:hi - base]
+    return bytes(out), size
+
+
+def _pieces(start, data, file_size, rnd):
+    """(offset, bytes) pieces as a master sends them: never across a file end, cut anywhere else."""
+    pos = 0
+    while pos < len(data):
+        off = start + pos
+        room = file_size - off % file_size
+        n = min(rnd.randrange(1, 3000), room, len(data) - pos)
+        yield off, data[pos:pos + n]
+        pos += n
+
+
+def test_raw_append_pieces_end_identical_and_dispatched(tmp_path, small_config):
+    master = str(tmp_path / "m")
+    lo, hi = _fill(master, small_config)
+    data, file_size = _master_bytes(master, lo, hi)
+    slave_cfg = small_config.replace(broker_role="SLAVE")
+    rnd = random.Random(7)
+    with MessageStore.open(str(tmp_path / "s"), slave_cfg) as s:
+        for off, piece in _pieces(lo, data, file_size, rnd):
+            assert s.append_to_commit_log(off, piece) == off + len(piece)
+        s.wait_dispatched()
+        assert s.runtime_info()["dispatch_error"] is None
+        got = {q: [m.body for m in queue_messages(s, "ha-topic", q)] for q in range(3)}
+    with MessageStore.open(master, small_config) as m:
+        want = {q: [x.body for x in queue_messages(m, "ha-topic", q)] for q in range(3)}
+    assert got == want and sum(map(len, want.values())) == 600
+    for name in sorted(os.listdir(os.path.join(master, "commitlog"))):
+        a = open(os.path.join(master, "commitlog", name), "rb").read()
+        b = open(os.path.join(tmp_path / "s", "commitlog", name), "rb").read()
+        assert a == b, name
+
+
+def test_partial_record_is_not_yet_then_dispatched(tmp_path, small_config):
+    master = str(tmp_path / "m")
+    lo, hi = _fill(master, small_config, n=3)
+    data, _ = _master_bytes(master, lo, hi)
+    with MessageStore.open(str(tmp_path / "s"), small_config.replace(broker_role="SLAVE")) as s:
+        cut = len(data) - 10
+        s.append_to_commit_log(0, data[:cut])
+        s.reput.do_reput()
+        info = s.runtime_info()
+        assert info["dispatch_error"] is None
+        assert info["dispatch_behind_bytes"] > 0              # the last record waits for its tail
+        assert len(queue_messages(s, "ha-topic", 2)) == 0
+        s.append_to_commit_log(cut, data[cut:])
+        s.wait_dispatched()
+        assert s.runtime_info()["dispatch_error"] is None
+        assert len(queue_messages(s, "ha-topic", 2)) == 1
+
+
+def test_slave_refuses_puts_and_master_refuses_raw_append(tmp_path, small_config):
+    with MessageStore.open(str(tmp_path / "s"), small_config.replace(broker_role="SLAVE")) as s:
+        with pytest.raises(BrokerRoleError, match="SLAVE"):
+            s.put(Message("t", b"x"))
+        with pytest.raises(BrokerRoleError, match="SLAVE"):
+            s.put_batch([Message("t", b"x")])
+        assert s.commit_log.max_offset == 0
+    with MessageStore.open(str(tmp_path / "m"), small_config) as m:
+        with pytest.raises(BrokerRoleError, match="ASYNC_MASTER"):
+            m.append_to_commit_log(0, b"x")
+
+
+def test_continuity_and_geometry_checks(tmp_path, small_config):
+    master = str(tmp_path / "m")
+    lo, hi = _fill(master, small_config, n=200)
+    data, file_size = _master_bytes(master, lo, hi)
+    with MessageStore.open(str(tmp_path / "s"), small_config.replace(broker_role="SLAVE")) as s:
+        with pytest.raises(ReplicaError, match="file start"):
+            s.append_to_commit_log(100, data[:50])          # an empty log starts at a file start
+        s.append_to_commit_log(0, data[:1000])
+        with pytest.raises(ReplicaError, match="ends at 1000") as e:
+            s.append_to_commit_log(1200, data[1200:1300])   # a gap
+        assert (e.value.offset, e.value.expected) == (1200, 1000)
+        with pytest.raises(ReplicaError, match="ends at 1000"):
+            s.append_to_commit_log(900, data[900:1100])     # an overlap
+        with pytest.raises(ReplicaError, match="file end"):
+            s.append_to_commit_log(1000, bytes(file_size))  # across this log's file end: another file size
+        assert s.commit_log.max_offset == 1000               # nothing written by the refusals
+        s.append_to_commit_log(1000, data[1000:file_size])
+        assert s.commit_log.max_offset == file_size
+
+
+def test_smaller_master_files_stop_dispatch_with_a_geometry_error(tmp_path, small_config):
+    master = str(tmp_path / "m")
+    lo, hi = _fill(master, small_config, n=200)
+    data, file_size = _master_bytes(master, lo, hi)
+    big = small_config.replace(broker_role="SLAVE", mapped_file_size_commit_log=4 * file_size)
+    with MessageStore.open(str(tmp_path / "s"), big) as s:
+        s.append_to_commit_log(0, data[:2 * file_size])      # the master's first two files, into one of ours
+        s.reput.do_reput()
+        err = s.runtime_info()["dispatch_error"]
+        assert err and "another commitlog file size" in err
+        assert s.reput.reput_from_offset < file_size          # nothing after the misfit blank was skipped over
+
+
+def test_slave_restart_resumes_from_its_own_max_offset(tmp_path, small_config):
+    master = str(tmp_path / "m")
+    lo, hi = _fill(master, small_config, n=100)
+    data, _ = _master_bytes(master, lo, hi)
+    cfg = small_config.replace(broker_role="SLAVE")
+    path = str(tmp_path / "s")
+    with MessageStore.open(path, cfg) as s:
+        s.append_to_commit_log(0, data[:len(data) - 7])       # the last record in pieces when the slave stops
+    with MessageStore.open(path, cfg) as s:
+        resume = s.commit_log.max_offset
+        assert resume < len(data) - 7                          # recovery cut the partial record
+        s.append_to_commit_log(resume, data[resume:])
+        s.wait_dispatched()
+        assert sum(len(queue_messages(s, "ha-topic", q)) for q in range(3)) == 100
