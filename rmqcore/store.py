@@ -348,6 +348,11 @@ class MessageStore:
             self.group_commit.start()
             self._durable = DurablePuts(self._writer.put, self.group_commit.core, self.group_commit.completer,
                                         self._flush_timed_out, self._sync_timeout)
+        if cfg.broker_role == "SYNC_MASTER":
+            # CommitLog.submitReplicaRequest: a put answers once a slave has its record (ha_service.ReplicaPuts).
+            from .ha_service import ReplicaPuts
+            self._replica = ReplicaPuts(self, self._durable if self._durable is not None else self._writer)
+            self._durable = self._replica
         self._services = []
         if self.transient_store_pool is not None:
             self._services.append(PeriodicService(
@@ -411,6 +416,8 @@ class MessageStore:
             return
         flush_failed = False
         progress_error = None
+        if self.ha_service is not None:     # first: a slave's client appends, a master's connections read the log
+            self.ha_service.shutdown()
         for delivery in (getattr(self, "schedule_service", None), getattr(self, "timer_service", None)):
             if delivery is not None:       # persists its progress: needs the store still open
                 try:
@@ -690,6 +697,26 @@ class MessageStore:
         return self._durable.put(msg)
 
     _durable = None     # SYNC_FLUSH: put, put_async and aput below this frame (rmqcore._flush.DurablePuts)
+    _replica = None     # SYNC_MASTER: the same, waiting for a slave after the flush (ha_service.ReplicaPuts)
+    ha_service = None   # start_ha: the master's HAService or the slave's HAClient
+
+    def start_ha(self, host: str = "127.0.0.1", port: int | None = None, master_address: str | None = None):
+        """Start replication for this store's broker_role (RocketMQ's DefaultMessageStore starts its HAService
+        with the store; here it is asked for, so a store opened for other work binds no port). A master
+        (ASYNC_MASTER, SYNC_MASTER) listens on ``host:port`` (default ha_listen_port; 0: a free one, see
+        ``ha_service.port``) for slaves; a SLAVE connects to ``master_address`` (default ha_master_address;
+        ``ha_service.update_master_address`` changes it later) and replicates its commitlog. Returns the service."""
+        self._check_running()
+        if self.ha_service is not None:
+            raise RuntimeError(f"replication of {self.path} is already started")
+        from .ha_service import HAClient, HAService
+        if self.config.is_slave:
+            svc = HAClient(self, master_address)
+            svc.start()
+        else:
+            svc = HAService(self, host, port).start()
+        self.ha_service = svc
+        return svc
 
     def put_batch(self, messages, *, properties: dict[str, str] | None = None) -> list[PutResult]:
         """Store many messages under one lock and one flush wait; all are validated before any is written.
@@ -726,6 +753,10 @@ class MessageStore:
             done = self._wait_flushed(results[-1], True)
             if done is not True:
                 results = [r.replace_status(PutStatus.FLUSH_DISK_TIMEOUT) if r.ok else r for r in results]
+        if self._replica is not None and results:
+            wait = properties.get("WAIT") if properties else None
+            results = self._replica.settle(results, wait != "false" if wait is not None else
+                                           not all(m.properties.get("WAIT") == "false" for m in messages))
         # The dispatcher is not woken per put: it polls every millisecond (as RocketMQ's reput service sleeps
         # 1 ms), so records that arrive together are dispatched together.
         return results
@@ -1092,6 +1123,8 @@ class MessageStore:
             "put_calls": self.commit_log.writer.put_messages,
             "recovery": dict(self.recovery),
             "checkpoint": self.checkpoint.as_dict() if self.checkpoint else {},
+            "broker_role": self.config.broker_role,
+            "ha": self.ha_service.runtime_info() if self.ha_service is not None else None,
             "flush_disk_type": self.config.flush_disk_type,
             "geometry_adopted": dict(self.geometry_adopted),
             "uptime_s": round(time.time() - self._start_time, 3),

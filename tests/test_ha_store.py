@@ -146,3 +146,40 @@ def test_slave_restart_resumes_from_its_own_max_offset(tmp_path, small_config):
         s.append_to_commit_log(resume, data[resume:])
         s.wait_dispatched()
         assert sum(len(queue_messages(s, "ha-topic", q)) for q in range(3)) == 100
+
+
+def _wait(cond, what, timeout=20.0):
+    import time
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_in_process_master_and_slave_replicate_and_sync_master_waits(tmp_path, small_config):
+    from rmqcore.status import PutStatus
+    mcfg = small_config.replace(broker_role="SYNC_MASTER", sync_flush_timeout=2000)
+    with MessageStore.open(str(tmp_path / "m"), mcfg) as m:
+        # no slave connected: stored, answered SLAVE_NOT_AVAILABLE (RocketMQ's isSlaveOK)
+        r = m.put(Message("ha-topic", b"before", 0))
+        assert r.status is PutStatus.SLAVE_NOT_AVAILABLE
+        ha = m.start_ha("127.0.0.1", 0)
+        with MessageStore.open(str(tmp_path / "s"), small_config.replace(broker_role="SLAVE")) as s:
+            s.start_ha(master_address=f"127.0.0.1:{ha.port}")
+            _wait(lambda: ha.connection_count == 1 and ha.push2slave_max_offset == m.commit_log.max_offset,
+                  "the slave to catch up")
+            results = [m.put(Message("ha-topic", os.urandom(700), i % 3)) for i in range(300)]
+            assert all(r.status is PutStatus.PUT_OK for r in results)
+            assert ha.push2slave_max_offset >= results[-1].commitlog_offset + results[-1].wrote_bytes
+            assert s.runtime_info()["ha"]["error"] is None
+            s.wait_dispatched()
+            assert [x.body for x in queue_messages(s, "ha-topic", 1)] == \
+                [x.body for x in queue_messages(m, "ha-topic", 1)]
+            replicated = s.commit_log.max_offset
+        # the slave gone: SLAVE_NOT_AVAILABLE again once the master noticed
+        _wait(lambda: ha.connection_count == 0, "the master to drop the connection")
+        assert m.put(Message("ha-topic", b"after", 0)).status is PutStatus.SLAVE_NOT_AVAILABLE
+    master_bytes, _ = _master_bytes(str(tmp_path / "m"), 0, replicated)
+    slave_bytes, _ = _master_bytes(str(tmp_path / "s"), 0, replicated)
+    assert master_bytes == slave_bytes and len(slave_bytes) == replicated > 3 * 64 * 1024
