@@ -183,3 +183,62 @@ def test_in_process_master_and_slave_replicate_and_sync_master_waits(tmp_path, s
     master_bytes, _ = _master_bytes(str(tmp_path / "m"), 0, replicated)
     slave_bytes, _ = _master_bytes(str(tmp_path / "s"), 0, replicated)
     assert master_bytes == slave_bytes and len(slave_bytes) == replicated > 3 * 64 * 1024
+
+
+def _replicated_slave(tmp_path, small_config, n, size):
+    """A slave store holding a master's log of ``n`` records of ``size`` bytes (closed); returns its max offset."""
+    with MessageStore.open(str(tmp_path / "m1"), small_config) as m:
+        for i in range(n):
+            m.put(Message("ha-topic", bytes([i % 251]) * size, i % 3))
+        ha = m.start_ha("127.0.0.1", 0)
+        with MessageStore.open(str(tmp_path / "s"), small_config.replace(broker_role="SLAVE")) as s:
+            s.start_ha(master_address=f"127.0.0.1:{ha.port}")
+            _wait(lambda: s.commit_log.max_offset == m.commit_log.max_offset, "the slave to catch up")
+            return s.commit_log.max_offset
+
+
+@pytest.mark.parametrize("case", ["truncated master", "another log"])
+def test_slave_refuses_a_master_that_does_not_continue_its_log(tmp_path, small_config, case):
+    mine = _replicated_slave(tmp_path, small_config, 120, 500)
+    # another master: a log shorter than the slave's (truncated behind it), or longer but of other records
+    n, size = (40, 500) if case == "truncated master" else (400, 333)
+    with MessageStore.open(str(tmp_path / "m2"), small_config) as m2:
+        for i in range(n):
+            m2.put(Message("ha-topic", b"x" * size, i % 3))
+        assert (m2.commit_log.max_offset < mine) == (case == "truncated master")
+        ha = m2.start_ha("127.0.0.1", 0)
+        with MessageStore.open(str(tmp_path / "s"), small_config.replace(broker_role="SLAVE")) as s:
+            assert s.commit_log.max_offset == mine
+            client = s.start_ha(master_address=f"127.0.0.1:{ha.port}")
+            _wait(lambda: client.error is not None, "the slave to refuse the master")
+            assert ("behind this slave" if case == "truncated master" else "another log") in client.error
+            _wait(lambda: not client.is_alive(), "replication to stop")
+            assert s.commit_log.max_offset == mine                 # not a byte of the other log
+            assert s.runtime_info()["ha"]["error"] == client.error
+        assert ha.push2slave_max_offset <= m2.commit_log.max_offset
+
+
+def test_sync_master_answers_flush_slave_timeout_when_the_slave_stops_acknowledging(tmp_path, small_config):
+    from rmqcore.ha_service import HEADER, REPORT
+    from rmqcore.status import PutStatus
+    import socket
+    mcfg = small_config.replace(broker_role="SYNC_MASTER", sync_flush_timeout=300)
+    with MessageStore.open(str(tmp_path / "m"), mcfg) as m:
+        ha = m.start_ha("127.0.0.1", 0)
+        # a slave that reports once and then reads without acknowledging (a stuck Java slave, say)
+        with socket.create_connection(("127.0.0.1", ha.port)) as sock:
+            sock.sendall(REPORT.pack(0))
+            _wait(lambda: ha.connection_count == 1 and ha.connections[0].slave_request_offset == 0, "the report")
+            r = m.put(Message("ha-topic", b"y" * 100, 0))
+            assert r.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+            # the master did send the record: a frame at offset 0 holding it
+            sock.settimeout(5)
+            head = b""
+            while len(head) < HEADER.size:
+                head += sock.recv(HEADER.size - len(head))
+            offset, size = HEADER.unpack(head)
+            assert offset == 0 and size == r.wrote_bytes
+            # acknowledging it now answers the next put (once its own record is acknowledged too)
+            sock.sendall(REPORT.pack(r.wrote_bytes))
+            _wait(lambda: ha.push2slave_max_offset == r.wrote_bytes, "the ack")
+        assert m.get_messages("g", "ha-topic", 0, 0, 8).messages[0].body == b"y" * 100   # stored all the same

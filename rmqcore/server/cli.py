@@ -48,6 +48,12 @@ def add_parser(sub) -> None:
     s.add_argument("--http", metavar="HOST:PORT", help="also serve the console (rmqcore.console) here, over TLS with "
                                                        "--tls-cert")
     add_console_access_args(s)
+    s.add_argument("--ha-listen", metavar="HOST:PORT",
+                   help="a master (brokerRole ASYNC_MASTER or SYNC_MASTER): serve slaves RocketMQ's HA replication "
+                        "here (port 0 picks a free one; printed as 'ha on HOST:PORT'). Default: on --listen's host "
+                        "and haListenPort when the --config file sets brokerRole, haListenPort or listenPort")
+    s.add_argument("--ha-master", metavar="HOST:PORT",
+                   help="a slave (brokerRole=SLAVE): replicate from this master's HA port (haMasterAddress)")
     s.set_defaults(func=run)
 
 
@@ -157,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as e:
             print(f"rmqcore serve: error: --http needs rmqcore.console ({e})", file=sys.stderr)
             return 1
+    ha = _ha_settings(args, sc, host or (remoting[0] if remoting is not None else "127.0.0.1"))
     try:
         broker = Broker.open(args.store, bc, store_config=sc)
     except BaseException:
@@ -165,9 +172,30 @@ def run(args: argparse.Namespace) -> int:
         raise
     try:
         return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http,
-                                  console, remoting))
+                                  console, remoting, ha))
     finally:
         broker.close()
+
+
+def _ha_settings(args, sc, host: str):
+    """What replication to start: ("slave", master address or None), ("master", (host, port)), or None."""
+    if sc.is_slave:
+        if args.ha_listen:
+            raise ValueError("--ha-listen is for a master; this broker's brokerRole is SLAVE")
+        return ("slave", args.ha_master or sc.ha_master_address or None)
+    if args.ha_master:
+        raise ValueError(f"--ha-master is for a slave; this broker's brokerRole is {sc.broker_role}")
+    if args.ha_listen:
+        return ("master", _host_port(args.ha_listen, "--ha-listen"))
+    if args.config:
+        from ..broker.broker_conf import parse_properties
+        from ..config_manager import file2string
+        keys = parse_properties(file2string(args.config) or "", args.config)
+        # A broker.conf that speaks of replication gets RocketMQ's HA listener (listenPort + 1); others bind
+        # nothing more than before.
+        if {"brokerRole", "haListenPort", "listenPort"} & keys.keys():
+            return ("master", (host, sc.ha_listen_port))
+    return None
 
 
 def _shown(host: str, port: int) -> str:
@@ -175,7 +203,7 @@ def _shown(host: str, port: int) -> str:
 
 
 async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http, console,
-                 remoting=None) -> int:
+                 remoting=None, ha=None) -> int:
     server = rserver = None
     events = None
     if host is not None:
@@ -206,6 +234,15 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
             print(f"remoting on {_shown(rserver.host, rserver.port)}", flush=True)
             if rserver.namesrv_port is not None:
                 print(f"namesrv on {_shown(rserver.namesrv_addr[0], rserver.namesrv_port)}", flush=True)
+        if ha is not None and ha[0] == "master":
+            svc = broker.store.start_ha(ha[1][0], ha[1][1])
+            print(f"ha on {_shown(svc.host, svc.port)}", flush=True)
+        elif ha is not None:
+            broker.store.start_ha(master_address=ha[1])
+            if ha[1] is None:
+                log.warning("brokerRole SLAVE without haMasterAddress (--ha-master): not replicating until one is "
+                            "set")
+            print(f"ha slave of {ha[1] or '(no master address)'}", flush=True)
         await stop.wait()
     finally:
         if runner is not None:
