@@ -239,6 +239,8 @@ class HAConnection:
                 log.info("HA: slave %s: %s", self.addr, e)
         finally:
             self._stop()
+            self._writer.join()         # woken by _stop; then the socket is no one's
+            self.sock.close()
 
     def _write_loop(self) -> None:
         service = self.service
@@ -331,7 +333,7 @@ class GroupTransferService(threading.Thread):
 
     def run(self) -> None:
         while not self._stopped.is_set():
-            self._wake.wait(0.01)
+            self._wake.wait(0.01 if self._requests else 1.0)      # RocketMQ's looks every 10 ms; idle, rarely
             self._wake.clear()
             self._complete(False)
         self._complete(True)
@@ -457,8 +459,9 @@ class HAClient(threading.Thread):
         self.connected = False
         self.connects = 0
         self.reported = 0
-        # After the store's open its log ends on a whole record (recovery, MessageStore._cut_unconfirmed_replica_tail):
-        # the first bytes the master sends at a nonzero offset must then be a record of this log at that offset.
+        # After the store's open its log ends on a whole record (recovery, MessageStore._cut_unconfirmed_replica_tail;
+        # the dispatcher has taken everything): the first bytes the master sends there must then be a record written
+        # at that very offset (a record stores its physical offset), else the master holds another log.
         self._check_first = True
 
     def update_master_address(self, address: str) -> None:
@@ -555,7 +558,7 @@ class HAClient(threading.Thread):
                         break
                     body = mv[pos + HEADER.size:pos + HEADER.size + size]
                     if size:
-                        if self._check_first and mine != 0:
+                        if self._check_first and mine != 0 and store.reput.reput_from_offset == mine:
                             self._check_record_start(offset, body)
                         self._check_first = False
                         store.append_to_commit_log(offset, body)
