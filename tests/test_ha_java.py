@@ -1,8 +1,9 @@
-"""A real Java RocketMQ 4.9.7 broker as the SLAVE of an rmqcore SYNC_MASTER (the HA protocol both ways: the Java
-HAClient's reports, rmqcore's frames). Its commitlog files must end byte-identical to rmqcore's.
+"""Real Java RocketMQ 4.9.7 brokers on either side of rmqcore's HA replication: a Java SLAVE of an rmqcore SYNC_MASTER
+(the Java HAClient's reports, rmqcore's frames), and an rmqcore SLAVE of a Java master (fed by the harness's Java
+producer). The slave's commitlog files must end byte-identical to the master's.
 
-Needs the Java broker built by ``../shared/java-broker/prebuilt.sh`` (BUILD=DIR) and ``RMQCORE_JBROKER_BUILD=DIR``;
-skipped otherwise. No name server: the slave is given haMasterAddress (4.9.7's BrokerController then never asks a
+Needs the Java broker built by ``../shared/java-broker/prebuilt.sh`` (BUILD=DIR) and ``RMQCORE_JBROKER_BUILD=DIR``
+(and, for the Java master, ``RMQCORE_JBROKER_HARNESS`` = the folder of its run.sh); skipped otherwise. No name server: the slave is given haMasterAddress (4.9.7's BrokerController then never asks a
 name server for it); its metadata pulls (SlaveSynchronize) need rmqcore's remoting front and are not tested here."""
 from __future__ import annotations
 
@@ -96,3 +97,55 @@ def test_java_slave_of_an_rmqcore_sync_master(tmp_path):
     assert len(m_files) >= 3 and m_files.keys() == j_files.keys()
     for name in m_files:
         assert m_files[name] == j_files[name], f"commitlog/{name} differs"
+
+
+def _harness(*args, env):
+    return subprocess.run(["bash", os.path.join(HARNESS, "run.sh"), *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+HARNESS = os.environ.get("RMQCORE_JBROKER_HARNESS", "")      # the folder of run.sh (../shared/java-broker)
+
+
+@pytest.mark.skipif(not (HARNESS and os.path.isfile(os.path.join(HARNESS, "run.sh"))),
+                    reason="needs RMQCORE_JBROKER_HARNESS: the folder of the Java broker harness's run.sh")
+def test_rmqcore_slave_of_a_java_master(tmp_path):
+    from rmqcore import MessageStore, StoreConfig
+    from store_util import queue_messages
+    run_dir = str(tmp_path / "jrun")
+    ns, bp = _free_port(), _free_port()
+    env = {**os.environ, "BUILD": BUILD, "RUN_DIR": run_dir, "NS_PORT": str(ns), "BROKER_PORT": str(bp),
+           "COMMITLOG_SIZE": str(FILE), "SERVER_HEAP": "256m", "CLIENT_HEAP": "256m"}
+    r = _harness("start", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sstore = str(tmp_path / "slave")
+    slave = None
+    try:
+        slave = ServerProcess(sstore, {"brokerRole": "SLAVE", "brokerId": "1", "mappedFileSizeCommitLog": str(FILE),
+                                       "haMasterAddress": f"127.0.0.1:{bp + 1}", "haSendHeartbeatInterval": "1000"})
+        assert slave.proc.stdout.readline().startswith("ha slave of")
+        n = 2500
+        r = _harness("bench", f"ns=127.0.0.1:{ns}", "phases=sync1", f"n={n}", "warm=0", "queues=2",
+                     env=env)
+        assert r.returncode == 0 and "RESULT" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+        mdir = os.path.join(run_dir, "store", "commitlog")
+        deadline = time.monotonic() + 60
+        while True:         # until the slave holds every non-empty file of the master, byte for byte
+            m_files = {k: v for k, v in _files(os.path.join(run_dir, "store")).items() if any(v)}
+            s_files = _files(sstore) if os.path.isdir(os.path.join(sstore, "commitlog")) else {}
+            if m_files and all(s_files.get(k) == v for k, v in m_files.items()):
+                break
+            assert time.monotonic() < deadline, f"slave has {sorted(s_files)}, master {sorted(m_files)} in {mdir}"
+            time.sleep(0.5)
+        assert len(m_files) >= 3
+        assert slave.terminate() == 0
+        slave = None
+    finally:
+        if slave is not None:
+            slave.kill()
+        _harness("stop", env=env)
+    topic = next(t for t in os.listdir(os.path.join(sstore, "consumequeue")) if t.startswith("bench-"))
+    with MessageStore.open(sstore, StoreConfig(mapped_file_size_commit_log=FILE, broker_role="SLAVE")) as s:
+        got = [m for q in range(2) for m in queue_messages(s, topic, q)]
+        report = s.verify()
+    assert len(got) == n and report["ok"], report
