@@ -242,3 +242,40 @@ def test_sync_master_answers_flush_slave_timeout_when_the_slave_stops_acknowledg
             sock.sendall(REPORT.pack(r.wrote_bytes))
             _wait(lambda: ha.push2slave_max_offset == r.wrote_bytes, "the ack")
         assert m.get_messages("g", "ha-topic", 0, 0, 8).messages[0].body == b"y" * 100   # stored all the same
+
+
+def test_slave_killed_mid_record_keeps_only_what_it_dispatched(tmp_path, small_config):
+    """A slave killed with a record's first piece on disk (its properties' tail zeros: no checksum tells in a 4.x
+    record) reopens at the end of what its consume queues cover, and the master's bytes from there continue it."""
+    import subprocess
+    import sys
+    master = str(tmp_path / "m")
+    lo, hi = _fill(master, small_config, n=100)
+    data, _ = _master_bytes(master, lo, hi)
+    path = str(tmp_path / "s")
+    cut = len(data) - 7                                   # inside the last record's __CRC32# digits
+    with open(tmp_path / "piece", "wb") as f:
+        f.write(data[:cut])
+    child = (
+        "import os, sys\n"
+        "from rmqcore import MessageStore, StoreConfig\n"
+        f"cfg = StoreConfig(mapped_file_size_commit_log={small_config.mapped_file_size_commit_log}, "
+        f"mapped_file_size_consume_queue={small_config.mapped_file_size_consume_queue}, "
+        f"max_hash_slot_num=101, max_index_num=400, broker_role='SLAVE')\n"
+        f"s = MessageStore.open({path!r}, cfg)\n"
+        f"s.append_to_commit_log(0, open({str(tmp_path / 'piece')!r}, 'rb').read())\n"
+        "import time; time.sleep(0.5)\n"          # the dispatcher takes the whole records
+
+        "os._exit(9)\n")
+    assert subprocess.run([sys.executable, "-c", child], cwd=os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))).returncode == 9
+    cfg = small_config.replace(broker_role="SLAVE")
+    with MessageStore.open(path, cfg) as s:
+        assert not s.recovery["last_exit_ok"]
+        resume = s.commit_log.max_offset
+        assert resume < cut and s.recovery.get("replica_cut_from", resume) == resume
+        assert bytes(s.commit_log.get_data(0, resume)) == data[:resume]
+        s.append_to_commit_log(resume, data[resume:])
+        s.wait_dispatched()
+        assert sum(len(queue_messages(s, "ha-topic", q)) for q in range(3)) == 100
+        assert s.verify()["ok"]
