@@ -166,8 +166,8 @@ class HAConnection:
         self._writer = threading.Thread(target=self._write_loop, name="WriteSocketService", daemon=True)
 
     def start(self) -> None:
+        self._writer.start()        # first: the reader, which may end at once, joins it
         self._reader.start()
-        self._writer.start()
 
     def info(self) -> dict:
         return {"address": self.addr, "request_offset": self.slave_request_offset, "ack_offset": self.slave_ack_offset}
