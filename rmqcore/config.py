@@ -173,7 +173,8 @@ class StoreConfig:
         if self.broker_role not in BROKER_ROLES:
             raise ValueError(f"broker_role must be one of {BROKER_ROLES}, got {self.broker_role!r}")
         if not 0 <= self.ha_listen_port <= 65535:
-            raise ValueError(f"ha_listen_port must be a TCP port (0..65535, 0: any free one), got {self.ha_listen_port}")
+            raise ValueError(f"ha_listen_port must be a TCP port (0..65535, 0: any free one), got "
+                             f"{self.ha_listen_port}")
         for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
                      "ha_slave_fallbehind_max"):
             if getattr(self, name) <= 0:

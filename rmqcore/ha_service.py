@@ -527,7 +527,8 @@ class HAClient(threading.Thread):
         self.connected = True
         self.connects += 1
         log.info("HA: connected to master %s", addr)
-        self._report(sock, store.commit_log.mapped_file_queue.get_max_wrote_position())        # where to start (RocketMQ waits a heartbeat for it)
+        # Where to start, at once (RocketMQ's HAClient waits for its first heartbeat interval).
+        self._report(sock, store.commit_log.mapped_file_queue.get_max_wrote_position())
         last_write = last_read = _ms()
         buf = bytearray(4 * 1024 * 1024)
         mv = memoryview(buf)
@@ -594,8 +595,9 @@ class HAClient(threading.Thread):
             raise ReplicaError(f"the master's record at offset {offset} says it was written at {phys}: the master "
                                "holds another log; replication stopped rather than diverge", offset, offset)
         if magic & 0xFFFFFFFF not in (_MAGIC_V1, _MAGIC_V2):
-            raise ReplicaError(f"the master's bytes at offset {offset} do not start a record (magic {magic & 0xFFFFFFFF:#x}):"
-                               " the master holds another log; replication stopped rather than diverge", offset, offset)
+            raise ReplicaError(f"the master's bytes at offset {offset} do not start a record (magic "
+                               f"{magic & 0xFFFFFFFF:#x}): the master holds another log; replication stopped rather "
+                               "than diverge", offset, offset)
 
     def shutdown(self) -> None:
         self._stopped.set()

@@ -3,8 +3,9 @@
 producer). The slave's commitlog files must end byte-identical to the master's.
 
 Needs the Java broker built by ``../shared/java-broker/prebuilt.sh`` (BUILD=DIR) and ``RMQCORE_JBROKER_BUILD=DIR``
-(and, for the Java master, ``RMQCORE_JBROKER_HARNESS`` = the folder of its run.sh); skipped otherwise. No name server: the slave is given haMasterAddress (4.9.7's BrokerController then never asks a
-name server for it); its metadata pulls (SlaveSynchronize) need rmqcore's remoting front and are not tested here."""
+(and, for the Java master, ``RMQCORE_JBROKER_HARNESS`` = the folder of its run.sh); skipped otherwise. No name
+server for the Java slave: it is given haMasterAddress (4.9.7's BrokerController then never asks a name server
+for it); its metadata pulls (SlaveSynchronize) need rmqcore's remoting front and are not tested here."""
 from __future__ import annotations
 
 import os
