@@ -174,6 +174,7 @@ def test_in_process_master_and_slave_replicate_and_sync_master_waits(tmp_path, s
             assert ha.push2slave_max_offset >= results[-1].commitlog_offset + results[-1].wrote_bytes
             assert s.runtime_info()["ha"]["error"] is None
             s.wait_dispatched()
+            m.wait_dispatched()
             assert [x.body for x in queue_messages(s, "ha-topic", 1)] == \
                 [x.body for x in queue_messages(m, "ha-topic", 1)]
             replicated = s.commit_log.max_offset
