@@ -119,3 +119,21 @@ def test_sync_master_and_slave_processes(tmp_path):
     assert got == want
     ids = {x[1][900:] for q in got.values() for x in q}
     assert len(got[0]) + len(got[1]) >= len(acked) and all(f"a-{i}".encode() in ids for i in range(150))
+
+
+def test_remoting_sends_to_a_slave_and_to_a_sync_master_without_one(tmp_path):
+    """The classic protocol's answers (4.9.7's SendMessageProcessor): a slave's store refuses puts,
+    SERVICE_NOT_AVAILABLE (14); a SYNC_MASTER with no slave stores the message and answers SLAVE_NOT_AVAILABLE (11)."""
+    from remoting_util import Client, RemotingProcess, send_v2
+    with RemotingProcess(str(tmp_path / "s"), {"brokerRole": "SLAVE", "brokerId": "1", "brokerIP1": "127.0.0.1"},
+                         namesrv=False) as slave:
+        c = Client(slave.address)
+        a = send_v2(c, "t-ha", b"x")
+        assert a.code == 14 and "SLAVE" in a.remark
+        c.close()
+    with RemotingProcess(str(tmp_path / "m"), {"brokerRole": "SYNC_MASTER", "haListenPort": "0",
+                                               "brokerIP1": "127.0.0.1"}, namesrv=False) as master:
+        c = Client(master.address)
+        a = send_v2(c, "t-ha", b"x")
+        assert a.code == 11 and a.ext_fields["queueOffset"] == "0"     # stored all the same
+        c.close()

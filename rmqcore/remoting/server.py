@@ -34,7 +34,7 @@ from ..broker.errors import (IllegalNameError, MessageNotFoundError, NoPermissio
 from ..broker.mix_all import RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_config import TopicConfig
 from ..broker.topic_validator import PERM_READ, PERM_WRITE
-from ..errors import MessageIllegalError, RmqStoreError
+from ..errors import BrokerRoleError, MessageIllegalError, RmqStoreError
 from ..server.events import ServerEvents
 from ..server.filter import FilterError, compile_filter
 from ..status import GetStatus, PutStatus
@@ -220,7 +220,9 @@ class RemotingServer:
         self._arrivals: dict[str, asyncio.Event] = {}
         self._woken: set[str] = set()
         self._dispatch_pending = False
-        self._sync = broker.store_config.flush_disk_type == "SYNC_FLUSH"
+        # a put that waits (SYNC_FLUSH's flush, SYNC_MASTER's slave) runs in the send executor, not the loop
+        self._sync = (broker.store_config.flush_disk_type == "SYNC_FLUSH"
+                      or broker.store_config.broker_role == "SYNC_MASTER")
         self.executor: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._closed = asyncio.Event()
@@ -497,6 +499,9 @@ class RemotingConnection(asyncio.Protocol):
             raise Refusal(SUBSCRIPTION_GROUP_NOT_EXIST, str(e)) from None
         except (MessageIllegalError, IllegalNameError) as e:
             raise Refusal(MESSAGE_ILLEGAL, str(e)) from None
+        except BrokerRoleError as e:
+            # a SLAVE's store refuses puts; RocketMQ's broker answers SERVICE_NOT_AVAILABLE (the store's status)
+            raise Refusal(SERVICE_NOT_AVAILABLE, str(e)) from None
         except (QueueIdIllegalError, RmqStoreError) as e:
             raise Refusal(SYSTEM_ERROR, str(e)) from None
 

@@ -163,8 +163,8 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as e:
             print(f"rmqcore serve: error: --http needs rmqcore.console ({e})", file=sys.stderr)
             return 1
-    ha = _ha_settings(args, sc, host or (remoting[0] if remoting is not None else "127.0.0.1"))
     try:
+        ha = _ha_settings(args, sc, host or (remoting[0] if remoting is not None else "127.0.0.1"))
         broker = Broker.open(args.store, bc, store_config=sc)
     except BaseException:
         if remoting is not None:
