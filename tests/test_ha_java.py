@@ -2,8 +2,8 @@
 (the Java HAClient's reports, rmqcore's frames), and an rmqcore SLAVE of a Java master (fed by the harness's Java
 producer). The slave's commitlog files must end byte-identical to the master's.
 
-Needs the Java broker built by ``../shared/java-broker/prebuilt.sh`` (BUILD=DIR) and ``RMQCORE_JBROKER_BUILD=DIR``
-(and, for the Java master, ``RMQCORE_JBROKER_HARNESS`` = the folder of its run.sh); skipped otherwise. No name
+Needs a JDK and the Java broker harness (tests/java_util.py: ../shared/java-broker, built once by its prebuilt.sh);
+skipped, saying which is missing, otherwise. No name
 server for the Java slave: it is given haMasterAddress (4.9.7's BrokerController then never asks a name server
 for it); its metadata pulls (SlaveSynchronize) need rmqcore's remoting front and are not tested here."""
 from __future__ import annotations
@@ -21,13 +21,16 @@ pytest.importorskip("grpc")
 
 from test_ha_serve import TOPIC, _files, _free_port, _send  # noqa: E402
 from serve_util import ServerProcess, prepare  # noqa: E402
+from java_util import build_dir, ensure_build, harness  # noqa: E402
 
-BUILD = os.environ.get("RMQCORE_JBROKER_BUILD", "")
+BUILD = build_dir()
+HARNESS = harness() or ""
 FILE = 1024 * 1024
 
-pytestmark = pytest.mark.skipif(
-    not (BUILD and os.path.isfile(os.path.join(BUILD, "cp.txt")) and shutil.which("java")),
-    reason="needs a JDK and the Java 4.9.7 broker from ../shared/java-broker/prebuilt.sh (set RMQCORE_JBROKER_BUILD)")
+
+@pytest.fixture(autouse=True, scope="module")
+def _java_broker():
+    ensure_build()
 
 JFLAGS = ["-XX:+UseG1GC", "-Dfile.encoding=UTF-8", "--add-opens", "java.base/java.nio=ALL-UNNAMED",
           "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
@@ -105,11 +108,6 @@ def _harness(*args, env):
                           timeout=300)
 
 
-HARNESS = os.environ.get("RMQCORE_JBROKER_HARNESS", "")      # the folder of run.sh (../shared/java-broker)
-
-
-@pytest.mark.skipif(not (HARNESS and os.path.isfile(os.path.join(HARNESS, "run.sh"))),
-                    reason="needs RMQCORE_JBROKER_HARNESS: the folder of the Java broker harness's run.sh")
 def test_rmqcore_slave_of_a_java_master(tmp_path):
     from rmqcore import MessageStore, StoreConfig
     from store_util import queue_messages

@@ -2,47 +2,26 @@
 `rmqcore serve --remoting --namesrv` in a child process: tests/java/RemotingScenario.java, compiled here against
 the java-broker harness's classpath (../shared/java-broker, set up by its prebuilt.sh: Debian jars only).
 
-Where the harness is: $RMQCORE_JAVA_BROKER, else ../shared/java-broker or ../../shared/java-broker beside the
-repository. Its build goes to $RMQCORE_JBROKER_BUILD (default ~/.cache/rmqcore/jbroker), made once with
-``NO_APT=1 prebuilt.sh`` (CI apt-gets the Debian jars in .ci/run). Without a JDK, the harness or its jars, every
-test here skips and says which is missing.
+Where the harness and its build are: tests/java_util.py. Without a JDK, the harness or its jars, every test here
+skips and says which is missing.
 """
 import os
-import shutil
 import subprocess
 
 import pytest
 
+from java_util import ensure_build
 from remoting_util import RemotingProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JAVA_DIR = os.path.join(ROOT, "tests", "java")
 
 
-def _harness():
-    env = os.environ.get("RMQCORE_JAVA_BROKER")
-    for d in ([env] if env else []) + [os.path.join(ROOT, "..", "shared", "java-broker"),
-                                       os.path.join(ROOT, "..", "..", "shared", "java-broker")]:
-        if d and os.path.exists(os.path.join(d, "prebuilt.sh")):
-            return os.path.abspath(d)
-    return None
-
-
 @pytest.fixture(scope="module")
 def java(tmp_path_factory):
     """(java command prefix) with the client classpath and the scenarios compiled."""
-    if not shutil.which("java") or not shutil.which("javac"):
-        pytest.skip("no JDK (java and javac): apt-get install default-jdk-headless")
-    harness = _harness()
-    if harness is None:
-        pytest.skip("the java-broker harness is not here (set RMQCORE_JAVA_BROKER to ../shared/java-broker)")
-    build = os.environ.get("RMQCORE_JBROKER_BUILD", os.path.expanduser("~/.cache/rmqcore/jbroker"))
+    build = ensure_build()
     cp_file = os.path.join(build, "cp.txt")
-    if not os.path.exists(cp_file):
-        r = subprocess.run(["bash", os.path.join(harness, "prebuilt.sh")], env={**os.environ, "BUILD": build,
-                           "NO_APT": "1"}, capture_output=True, text=True, timeout=600)
-        if r.returncode != 0 or not os.path.exists(cp_file):
-            pytest.skip(f"the java-broker harness did not set up (Debian's jars missing?): {r.stderr[-500:]}")
     with open(cp_file) as f:
         cp = f.read().strip()
     classes = str(tmp_path_factory.mktemp("java-classes"))
