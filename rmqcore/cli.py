@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from .admin_views import EXIT_ERROR, EXIT_OK, EXIT_PROBLEM, table
 from .admin_views import emit_json as _emit_json
+from .compression import COMPRESSED_FLAG, DEFAULT_LIMIT as DEFAULT_BODY_LIMIT, producer_body
 
 
 class CliError(Exception):
@@ -106,22 +107,32 @@ class ProgressBar:
             self.stream.flush()
 
 
-def message_dict(m: Any, body: str = "base64") -> dict:
-    """A MessageExt as JSON-able fields (body base64, or UTF-8 text with ``body="text"``, bad bytes replaced)."""
+def _body(m: Any, limit: int) -> tuple[bytes, str | None]:
+    """The body the producer sent (a compressed record's inflated, no further than ``limit``) and what to say of
+    its compression: None, "ZLIB" (or LZ4, ZSTD), or "ZLIB, not inflated: why" with the stored bytes."""
+    raw, name, error = producer_body(m.body, m.sys_flag, limit)
+    return raw, (f"{name}, not inflated: {error}" if error else name)
+
+
+def message_dict(m: Any, body: str = "base64", limit: int = DEFAULT_BODY_LIMIT) -> dict:
+    """A MessageExt as JSON-able fields (body base64, or UTF-8 text with ``body="text"``, bad bytes replaced): the
+    body the producer sent, ``compression`` saying how it is stored (None: as it is; see _body)."""
     d = m.as_dict()
-    raw = d.pop("body")
+    del d["body"]
+    raw, d["compression"] = _body(m, limit)
     d["body"] = (base64.b64encode(raw).decode("ascii") if body == "base64"
                  else raw.decode("utf-8", "replace"))
     d.update(topic=m.topic, tags=m.tags, keys=list(m.keys), msg_id=m.msg_id, uniq_key=m.uniq_key)
     return d
 
 
-def _message_line(m: Any) -> str:
-    body = bytes(m.body[:40])
-    more = "..." if m.body.nbytes > 40 else ""
+def _message_line(m: Any, limit: int = DEFAULT_BODY_LIMIT) -> str:
+    raw, compression = _body(m, limit) if m.sys_flag & COMPRESSED_FLAG else (bytes(m.body[:40]), None)
+    body = raw[:40]
+    more = "..." if len(raw) > 40 or m.body.nbytes > 40 else ""
     return (f"{m.commitlog_offset:>14}  {m.topic}/{m.queue_id}@{m.queue_offset}  {m.store_size} B  "
             f"{_fmt_ts(m.store_timestamp)}  tags={m.tags or '-'}  keys={' '.join(m.keys) or '-'}  "
-            f"id={m.msg_id}  body={body!r}{more}")
+            f"id={m.msg_id}  body={body!r}{more}" + (f"  compressed={compression}" if compression else ""))
 
 
 def _reader(args: argparse.Namespace):
@@ -129,12 +140,12 @@ def _reader(args: argparse.Namespace):
     return StoreReader(args.store)
 
 
-def _print_messages(msgs: list, args: argparse.Namespace, out: TextIO) -> int:
+def _print_messages(msgs: list, args: argparse.Namespace, out: TextIO, limit: int) -> int:
     if args.json:
-        _emit_json([message_dict(m, args.body) for m in msgs], out)
+        _emit_json([message_dict(m, args.body, limit) for m in msgs], out)
     else:
         for m in msgs:
-            print(_message_line(m), file=out)
+            print(_message_line(m, limit), file=out)
         if not msgs:
             print("no message found", file=sys.stderr)
     return EXIT_OK if msgs else EXIT_PROBLEM
@@ -591,7 +602,7 @@ def get_cmd(args: argparse.Namespace) -> int:
                 msgs = r.get(args.topic, args.queue, args.offset, args.count)
             except (KeyError, IndexError) as e:
                 raise CliError(e.args[0]) from None
-        return _print_messages(msgs, args, sys.stdout)
+        return _print_messages(msgs, args, sys.stdout, r.config.max_message_size)
 
 
 def query_cmd(args: argparse.Namespace) -> int:
@@ -612,7 +623,7 @@ def query_cmd(args: argparse.Namespace) -> int:
         else:
             raise CliError("give --key, or a time window with --begin/--end")
         more = len(msgs) > args.max
-        code = _print_messages(msgs[:args.max], args, sys.stdout)
+        code = _print_messages(msgs[:args.max], args, sys.stdout, r.config.max_message_size)
         if more:
             last = msgs[args.max - 1]
             if args.key is not None:
@@ -656,9 +667,9 @@ def dump_cmd(args: argparse.Namespace) -> int:
                 break
             shown += 1
             if args.json:
-                print(json.dumps(message_dict(item, args.body), default=str), file=out)
+                print(json.dumps(message_dict(item, args.body, r.config.max_message_size), default=str), file=out)
             else:
-                print(_message_line(item), file=out)
+                print(_message_line(item, r.config.max_message_size), file=out)
     if bad:
         print(f"{bad} bad record(s) skipped", file=sys.stderr)
     return EXIT_PROBLEM if bad else EXIT_OK
@@ -772,7 +783,7 @@ def stats_cmd(args: argparse.Namespace) -> int:
 
 _EXPORT_FIELDS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_size", "body_crc", "flag",
                   "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
-                  "prepared_transaction_offset", "tags", "keys", "msg_id", "uniq_key", "properties", "body")
+                  "prepared_transaction_offset", "tags", "keys", "msg_id", "uniq_key", "properties", "compression", "body")
 
 
 def _selected(r, args: argparse.Namespace, progress: Callable[[int], None]) -> Iterable:
@@ -803,8 +814,8 @@ def _export_format(args: argparse.Namespace) -> str:
     return _EXPORT_EXTENSIONS[ext]
 
 
-def _export_row(m: Any, body: str) -> dict:
-    d = message_dict(m, body)
+def _export_row(m: Any, body: str, limit: int) -> dict:
+    d = message_dict(m, body, limit)
     return {k: d[k] for k in _EXPORT_FIELDS}
 
 
@@ -837,14 +848,14 @@ def export_cmd(args: argparse.Namespace) -> int:
                 try:
                     if fmt == "jsonl":
                         for m in _selected(r, args, bar.update):
-                            f.write(json.dumps(_export_row(m, args.body), default=str) + "\n")
+                            f.write(json.dumps(_export_row(m, args.body, r.config.max_message_size), default=str) + "\n")
                             count += 1
                     else:
                         import csv
                         w = csv.writer(f)
                         w.writerow(_EXPORT_FIELDS)
                         for m in _selected(r, args, bar.update):
-                            row = _export_row(m, args.body)
+                            row = _export_row(m, args.body, r.config.max_message_size)
                             # keys space-separated as RocketMQ's KEYS property holds them; properties as JSON
                             row.update(keys=" ".join(row["keys"]), properties=json.dumps(row["properties"]))
                             w.writerow([row[k] for k in _EXPORT_FIELDS])
@@ -861,11 +872,12 @@ def export_cmd(args: argparse.Namespace) -> int:
                     ("reconsume_times", pa.int32()), ("prepared_transaction_offset", pa.int64()),
                     ("tags", pa.string()), ("keys", pa.list_(pa.string())), ("msg_id", pa.string()),
                     ("uniq_key", pa.string()), ("properties", pa.map_(pa.string(), pa.string())),
-                    ("body", pa.binary())])
+                    ("compression", pa.string()), ("body", pa.binary())])
                 with pq.ParquetWriter(tmp, schema) as w:
                     rows: list[dict] = []
                     for m in _selected(r, args, bar.update):
                         d = m.as_dict()
+                        d["body"], d["compression"] = _body(m, r.config.max_message_size)
                         d.update(tags=m.tags, keys=list(m.keys), msg_id=m.msg_id, uniq_key=m.uniq_key,
                                  born_host=str(d["born_host"]), store_host=str(d["store_host"]),
                                  properties=list(d["properties"].items()))

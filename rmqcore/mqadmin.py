@@ -44,12 +44,19 @@ class RemoteAdmin:
         self.base = url.rstrip("/") + "/api/v1"
         self.auth = ("Basic " + base64.b64encode(user.encode()).decode()) if user else None
         self.timeout = timeout
+        self._token = None
 
     def _call(self, method: str, path: str, body: dict | None = None, query: dict | None = None):
         url = self.base + path
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v not in (None, "")})
         headers = {"Accept": "application/json"}
+        if method != "GET":
+            # Every change carries the console's token (docs/console-api.md), read once from the session.
+            if self._token is None:
+                session = self._call("GET", "/session")
+                self._token = (session["csrf_header"], session["csrf_token"])
+            headers[self._token[0]] = self._token[1]
         data = None
         if body is not None:
             data = json.dumps(body).encode()

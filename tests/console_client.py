@@ -17,11 +17,18 @@ HOST_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "console_
 
 
 class HostProcess:
-    def __init__(self, store: str, acl: str | None = None):
+    """``anonymous_changes``: without ``acl``, start the console with --console-allow-anonymous-changes (changes
+    are refused otherwise). ``request`` sends the console's change token on every change unless told not to."""
+
+    def __init__(self, store: str, acl: str | None = None, anonymous_changes: bool = False, allowed_hosts=()):
         self.store = store
         args = [sys.executable, HOST_SCRIPT, store]
         if acl:
             args += ["--acl", acl]
+        if anonymous_changes:
+            args.append("--console-allow-anonymous-changes")
+        for name in allowed_hosts:
+            args += ["--console-allowed-host", name]
         # the host imports the rmqcore this test imported (never an unpacked sdist's uncompiled sources)
         pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=pkg_parent,
@@ -32,6 +39,7 @@ class HostProcess:
             raise RuntimeError(f"console host exited with {self.proc.returncode} before listening")
         self.port = json.loads(line)["port"]
         self.url = f"http://127.0.0.1:{self.port}"
+        self._token = None
 
     def cmd(self, op: str, **args):
         self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
@@ -41,11 +49,22 @@ class HostProcess:
             raise AssertionError(f"host refused {op}: {answer['error']}")
         return answer.get("result")
 
+    def token(self, auth: tuple[str, str] | None = None) -> str:
+        """The console's change token, as a script reads it (GET /api/v1/session)."""
+        if self._token is None:
+            status, _h, body = self.request("GET", "/api/v1/session", auth=auth, token=False)
+            assert status == 200, (status, body)
+            self._token = body["csrf_token"]
+        return self._token
+
     def request(self, method: str, path: str, body=None, auth: tuple[str, str] | None = None,
-                headers: dict | None = None, raw: bytes | None = None):
-        """(status, headers, parsed JSON or text) of one HTTP request to the console."""
+                headers: dict | None = None, raw: bytes | None = None, token: bool = True):
+        """(status, headers, parsed JSON or text) of one HTTP request to the console; a change carries the
+        console's token unless ``token`` is false (or ``headers`` gives one)."""
         data = raw
         hdrs = dict(headers or {})
+        if token and method not in ("GET", "HEAD"):
+            hdrs.setdefault("X-RMQ-CSRF-Token", self.token(auth))
         if body is not None:
             data = json.dumps(body).encode()
             hdrs.setdefault("Content-Type", "application/json")

@@ -2,7 +2,8 @@
 by the sends and pulls this process makes, the console on 127.0.0.1 (port 0). The test drives it with one JSON
 command a line on stdin and reads one JSON answer a line on stdout; the first line out is {"port": N}.
 
-    python tests/console_host.py STORE [--acl AK:SK:admin,AK2:SK2:] [--seed N]
+    python tests/console_host.py STORE [--acl AK:SK:admin,AK2:SK2:] [--seed N] [--console-allow-anonymous-changes]
+                                 [--console-allowed-host NAME]
 
 Commands (each answers {"ok": true, ...} or {"ok": false, "error": ...}):
   send     {topic, n, key_prefix?, queue_id?, tags?}       store n messages (keys key_prefix-i, JSON bodies)
@@ -151,7 +152,9 @@ async def main():
         broker.create_topic("orders", 4)
         broker.update_group(SubscriptionGroupConfig("billing"))
         broker.update_group(SubscriptionGroupConfig("audit", retry_max_times=3))
-        runner = await serve_console(host, "127.0.0.1", 0)
+        extra = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--console-allowed-host"]
+        runner = await serve_console(host, "127.0.0.1", 0, allowed_hosts=extra,
+                                     allow_anonymous_changes="--console-allow-anonymous-changes" in sys.argv)
         host.port = runner.port
         print(json.dumps({"port": runner.port}), flush=True)
         done = asyncio.Event()

@@ -22,7 +22,7 @@ from console_client import HostProcess, q  # noqa: E402
 
 @pytest.fixture
 def host(tmp_path):
-    h = HostProcess(str(tmp_path / "store"))
+    h = HostProcess(str(tmp_path / "store"), anonymous_changes=True)
     yield h
     assert h.stop() == 0
 
@@ -218,7 +218,108 @@ def test_changes_need_json_from_this_origin(host):
     assert status == 415
     status, _h, body = host.post("/api/v1/topics", {"topic": "x"}, headers={"Origin": "http://evil.example"})
     assert status == 403 and "cross-origin" in body["error"]
+    status, _h, body = host.post("/api/v1/topics", {"topic": "x"}, headers={"Sec-Fetch-Site": "cross-site"})
+    assert status == 403 and "cross-site" in body["error"]
     assert host.get("/api/v1/topics?q=x")["total"] == 0
+
+
+def test_every_change_needs_the_consoles_token(host):
+    # issue 36: a same-origin token on every change. A script reads it from /api/v1/session; the pages carry it.
+    session = host.get("/api/v1/session")
+    assert session["csrf_header"] == "X-RMQ-CSRF-Token" and len(session["csrf_token"]) >= 32
+    assert session["changes_allowed"] is True and session["user"] is None
+    assert f'<meta name="rmq-csrf-token" content="{session["csrf_token"]}">' in host.get("/topics")
+    host.cmd("send", topic="orders", n=4)
+    host.cmd("consume", group="billing", topic="orders", max_count=4, ack=True)
+    changes = [("POST", "/api/v1/topics", {"topic": "x"}), ("DELETE", "/api/v1/topics/orders", None),
+               ("POST", "/api/v1/groups", {"group": "g"}), ("DELETE", "/api/v1/groups/billing", None),
+               ("POST", "/api/v1/groups/billing/reset-offset", {"timestamp": 0}),
+               ("POST", "/api/v1/messages/0/resend", {})]
+    for token in (None, "", "wrong", session["csrf_token"][:-1]):
+        for method, path, body in changes:
+            headers = {} if token is None else {"X-RMQ-CSRF-Token": token}
+            status, _h, answer = host.request(method, path, body=body, headers=headers, token=token is not None)
+            assert status == 403 and "X-RMQ-CSRF-Token" in answer["error"], (method, path, token, answer)
+    # nothing changed
+    assert host.get("/api/v1/topics?q=x")["total"] == 0
+    assert host.get("/api/v1/topics/orders")["topic"] == "orders"
+    assert host.get("/api/v1/groups/billing")["lag"] == 0
+    # with the token (and a same-origin browser's headers) the change is made
+    port = host.port
+    status, _h, body = host.post("/api/v1/topics", {"topic": "x"},
+                                 headers={"Origin": f"http://127.0.0.1:{port}", "Sec-Fetch-Site": "same-origin"})
+    assert status == 200 and body["created"]
+
+
+def test_a_foreign_host_is_refused_even_with_a_matching_origin(tmp_path):
+    # DNS rebinding: a page of evil.example, its name rebound to 127.0.0.1, sends Host and Origin of evil.example.
+    h = HostProcess(str(tmp_path / "store"), anonymous_changes=True, allowed_hosts=["console.example"])
+    try:
+        h.cmd("send", topic="orders", n=2)
+        token = h.token()
+        for name in ("evil.example", "127.0.0.1.evil.example", "[::2]"):
+            host_header = f"{name}:{h.port}"
+            for method, path, body in (("GET", "/api/v1/messages/0", None), ("GET", "/", None),
+                                       ("GET", "/api/v1/session", None), ("GET", "/metrics", None),
+                                       ("POST", "/api/v1/topics", {"topic": "rebound"}),
+                                       ("DELETE", "/api/v1/topics/orders", None)):
+                headers = {"Host": host_header, "Origin": f"http://{host_header}", "X-RMQ-CSRF-Token": token}
+                status, _h, answer = h.request(method, path, body=body, headers=headers)
+                assert status == 421 and "not a name of this console" in answer["error"], (name, path, answer)
+        assert h.get("/api/v1/topics?q=rebound")["total"] == 0
+        assert h.get("/api/v1/topics/orders")["topic"] == "orders"
+        # names of the console: the bound address, localhost, and a name given with --console-allowed-host
+        for name in ("127.0.0.1", "localhost", "LOCALHOST", "localhost.", "console.example"):
+            assert h.request("GET", "/api/v1/overview", headers={"Host": f"{name}:{h.port}"})[0] == 200, name
+        status, _h, _b = h.post("/api/v1/topics", {"topic": "named"},
+                                headers={"Host": f"console.example:{h.port}",
+                                         "Origin": f"http://console.example:{h.port}"})
+        assert status == 200
+    finally:
+        assert h.stop() == 0
+
+
+def test_without_accounts_changes_are_refused_unless_allowed_explicitly(tmp_path):
+    h = HostProcess(str(tmp_path / "store"))
+    try:
+        h.cmd("send", topic="orders", n=3)
+        assert h.get("/api/v1/topics/orders")["topic"] == "orders"          # reads stay open, as gRPC's
+        assert h.get("/api/v1/session")["changes_allowed"] is False
+        for method, path, body in (("POST", "/api/v1/topics", {"topic": "x"}),
+                                   ("DELETE", "/api/v1/topics/orders", None),
+                                   ("POST", "/api/v1/groups/billing/reset-offset", {"timestamp": 0})):
+            status, _h, answer = h.request(method, path, body=body)        # with the token
+            assert status == 403 and "--console-allow-anonymous-changes" in answer["error"], answer
+        assert h.get("/api/v1/topics?q=x")["total"] == 0
+        assert h.get("/api/v1/topics/orders")["topic"] == "orders"
+    finally:
+        assert h.stop() == 0
+
+
+def test_access_names_and_the_exposed_bind_warning(caplog):
+    import logging
+
+    from rmqcore.console.access import ConsoleAccess, allowed_hosts, host_name, is_loopback
+    from rmqcore.console.app import _warn_exposed
+    assert [host_name(x) for x in ("[::1]:8080", "Example.COM.:80", "h", "::1", "[fe80::1]")] == \
+        ["::1", "example.com", "h", "::1", "fe80::1"]
+    assert is_loopback("127.0.0.2") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.1") and not is_loopback("example.com")
+    loop = allowed_hosts("127.0.0.1", ["Proxy.Example."])
+    assert {"127.0.0.1", "localhost", "proxy.example"} <= loop and "evil.example" not in loop
+    wild = allowed_hosts("0.0.0.0")
+    assert {"127.0.0.1", "::1", "localhost"} <= wild
+
+    class Server:
+        acl = None
+    caplog.set_level(logging.WARNING, logger="rmqcore.console.app")
+    _warn_exposed(Server(), "127.0.0.1", ConsoleAccess.for_bind("127.0.0.1"))
+    assert not caplog.records
+    _warn_exposed(Server(), "192.0.2.1", ConsoleAccess.for_bind("192.0.2.1", allow_anonymous_changes=True))
+    [rec] = caplog.records
+    text = rec.getMessage()
+    assert "not a loopback address" in text and "no accounts" in text and "no TLS" in text
+    assert "--console-allow-anonymous-changes" in text
 
 
 def test_basic_auth_with_the_servers_accounts(tmp_path):

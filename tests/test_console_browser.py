@@ -109,7 +109,7 @@ def _visit(driver, url, shots, name):
 
 def test_console_pages_and_actions_in_chromium(tmp_path, browser, shots):
     from selenium.webdriver.common.by import By
-    host = HostProcess(str(tmp_path / "store"))
+    host = HostProcess(str(tmp_path / "store"), anonymous_changes=True)
     try:
         sent = host.cmd("send", topic="orders", n=30, key_prefix="order")
         # Traffic over a few seconds, so the overview's chart has a shape to draw.

@@ -3,6 +3,7 @@
 expire, in the JSON API and in the Prometheus metrics alike."""
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import time
@@ -167,3 +168,54 @@ def test_a_client_whose_channel_closed_is_gone_everywhere_at_once(tmp_path):
         # gone at once: well inside the heartbeat expiry (120 s), whatever the machine's load
         assert wait_for(lambda: seen() == (0, 0, 0.0), timeout=30), seen()
         assert server.terminate() == 0
+
+
+def test_console_is_served_over_tls_with_the_grpc_certificate(tmp_path):
+    # issue 36: with --tls-cert the console is HTTPS too (Basic auth carried the secret key in clear).
+    import base64
+    import shutil
+    import ssl
+    import subprocess
+    import urllib.error
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                       capture_output=True)
+    if r.returncode:
+        pytest.skip(f"openssl cannot make a certificate here: {r.stderr[-200:]!r}")
+    acl = tmp_path / "acl.json"
+    acl.write_text(json.dumps({"accounts": [{"accessKey": "root", "secretKey": "root-secret", "admin": True}]}))
+    store = str(tmp_path / "store")
+    with ServerProcess(store, FAST_CONF, args=["--http", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
+                                               "--acl", str(acl)]) as srv:
+        try:
+            assert srv.console_url.startswith("https://127.0.0.1:")
+            trusted = ssl.create_default_context(cafile=cert)
+            auth = {"Authorization": "Basic " + base64.b64encode(b"root:root-secret").decode()}
+
+            def call(method, path, body=None, headers=None, context=trusted, url=srv.console_url):
+                data = json.dumps(body).encode() if body is not None else None
+                h = dict(auth, **(headers or {}))
+                if data is not None:
+                    h["Content-Type"] = "application/json"
+                req = urllib.request.Request(url + path, data=data, method=method, headers=h)
+                with urllib.request.urlopen(req, timeout=10, context=context) as resp:
+                    return json.loads(resp.read())
+            session = call("GET", "/api/v1/session")
+            assert session["tls"] is True and session["user"] == "root" and session["changes_allowed"] is True
+            origin = srv.console_url                 # a browser on the https page sends this Origin
+            created = call("POST", "/api/v1/topics", {"topic": "over_tls"},
+                           {"X-RMQ-CSRF-Token": session["csrf_token"], "Origin": origin})
+            assert created["created"]
+            # the http Origin of the same host is another origin
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                call("POST", "/api/v1/topics", {"topic": "x"},
+                     {"X-RMQ-CSRF-Token": session["csrf_token"], "Origin": origin.replace("https:", "http:")})
+            assert refused.value.code == 403
+            # plain HTTP gets no answer from the TLS port
+            with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+                urllib.request.urlopen(srv.console_url.replace("https:", "http:") + "/api/v1/overview", timeout=10)
+        finally:
+            assert srv.terminate() == 0

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 from unittest import mock
 
 import pytest
@@ -82,11 +83,15 @@ def bodies(draw, encoding):
     if encoding != pb.GZIP:
         return draw(mostly(st.just(raw), st.one_of(st.just(b""), st.binary(min_size=65, max_size=80))))
     packed = gzip.compress(raw)
-    return draw(mostly(st.just(packed), st.sampled_from([
-        raw,                                        # not gzip at all (BadGzipFile)
+    deflated = zlib.compress(raw, 5)                # what RocketMQ's clients write under GZIP: stored as it came
+    return draw(mostly(st.sampled_from([packed, deflated]), st.sampled_from([
+        raw,                                        # neither gzip nor zlib (or, by chance, a zlib header)
         packed[:len(packed) // 2],                  # cut short (EOFError)
         packed[:10] + b"\xff" * 12,                 # a gzip header over a stream that is not deflate (zlib.error)
         packed + b"trailing garbage",
+        deflated[:len(deflated) // 2],              # a zlib header: stored as it came (the reader inflates)
+        b"\x78\x9d" + deflated[2:],                 # check bits wrong: not a zlib header
+        b"\x78\xbb" + deflated[2:],                 # a preset dictionary: not a body Java inflates
         b"",
     ])))
 
@@ -283,6 +288,51 @@ def test_a_gzip_body_that_expands_past_the_limit_is_refused_without_expanding_it
     m.body = gzip.compress(b"y" * (4 * 1024 * 1024))                 # exactly the limit: taken
     for convert in (compiled.to_store_messages, reference.to_store_messages):
         assert len(convert([m], 4 * 1024 * 1024)[0][0].body) == 4 * 1024 * 1024
+
+
+def test_a_zlib_body_under_gzip_is_stored_as_it_came_flagged_compressed():
+    # What RocketMQ 5's clients write under GZIP (a Deflater stream), stored as the proxy stores it: the bytes as
+    # sent, sysFlag COMPRESSED (what a 4.x consumer inflates), nothing inflated on the way in.
+    packed = zlib.compress(b"z" * 6000, 5)
+    m = _valid(body_encoding=pb.GZIP)
+    m.body = packed
+    for convert in (compiled.to_store_message, reference.to_store_message):
+        msg = convert(m)[0]
+        assert bytes(msg.body) == packed and msg.sys_flag == 0x1
+    m.body = b"\x00\x01 neither"
+    for convert in (compiled.to_store_message, reference.to_store_message):
+        with pytest.raises(reference.InvalidMessage, match="neither a zlib stream") as e:
+            convert(m)
+        assert e.value.code == pb.MESSAGE_CORRUPTED
+
+
+def test_the_gzip_bodies_of_a_request_expand_to_no_more_than_max_message_size_together():
+    # Each body expands to 1 MiB, under the 4 MiB limit of one; a request of 64 would store 64 MiB from ~70 KiB
+    # sent. The request as a whole is held to max_message_size (RocketMQ's limit on a batch): refused at the fifth,
+    # having expanded no more than the limit.
+    import tracemalloc
+    one = _valid(body_encoding=pb.GZIP)
+    one.body = gzip.compress(bytes(1024 * 1024))
+    limit = 4 * 1024 * 1024
+    for convert in (compiled.to_store_messages, reference.to_store_messages):
+        assert len(convert([one] * 4, limit)) == 4                   # 4 MiB in all: taken
+        tracemalloc.start()
+        try:
+            with pytest.raises(reference.InvalidMessage) as e:
+                convert([one] * 64, limit)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert e.value.code == pb.MESSAGE_BODY_TOO_LARGE
+        assert str(e.value) == ("gzip bodies of the request expand past 4194304 bytes together (max_message_size, "
+                                "for a request as a whole)")
+        assert peak < 16 * 1024 * 1024
+    # zlib bodies are not expanded at all: any number of them is taken, as sent
+    deflated = _valid(body_encoding=pb.GZIP)
+    deflated.body = zlib.compress(bytes(1024 * 1024))
+    for convert in (compiled.to_store_messages, reference.to_store_messages):
+        got = convert([deflated] * 64, limit)
+        assert len(got) == 64 and all(m.sys_flag == 1 and bytes(m.body) == deflated.body for m, _t in got)
 
 
 # -- the answer ---------------------------------------------------------------------------------------------------

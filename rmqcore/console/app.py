@@ -24,6 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..broker.errors import BrokerError, IllegalNameError, NoPermissionError
 from ..errors import RmqStoreError
+from .access import ALLOWED_HOST_FLAG, CHANGE_METHODS, TOKEN_HEADER, ConsoleAccess, is_loopback
 from .data import DEFAULT_LIMIT, MAX_LIMIT, MESSAGE_TYPES, ConsoleData, ConsoleError, int_arg
 from .history import WINDOW_S, MinuteHistory
 from .metrics import make_registry
@@ -42,6 +43,8 @@ JINJA_KEY = web.AppKey("jinja", jinja2.Environment)
 SAMPLER_KEY = web.AppKey("sampler", asyncio.Task)
 HISTORY_KEY = web.AppKey("history", MinuteHistory)
 MINUTES_KEY = web.AppKey("minutes", asyncio.Task)
+ACCESS_KEY = web.AppKey("access", ConsoleAccess)
+REFUSED_HOSTS_KEY = web.AppKey("refused_hosts", set)
 
 
 def plotly_js_path() -> str | None:
@@ -63,10 +66,28 @@ def _unauthorized(text: str) -> web.Response:
 
 
 @web.middleware
+async def host_middleware(request: web.Request, handler):
+    """Every request names this console in its Host (a rebound DNS name does not: see access.py)."""
+    refusal = request.app[ACCESS_KEY].host_refusal(request.headers.get("Host"))
+    if refusal is not None:
+        # Said once per name (a page hammering the console must not flood the log); the rest at debug level.
+        seen = request.app[REFUSED_HOSTS_KEY]
+        name = request.headers.get("Host", "")
+        if name not in seen and len(seen) < 64:
+            seen.add(name)
+            log.warning("console: refused %s %s: %s", request.method, request.path, refusal)
+        else:
+            log.debug("console: refused %s %s: %s", request.method, request.path, refusal)
+        return web.json_response({"error": refusal}, status=421)
+    return await handler(request)
+
+
+@web.middleware
 async def auth_middleware(request: web.Request, handler):
     """HTTP Basic with the gRPC side's accounts: user = accessKey, password = secretKey. Reads need an account,
     changes (POST/PUT/DELETE) an admin one, as RocketMQ's ACL gives admin operations to admins only. With the
-    ACL off (server.acl None) everything is open, as the gRPC side is."""
+    ACL off (server.acl None) reads are open, as the gRPC side is; changes are refused (see csrf_middleware)
+    unless the console was started to allow anonymous changes."""
     acl = getattr(request.app[SERVER_KEY], "acl", None)
     if acl is None:
         request["user"] = None
@@ -90,15 +111,17 @@ async def auth_middleware(request: web.Request, handler):
 
 @web.middleware
 async def csrf_middleware(request: web.Request, handler):
-    """Changes come as JSON from the console's own pages: a cross-site form cannot send application/json
-    without a CORS preflight this server never answers, and a browser's Origin must be this host."""
-    if request.method in ("POST", "PUT", "DELETE", "PATCH"):
+    """Changes come as JSON from the console's own pages or a script holding the token: a cross-site form cannot
+    send application/json nor the token header without a CORS preflight this server never answers, a browser's
+    Origin / Sec-Fetch-Site must say same-origin, and without accounts changes need the explicit flag."""
+    if request.method in CHANGE_METHODS:
         if request.method != "DELETE" and request.content_type != "application/json":
             return web.json_response({"error": "changes take a JSON body (Content-Type: application/json)"},
                                      status=415)
-        origin = request.headers.get("Origin")
-        if origin and origin not in (f"http://{request.host}", f"https://{request.host}"):
-            return web.json_response({"error": f"cross-origin request from {origin} refused"}, status=403)
+        refusal = request.app[ACCESS_KEY].change_refusal(request.headers, request.headers.get("Host"),
+                                                         request.get("user") is not None)
+        if refusal is not None:
+            return web.json_response({"error": refusal}, status=403)
     return await handler(request)
 
 
@@ -127,7 +150,8 @@ def render(request: web.Request, template: str, ctx: dict, status: int = 200) ->
     env = request.app[JINJA_KEY]
     server = request.app[SERVER_KEY]
     ctx = dict(ctx, path=request.path, user=request.get("user"), broker_name=server.broker.config.broker_name,
-               listen=f"{server.host}:{server.port}", message_types=MESSAGE_TYPES, query=request.query)
+               listen=f"{server.host}:{server.port}", message_types=MESSAGE_TYPES, query=request.query,
+               csrf_token=request.app[ACCESS_KEY].token)
     text = env.get_template(template).render(**ctx)
     return web.Response(text=text, content_type="text/html", status=status)
 
@@ -161,6 +185,20 @@ def _offset_arg(request: web.Request) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- reads
+async def api_session(request):
+    """What a script needs before a change: the change token (send it as the header named here), who it is, and
+    whether this console takes changes at all. Same-origin only, as every answer here (no CORS)."""
+    access = request.app[ACCESS_KEY]
+    user = request.get("user")
+    if user is not None:
+        changes = bool(request.app[SERVER_KEY].acl.is_admin(user))
+    else:
+        changes = access.allow_anonymous_changes
+    return web.json_response({"csrf_token": access.token, "csrf_header": TOKEN_HEADER, "user": user,
+                              "changes_allowed": changes, "tls": access.tls},
+                             headers={"Cache-Control": "no-store"})
+
+
 async def api_overview(request):
     return web.json_response(await asyncio.to_thread(_data(request).overview))
 
@@ -427,10 +465,13 @@ def _fmt_int(n) -> str:
     return "–" if n is None else f"{n:,}"
 
 
-def make_app(server) -> web.Application:
-    app = web.Application(middlewares=[error_middleware, auth_middleware, csrf_middleware],
+def make_app(server, access: ConsoleAccess | None = None) -> web.Application:
+    """The console's application; ``access`` defaults to a console on 127.0.0.1 with no anonymous changes."""
+    app = web.Application(middlewares=[error_middleware, host_middleware, auth_middleware, csrf_middleware],
                           client_max_size=1024 * 1024)
     data = ConsoleData(server)
+    app[ACCESS_KEY] = access if access is not None else ConsoleAccess.for_bind("127.0.0.1")
+    app[REFUSED_HOSTS_KEY] = set()
     app[SERVER_KEY] = server
     app[DATA_KEY] = data
     app[HISTORY_KEY] = MinuteHistory(server.broker)
@@ -455,6 +496,7 @@ def make_app(server) -> web.Application:
     r.add_get("/metrics", metrics)
     r.add_get("/static/vendor/plotly.min.js", plotly_js)
     r.add_static("/static", STATIC_DIR)
+    r.add_get(API + "/session", api_session)
     r.add_get(API + "/overview", api_overview)
     r.add_get(API + "/series", api_series)
     r.add_get(API + "/topics", api_topics)
@@ -484,30 +526,55 @@ def make_app(server) -> web.Application:
 class ConsoleRunner:
     """A running console: ``port`` is the bound port; ``await close()`` stops it."""
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int):
+    def __init__(self, runner: web.AppRunner, host: str, port: int, tls: bool = False):
         self._runner = runner
         self.host = host
         self.port = port
+        self.tls = tls
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     async def close(self) -> None:
         await self._runner.cleanup()
 
 
-async def serve_console(server, host: str = "127.0.0.1", port: int = 0) -> ConsoleRunner:
-    """Serve the console and /metrics for ``server`` on ``host:port`` (port 0 picks one) on the running loop."""
-    app = make_app(server)
+def _warn_exposed(server, host: str, access: ConsoleAccess) -> None:
+    """Say it once, at start, when the console is reachable from other machines."""
+    if is_loopback(host):
+        return
+    acl = getattr(server, "acl", None) is not None
+    risks = []
+    if not acl:
+        risks.append("no accounts (--acl): anyone who reaches it reads every message body"
+                     + (" and changes topics, groups and offsets (--console-allow-anonymous-changes)"
+                        if access.allow_anonymous_changes else ""))
+    if not access.tls:
+        risks.append("no TLS (--tls-cert): " + ("Basic auth sends secret keys in clear" if acl
+                                                else "bodies travel in clear"))
+    log.warning("console: listening on %s, not a loopback address%s; it answers to Host %s (add names with %s)",
+                host, (": " + "; ".join(risks)) if risks else "", ", ".join(sorted(access.allowed_hosts)),
+                ALLOWED_HOST_FLAG)
+
+
+async def serve_console(server, host: str = "127.0.0.1", port: int = 0, *, allowed_hosts=(),
+                        allow_anonymous_changes: bool = False, ssl_context=None) -> ConsoleRunner:
+    """Serve the console and /metrics for ``server`` on ``host:port`` (port 0 picks one) on the running loop.
+
+    ``allowed_hosts``: Host names it answers to besides its own (access.allowed_hosts); ``allow_anonymous_changes``:
+    without an ACL, take changes from anyone who reaches it; ``ssl_context``: serve HTTPS."""
+    access = ConsoleAccess.for_bind(host, allowed_hosts, allow_anonymous_changes, ssl_context is not None)
+    app = make_app(server, access)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     try:
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
     bound = runner.addresses[0][1] if runner.addresses else port
-    return ConsoleRunner(runner, host, bound)
+    _warn_exposed(server, host, access)
+    return ConsoleRunner(runner, host, bound, ssl_context is not None)

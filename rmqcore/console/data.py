@@ -27,6 +27,8 @@ from ..admin import parse_time_ms
 from .._codec import decode_offset_msg_id
 from .._message import Message
 from ..broker.errors import PutFailedError
+from ..compression import COMPRESSED_FLAG, COMPRESSION_TYPE_COMPARATOR, DecompressionError, compression_name, \
+    decompress, producer_body
 from ..broker.mix_all import (DLQ_GROUP_TOPIC_PREFIX, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_RETRY_TOPIC,
                               RETRY_GROUP_TOPIC_PREFIX, get_dlq_topic, get_retry_topic)
 from ..broker.subscription_group_config import SubscriptionGroupConfig
@@ -628,8 +630,13 @@ class ConsoleData:
             raise ConsoleError(why, 403)
 
     def message_summary(self, m) -> dict:
-        body = bytes(m.body[:80])
-        return {"commitlog_offset": m.commitlog_offset, "msg_id": m.msg_id, "uniq_key": m.uniq_key,
+        # A compressed body's head as the producer sent it (its first 80 bytes inflated, no more), saying so.
+        compression = compression_name(m.sys_flag)
+        try:
+            body = decompress(m.body, m.sys_flag, 80, head=True)
+        except DecompressionError:
+            body = bytes(m.body[:80])
+        return {"compression": compression,"commitlog_offset": m.commitlog_offset, "msg_id": m.msg_id, "uniq_key": m.uniq_key,
                 "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
                 "tags": m.tags, "keys": list(m.keys), "store_time": fmt_ms(m.store_timestamp),
                 "store_timestamp": m.store_timestamp, "size": m.store_size, "body_size": m.body.nbytes,
@@ -642,8 +649,10 @@ class ConsoleData:
             raise NotFound(f"no message starts at commitlog offset {commitlog_offset}")
         self._check_read(m.topic, user)
         out = self.message_summary(m)
-        raw = bytes(m.body)
+        # The body the producer sent: a compressed one inflated (no further than max_message_size).
+        raw, _name, error = producer_body(m.body, m.sys_flag, self.store.config.max_message_size)
         out.update({
+            "compression_error": error, "sent_body_size": None if error else len(raw),
             "properties": dict(sorted(m.properties.items())), "born_time": fmt_ms(m.born_timestamp),
             "born_host": m.born_host, "store_host": m.store_host, "sys_flag": m.sys_flag, "flag": m.flag,
             "body_crc": m.body_crc, "prepared_transaction_offset": m.prepared_transaction_offset,
@@ -816,7 +825,9 @@ class ConsoleData:
         props.setdefault(PROPERTY_RETRY_TOPIC, m.topic)
         retry_topic = get_retry_topic(group)
         msg = Message(retry_topic, bytes(m.body), random.randrange(max(gc.retry_queue_nums, 1)), properties=props,
-                      flag=m.flag, born_timestamp=m.born_timestamp, born_host=m.born_host, reconsume_times=0)
+                      flag=m.flag, born_timestamp=m.born_timestamp, born_host=m.born_host, reconsume_times=0,
+                      # a compressed body goes as stored, still saying how (else its consumer gets it deflated)
+                      sys_flag=m.sys_flag & (COMPRESSED_FLAG | COMPRESSION_TYPE_COMPARATOR))
         del m
         result = self.broker.send(msg)
         if result.status is not PutStatus.PUT_OK:
@@ -831,12 +842,7 @@ class ConsoleData:
         send (its permission and topic checks, auto-creation, a random queue unless ``queue_id`` is given), so a
         console user can see a topic and its consumers work end to end. ``body`` (text, UTF-8) or ``body_base64``
         (bytes); ``tags``; ``keys`` (a string of space-separated keys or a list)."""
-        topic = body.get("topic")
-        if not isinstance(topic, str) or not topic:
-            raise ConsoleError("topic: required")
-        validate_topic(topic)
-        if self._kind(topic) == "SYSTEM":
-            raise ConsoleError(f"topic {topic!r} is a system topic: test messages go to user topics", status=403)
+        topic = self._user_topic(body)
         payload = _body_bytes(body)
         tags = body.get("tags") or None
         if tags is not None and not isinstance(tags, str):
@@ -856,6 +862,17 @@ class ConsoleData:
                 "queue_offset": result.queue_offset, "commitlog_offset": result.commitlog_offset,
                 "msg_id": result.msg_id, "store_time": fmt_ms(result.store_timestamp)}
 
+    def _user_topic(self, body: dict) -> str:
+        """The request's ``topic``: a legal name, not a system topic (a test message or a look goes to user topics)."""
+        topic = body.get("topic")
+        if not isinstance(topic, str) or not topic:
+            raise ConsoleError("topic: required")
+        validate_topic(topic)
+        if self._kind(topic) == "SYSTEM":
+            raise ConsoleError(f"topic {topic!r} is a system topic: the console sends to and reads user topics",
+                               status=403)
+        return topic
+
     def consume(self, group: str, body: dict) -> dict:
         """mqadmin's consumeMessage: up to ``count`` (1..32) messages of ``topic`` for ``group``, read from each
         queue's committed offset (the queue's min when the group has none), queue by queue, through the broker's
@@ -864,12 +881,7 @@ class ConsoleData:
         validate_group(group)
         if group not in self.broker.subscription_group_manager.subscription_group_table:
             raise NotFound(f"consumer group {group!r} does not exist")
-        topic = body.get("topic")
-        if not isinstance(topic, str) or not topic:
-            raise ConsoleError("topic: required")
-        validate_topic(topic)
-        if self._kind(topic) == "SYSTEM":
-            raise ConsoleError(f"topic {topic!r} is a system topic", status=403)
+        topic = self._user_topic(body)
         tc = self.broker.topic_config_manager.select_topic_config(topic)
         if tc is None:
             raise NotFound(f"topic {topic!r} does not exist")

@@ -16,6 +16,7 @@ import threading
 
 from ..broker import Broker, BrokerConfig
 from ..server.events import ServerEvents
+from .access import add_console_access_args, console_ssl_context
 
 
 class StaticAcl:
@@ -79,13 +80,14 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def run(store: str, host: str, port: int, acl=None, ready=None) -> None:
+async def run(store: str, host: str, port: int, acl=None, ready=None, **console) -> None:
+    """``console``: serve_console's access keywords (allowed_hosts, allow_anonymous_changes, ssl_context)."""
     from . import serve_console
     broker = Broker.open(store, BrokerConfig())
     try:
         server = BrokerHost(broker, host, port, acl)
         try:
-            runner = await serve_console(server, host, port)
+            runner = await serve_console(server, host, port, **console)
         except OSError as e:
             raise OSError(f"--http: cannot listen on {host}:{port}: {os.strerror(e.errno) if e.errno else e}") from None
         server.port = runner.port
@@ -116,7 +118,12 @@ def main(argv=None) -> int:
     p.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="where to listen (default 127.0.0.1:8080; port 0 picks one)")
     p.add_argument("--admin", metavar="AK:SK", help="require HTTP Basic with this admin account")
+    p.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate chain (with --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    add_console_access_args(p)
     args = p.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        p.error("--tls-cert and --tls-key go together")
     try:
         host, port = parse_listen(args.http)
     except ValueError as e:
@@ -127,6 +134,11 @@ def main(argv=None) -> int:
         if not sep or not ak or not sk:
             p.error("--admin: expected ACCESS_KEY:SECRET_KEY")
         acl = StaticAcl({ak: (sk, True)})
+    import logging
+    logging.basicConfig(level=logging.WARNING, format="rmqcore: %(message)s")
+    console = {"allowed_hosts": tuple(args.console_allowed_host),
+               "allow_anonymous_changes": args.console_allow_anonymous_changes,
+               "ssl_context": console_ssl_context(args.tls_cert, args.tls_key) if args.tls_cert else None}
     try:
         from . import app  # noqa: F401  (aiohttp, Jinja2, prometheus_client: before the store is opened)
     except ImportError as e:
@@ -134,7 +146,8 @@ def main(argv=None) -> int:
         return EXIT_ERROR
     try:
         with NewStoreDir(args.store) as made:
-            asyncio.run(run(args.store, host, port, acl, ready=lambda server, runner: setattr(made, "served", True)))
+            asyncio.run(run(args.store, host, port, acl, ready=lambda server, runner: setattr(made, "served", True),
+                            **console))
     except KeyboardInterrupt:
         pass
     except (RmqStoreError, OSError) as e:

@@ -30,7 +30,6 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from rmqcore._message cimport Message, PutResult
 
 import time
-import zlib
 
 from rmqcore.server import message_const as _const
 from rmqcore.status import PutStatus
@@ -50,6 +49,8 @@ cdef enum:
     MESSAGE_PROPERTIES_TOO_LARGE = 43101
     INTERNAL_SERVER_ERROR = 50001
     MASTER_PERSISTENCE_TIMEOUT = 50401
+    SLAVE_PERSISTENCE_TIMEOUT = 50402
+    HA_NOT_AVAILABLE = 50002
     TRANSACTION = 4             # MessageType
     GZIP = 2                    # Encoding
 
@@ -65,7 +66,7 @@ cdef str PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = _const.PROPERTY_CHECK_IMMUNIT
 cdef str PROPERTY_TRACE_CONTEXT = _const.PROPERTY_TRACE_CONTEXT
 cdef frozenset SYSTEM_PROPERTIES = _const.SYSTEM_PROPERTIES
 cdef Py_ssize_t DEFAULT_MAX_BODY = _const.DEFAULT_MAX_BODY
-cdef object gunzip_limited = _const.gunzip_limited
+cdef object gzip_encoded_body = _const.gzip_encoded_body
 cdef Py_ssize_t MAX_USER_PROPERTY_SIZE = _const.MAX_USER_PROPERTY_SIZE
 cdef Py_ssize_t MAX_MESSAGE_GROUP_SIZE = _const.MAX_MESSAGE_GROUP_SIZE
 cdef Py_ssize_t MAX_TAG_LENGTH = _const.MAX_TAG_LENGTH
@@ -74,6 +75,8 @@ cdef object InvalidMessage = _const.InvalidMessage
 cdef object born_timestamp_refused = _const.born_timestamp_refused
 cdef object PUT_OK = PutStatus.PUT_OK
 cdef object FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
+cdef object FLUSH_SLAVE_TIMEOUT = PutStatus.FLUSH_SLAVE_TIMEOUT
+cdef object SLAVE_NOT_AVAILABLE = PutStatus.SLAVE_NOT_AVAILABLE
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -363,14 +366,16 @@ cdef object _millis(int64_t seconds, int32_t nanos):
     return <object>seconds * 1000 + <object>nanos // 1000000
 
 
-cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
+cdef tuple _convert(m, bytes body, Py_ssize_t max_body, Py_ssize_t *budget):
     """converter.to_store_message, check for check in the same order (the first error found is the same one), the
     properties inserted in the same order (it decides the record's bytes); ``body`` is ``m.body``, read once by
-    the caller."""
+    the caller; ``budget``: how far a gzip body may still expand (of its request's max_body), less what this one
+    expanded to."""
     cdef dict props = {}
     cdef Py_ssize_t size = 0
     cdef str k, v, text, topic
     cdef int overflow = 0
+    cdef int sys_flag = 0
     cdef Message msg
     sp = m.system_properties
     up = m.user_properties
@@ -428,13 +433,9 @@ cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
     if f.has_trace:
         props[PROPERTY_TRACE_CONTEXT] = f.trace
     if f.body_encoding == GZIP:
-        try:
-            body = gunzip_limited(body, max_body)
-        except (OSError, EOFError, zlib.error) as e:
-            raise InvalidMessage(MESSAGE_CORRUPTED, f"gzip body does not decompress: {e}") from None
-        if body is None:
-            raise InvalidMessage(MESSAGE_BODY_TOO_LARGE, f"gzip body expands past {max_body} bytes "
-                                 "(max_message_size)")
+        body, sys_flag = gzip_encoded_body(body, max_body, budget[0])
+        if sys_flag == 0:                   # a gzip body, inflated
+            budget[0] -= len(body)
     born = _millis(f.born_s, f.born_n) if f.has_born else time.time_ns() // 1000000
     host = _born_host(f.born_host)
     PyLong_AsLongLongAndOverflow(born, &overflow)
@@ -445,6 +446,7 @@ cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
     msg = Message.__new__(Message)
     msg.topic = topic
     msg.body = body
+    msg._sys_flag = sys_flag
     msg._queue_id = -1
     msg._born_timestamp = born
     msg.born_host = host
@@ -455,12 +457,15 @@ cdef tuple _convert(m, bytes body, Py_ssize_t max_body):
 def to_store_message(m, Py_ssize_t max_body=DEFAULT_MAX_BODY):
     """converter.to_store_message: a protocol Message → (store Message with queue_id -1, MessageType). Raises
     InvalidMessage."""
-    return _convert(m, m.body, max_body)
+    cdef Py_ssize_t budget = max_body
+    return _convert(m, m.body, max_body, &budget)
 
 
 def to_store_messages(messages, Py_ssize_t max_body):
     """converter.to_store_messages: a SendMessage request's messages → [(store Message, MessageType)], every body
-    checked first (empty, or longer than ``max_body``). Raises InvalidMessage."""
+    checked first (empty, or longer than ``max_body``); gzip bodies expand to no more than ``max_body`` together.
+    Raises InvalidMessage."""
+    cdef Py_ssize_t budget = max_body
     cdef list srcs = []
     cdef list bodies = []
     cdef list out
@@ -478,7 +483,7 @@ def to_store_messages(messages, Py_ssize_t max_body):
         bodies.append(body)
     out = []
     for i in range(len(srcs)):
-        out.append(_convert(srcs[i], <bytes>bodies[i], max_body))
+        out.append(_convert(srcs[i], <bytes>bodies[i], max_body, &budget))
     return out
 
 
@@ -621,6 +626,12 @@ cdef tuple _fill(resp, messages, list conv, list res):
             elif status is FLUSH_DISK_TIMEOUT:
                 code = worst = MASTER_PERSISTENCE_TIMEOUT
                 entry_text = text = "stored, but no flush covered it in time"
+            elif status is FLUSH_SLAVE_TIMEOUT:       # the proxy's SendStatus mapping (SendMessageActivity)
+                code = worst = SLAVE_PERSISTENCE_TIMEOUT
+                entry_text = text = "stored, but no slave acknowledged it in time"
+            elif status is SLAVE_NOT_AVAILABLE:
+                code = worst = HA_NOT_AVAILABLE
+                entry_text = text = "stored, but no slave is available (none connected, or too far behind)"
             else:
                 code = worst = INTERNAL_SERVER_ERROR
                 entry_text = text = f"put failed: {status.name}"
@@ -768,8 +779,12 @@ cdef class CommonSend:
         cdef Py_ssize_t n = len(body)
         if n == 0 or n > self.max_body:
             return None
+        cdef const unsigned char *head = <const unsigned char *>PyBytes_AS_STRING(body)
+        if n >= 2 and head[0] == 0x1f and head[1] == 0x8b:
+            return None         # perhaps a gzip file to inflate: the service does that off its loop
+        cdef Py_ssize_t budget = self.max_body
         try:
-            converted = _convert(m, body, self.max_body)
+            converted = _convert(m, body, self.max_body, &budget)
         except InvalidMessage:
             return None
         cdef Message msg = <Message>converted[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import zlib
 
+from ..compression import decompress
 from ..message import Message
 from ..status import PutStatus
 from . import messaging_pb2 as pb
@@ -18,7 +19,7 @@ from .message_const import (DEFAULT_MAX_BODY, JAVA_LONG_MAX, JAVA_LONG_MIN, MAX_
                             PROPERTY_PRODUCER_GROUP, PROPERTY_SHARDING_KEY, PROPERTY_TAGS, PROPERTY_TIMER_DELIVER_MS,
                             PROPERTY_TIMER_OUT_MS, PROPERTY_TRACE_CONTEXT, PROPERTY_TRANSACTION_CHECK_TIMES,
                             PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, SYSTEM_PROPERTIES, InvalidMessage,
-                            born_timestamp_refused, gunzip_limited)
+                            born_timestamp_refused, gzip_encoded_body)
 
 
 def _check_text(value: str, code: int, what: str) -> None:
@@ -26,8 +27,10 @@ def _check_text(value: str, code: int, what: str) -> None:
         raise InvalidMessage(code, f"{what} {value[:64]!r} is blank or holds a control character")
 
 
-def to_store_message(m: "pb.Message", max_body: int = DEFAULT_MAX_BODY) -> tuple[Message, int]:
-    """A protocol Message → (store Message with queue_id -1, MessageType). Raises InvalidMessage."""
+def to_store_message(m: "pb.Message", max_body: int = DEFAULT_MAX_BODY,
+                     budget: int | None = None) -> tuple[Message, int]:
+    """A protocol Message → (store Message with queue_id -1, MessageType). Raises InvalidMessage. ``budget``: how
+    far a gzip body may still expand, of its request's ``max_body`` (gzip_encoded_body)."""
     sp = m.system_properties
     props: dict[str, str] = {}
     size = 0
@@ -79,36 +82,36 @@ def to_store_message(m: "pb.Message", max_body: int = DEFAULT_MAX_BODY) -> tuple
     if sp.HasField("trace_context"):
         props[PROPERTY_TRACE_CONTEXT] = sp.trace_context
     body = m.body
+    sys_flag = 0
     if sp.body_encoding == pb.GZIP:
-        try:
-            body = gunzip_limited(body, max_body)
-        # zlib.error: a gzip header over a deflate stream that is not one (BadGzipFile is an OSError, a cut
-        # stream an EOFError).
-        except (OSError, EOFError, zlib.error) as e:
-            raise InvalidMessage(pb.MESSAGE_CORRUPTED, f"gzip body does not decompress: {e}") from None
-        if body is None:
-            raise InvalidMessage(pb.MESSAGE_BODY_TOO_LARGE, f"gzip body expands past {max_body} bytes "
-                                 "(max_message_size)")
+        body, sys_flag = gzip_encoded_body(body, max_body, max_body if budget is None else budget)
     born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField(
         "born_timestamp") else time.time_ns() // 1_000_000
     host = _born_host(sp.born_host)
     if not JAVA_LONG_MIN <= born <= JAVA_LONG_MAX:
         raise born_timestamp_refused(born)
-    msg = Message(m.topic.name, body, -1, properties=props, born_timestamp=born, born_host=host)
+    msg = Message(m.topic.name, body, -1, properties=props, sys_flag=sys_flag, born_timestamp=born, born_host=host)
     return msg, mtype
 
 
 def to_store_messages(messages, max_body: int) -> list[tuple[Message, int]]:
     """A SendMessage request's messages → [(store Message, MessageType)], every body checked first (empty, or
     longer than ``max_body``: the store's max_message_size) so a bad one anywhere refuses the request before any is
-    converted. Raises InvalidMessage."""
+    converted; gzip bodies expand to no more than ``max_body`` together. Raises InvalidMessage."""
     for m in messages:
         if not m.body:
             raise InvalidMessage(pb.MESSAGE_BODY_EMPTY, "message body is empty")
         if len(m.body) > max_body:
             raise InvalidMessage(pb.MESSAGE_BODY_TOO_LARGE, f"message body is {len(m.body)} bytes, more than "
                                  f"{max_body} (max_message_size)")
-    return [to_store_message(m, max_body) for m in messages]
+    out = []
+    budget = max_body
+    for m in messages:
+        msg, mtype = to_store_message(m, max_body, budget)
+        if m.system_properties.body_encoding == pb.GZIP and not msg.sys_flag:      # a gzip body, inflated
+            budget -= len(msg.body)
+        out.append((msg, mtype))
+    return out
 
 
 def fill_send_entries(resp: "pb.SendMessageResponse", messages, converted, results) -> tuple[list[int], int, str]:
@@ -131,6 +134,14 @@ def fill_send_entries(resp: "pb.SendMessageResponse", messages, converted, resul
                 e.transaction_id = r.msg_id or f"{r.commitlog_offset:032X}"
         elif r.status is PutStatus.FLUSH_DISK_TIMEOUT:
             worst, text = pb.MASTER_PERSISTENCE_TIMEOUT, "stored, but no flush covered it in time"
+            e.status.code = worst
+            e.status.message = text
+        elif r.status is PutStatus.FLUSH_SLAVE_TIMEOUT:         # the proxy's SendStatus mapping (SendMessageActivity)
+            worst, text = pb.SLAVE_PERSISTENCE_TIMEOUT, "stored, but no slave acknowledged it in time"
+            e.status.code = worst
+            e.status.message = text
+        elif r.status is PutStatus.SLAVE_NOT_AVAILABLE:
+            worst, text = pb.HA_NOT_AVAILABLE, "stored, but no slave is available (none connected, or too far behind)"
             e.status.code = worst
             e.status.message = text
         else:
@@ -170,10 +181,17 @@ def _ts(ts, ms: int) -> None:
 
 def to_proto_message(ext, *, topic: str | None = None, receipt_handle: str | None = None,
                      invisible_ms: int | None = None, attempt: int | None = None,
-                     message_id: str | None = None) -> "pb.Message":
-    """A stored message (MessageExt) → the protocol's Message, as the proxy builds it for a consumer."""
+                     message_id: str | None = None, body_limit: int = DEFAULT_MAX_BODY) -> "pb.Message":
+    """A stored message (MessageExt) → the protocol's Message, as the proxy builds it for a consumer.
+
+    A compressed body (sysFlag COMPRESSED: a 4.x producer's, or a 5.x one's sent GZIP) goes out inflated, IDENTITY,
+    its digest over what the producer sent: as the proxy answers when it reads through the broker's client
+    (MessageDecoder with decompressBody, which clears the flag), and the one answer every client reads whatever
+    the compressor (the protocol names no LZ4 or ZSTD encoding). Inflated no further than ``body_limit`` (the
+    store's max_message_size: a producer sends no larger body); raises compression.DecompressionError for a body
+    that does not inflate."""
     props = ext.properties
-    body = bytes(ext.body)
+    body = decompress(ext.body, ext.sys_flag, body_limit)
     m = pb.Message()
     m.topic.name = topic or ext.topic
     m.body = body

@@ -5,8 +5,9 @@ defaults), and ``InvalidMessage``, the refusal of a message that breaks them. Sh
 and protobuf are only in the ``server`` extra)."""
 from __future__ import annotations
 
-import gzip
-import io
+import zlib
+
+from ..compression import COMPRESSED_FLAG, DEFAULT_LIMIT, is_zlib_header
 
 # MessageConst property names the protocol carries in system properties.
 PROPERTY_TAGS = "TAGS"
@@ -45,18 +46,67 @@ MAX_TAG_LENGTH = 1024
 MAX_MESSAGE_ID_LENGTH = 128
 
 
-# A body the producer gzipped is stored decompressed; without a size the converters are given, no more than this
-# (StoreConfig.max_message_size's default).
-DEFAULT_MAX_BODY = 4 * 1024 * 1024
+# A GZIP body's limits, without a size the converters are given (StoreConfig.max_message_size's default).
+DEFAULT_MAX_BODY = DEFAULT_LIMIT
+# The protocol's codes for a body refused (messaging.proto Code; this module imports no protobuf).
+MESSAGE_CORRUPTED = 40016
+MESSAGE_BODY_TOO_LARGE = 41301
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def gunzip_limited(body: bytes, limit: int) -> bytes | None:
-    """A GZIP-encoded body decompressed, or None when it would expand past ``limit`` bytes: it is read only that
-    far, so a small request cannot take the memory of a huge one. Raises what gzip raises for a body that does not
-    decompress (OSError/BadGzipFile, EOFError for a cut stream, zlib.error for a header over no deflate stream)."""
-    with gzip.GzipFile(fileobj=io.BytesIO(body)) as f:
-        out = f.read(limit + 1)
-    return None if len(out) > limit else out
+    """A gzip body decompressed (every member of it, as gzip reads it), or None when it would expand past
+    ``limit`` bytes: it is inflated only that far, so a small request cannot take the memory of a huge one. Each
+    member is one zlib call, which lets go of the GIL while it inflates. Raises zlib.error for a body that does not
+    decompress, EOFError for a cut one, OSError for bytes after its last member."""
+    out = []
+    left = limit
+    data = body
+    while True:
+        d = zlib.decompressobj(wbits=31)            # 16 + 15: a gzip header and trailer around a deflate stream
+        part = d.decompress(data, left + 1)
+        if len(part) > left:
+            return None
+        if not d.eof:
+            raise EOFError("the gzip stream is cut short")
+        out.append(part)
+        left -= len(part)
+        data = d.unused_data
+        if not data:
+            return b"".join(out) if len(out) > 1 else part
+        if data[:2] != GZIP_MAGIC:
+            raise OSError("bytes after the end of the gzip stream")
+
+
+def gzip_encoded_body(body: bytes, max_body: int, budget: int) -> tuple[bytes, int]:
+    """What is stored of a body whose encoding is GZIP: (the body, the sysFlag bits it is stored with), for both
+    converters. Raises InvalidMessage.
+
+    RocketMQ 5's clients write a zlib stream under GZIP (the Java client's Utilities.compressBytesGzip is a
+    DeflaterOutputStream; its consumers read GZIP with an InflaterInputStream), and the proxy stores such a body
+    as it came, flagged COMPRESSED (SendMessageActivity.buildSysFlag), the form a 4.x producer's compressed body
+    has: a 4.x consumer inflates it, ReceiveMessage inflates it for a 5.x one. Stored so here, with nothing
+    inflated on the way in. A gzip file (``1f 8b``, which no 4.x consumer reads) is inflated instead, no further
+    than ``budget``: what is left of ``max_body`` (max_message_size) for the request's gzip bodies together, a
+    request as a whole being held to what RocketMQ holds a batch to (one message of at most maxMessageSize).
+    Anything else under GZIP is corrupted."""
+    if body[:2] == GZIP_MAGIC:
+        try:
+            out = gunzip_limited(body, budget)
+        # zlib.error: a gzip header over a deflate stream that is not one (BadGzipFile is an OSError, a cut
+        # stream an EOFError).
+        except (OSError, EOFError, zlib.error) as e:
+            raise InvalidMessage(MESSAGE_CORRUPTED, f"gzip body does not decompress: {e}") from None
+        if out is None:
+            raise InvalidMessage(MESSAGE_BODY_TOO_LARGE, f"gzip body expands past {max_body} bytes "
+                                 "(max_message_size)" if budget >= max_body else
+                                 f"gzip bodies of the request expand past {max_body} bytes together "
+                                 "(max_message_size, for a request as a whole)")
+        return out, 0
+    if is_zlib_header(body):
+        return body, COMPRESSED_FLAG
+    raise InvalidMessage(MESSAGE_CORRUPTED, "a GZIP body is neither a zlib stream (what RocketMQ's clients write) "
+                         "nor a gzip file")
 
 
 class InvalidMessage(ValueError):

@@ -23,14 +23,15 @@ from ..broker.mix_all import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, is_readable, is_writeable,
                                       validate_client_group, validate_client_topic)
 from ..broker.transaction import NO_PRODUCER, PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC
-from ..errors import MessageIllegalError
+from ..compression import DecompressionError
+from ..errors import BrokerRoleError, MessageIllegalError
 from ..reference import java_hash_code
 from ..status import PutStatus
 from . import messaging_pb2 as pb
 from .auth import PUB, SUB, AuthError
 from ._converter import CommonSend, fill_send_entries, to_store_messages
 from .converter import InvalidMessage, to_proto_message
-from .message_const import JAVA_LONG_MAX, JAVA_LONG_MIN
+from .message_const import GZIP_MAGIC, JAVA_LONG_MAX, JAVA_LONG_MIN
 from .filter import FilterError, compile_filter
 from .pop import ReceiptHandle
 
@@ -48,7 +49,8 @@ DISPATCH_PACE = 0.001                   # s between the loop's dispatch passes (
 PRODUCER = {"kind": "PRODUCER"}         # what a send says of its client (ServerEvents' ClientInfo.kind)
 # What a send's put raises for a message the broker or the store refuses, before anything is written: answered
 # TOPIC_NOT_FOUND, FORBIDDEN or BAD_REQUEST (SendMessage); the common send leaves such a request to that answer.
-PUT_REFUSALS = (MessageIllegalError, TopicNotExistError, NoPermissionError, IllegalNameError, ValueError)
+PUT_REFUSALS = (MessageIllegalError, TopicNotExistError, NoPermissionError, IllegalNameError, ValueError,
+                BrokerRoleError)
 
 
 class Refusal(Exception):
@@ -153,7 +155,11 @@ class MessagingService:
         # The common send (one NORMAL message to a topic already checked) answered in one compiled call, the
         # general path (_unary, SendMessage) taking every other request; not with accounts (each request is
         # authorized) nor under SYNC_FLUSH (the answer waits for its flush, _put).
-        self._common = None if self._sync or self.acl is not None else CommonSend(
+        # SYNC_MASTER: a send's answer waits for a slave's acknowledgement (store.put, in the send executor: _put);
+        # a SLAVE refuses sends (its store's puts raise BrokerRoleError, answered FORBIDDEN).
+        role = self.broker.store_config.broker_role
+        self._replica = role == "SYNC_MASTER"
+        self._common = None if self._sync or self._replica or role == "SLAVE" or self.acl is not None else CommonSend(
             self.broker.send_entries, self._topics_ok, [t for t in TOPIC_TYPES if t != "NORMAL"], self.broker.send,
             self._rr, self.broker.store_config.max_message_size, self.events.on_sent, self._wake,
             pb.SendMessageResponse, self._seen, PRODUCER,
@@ -553,6 +559,10 @@ class MessagingService:
         once and asks for a flush) and the answer waits in the loop for the group commit to cover the last
         record: concurrent sends share flushes without a thread each."""
         store = self.broker.store
+        if self._replica:
+            # The store's put waits for the flush (SYNC_FLUSH) and then for a slave (ha_service.ReplicaPuts): in
+            # the send executor, so the loop goes on meanwhile.
+            return await asyncio.get_running_loop().run_in_executor(self.server.executor, fn, arg)
         if not self._sync:
             return fn(arg)
         for m in (arg if isinstance(arg, list) else (arg,)):
@@ -589,7 +599,14 @@ class MessagingService:
             self.acl.check(account, topic=topic, need=PUB)
         try:
             # the bodies' checks, then each message converted (compiled; converter.to_store_messages is the reference)
-            converted = to_store_messages(messages, self.broker.store_config.max_message_size)
+            limit = self.broker.store_config.max_message_size
+            if any(m.body[:2] == GZIP_MAGIC and m.system_properties.body_encoding == pb.GZIP for m in messages):
+                # a gzip file is inflated (up to max_message_size a request): in the send pool, so that the loop
+                # goes on answering everyone else meanwhile (zlib lets go of the GIL while it inflates)
+                converted = await asyncio.get_running_loop().run_in_executor(
+                    self.server.executor, to_store_messages, messages, limit)
+            else:
+                converted = to_store_messages(messages, limit)
         except InvalidMessage as e:
             raise Refusal(e.code, str(e)) from None
         if resource.resource_namespace:
@@ -627,7 +644,8 @@ class MessagingService:
             if not many:
                 msg = converted[0][0]
                 msg.queue_id = queue_id
-                results = [self.broker.send(msg) if not self._sync else await self._put(self.broker.send, msg)]
+                results = [self.broker.send(msg) if not (self._sync or self._replica)
+                           else await self._put(self.broker.send, msg)]
             elif all(t in (pb.NORMAL, pb.FIFO) for _m, t in converted):
                 msgs = [m for m, _t in converted]
                 for m in msgs:
@@ -641,7 +659,8 @@ class MessagingService:
                     results.append(await self._put(self.broker.send, m))
         except PUT_REFUSALS as e:
             raise Refusal(pb.TOPIC_NOT_FOUND if isinstance(e, TopicNotExistError) else
-                          pb.FORBIDDEN if isinstance(e, NoPermissionError) else pb.BAD_REQUEST, str(e)) from None
+                          pb.FORBIDDEN if isinstance(e, (NoPermissionError, BrokerRoleError)) else pb.BAD_REQUEST,
+                          str(e)) from None
         sizes, worst, text = fill_send_entries(resp, messages, converted, results)
         if sizes:
             self.events.on_messages_in(topic, sizes, MESSAGE_TYPE_NAMES.get(converted[0][1], "NORMAL"))
@@ -697,7 +716,12 @@ class MessagingService:
         cmd = pb.TelemetryCommand()
         rc = cmd.recover_orphaned_transaction_command
         ns, _, bare = topic.partition("%") if "%" in topic else ("", "", topic)
-        rc.message.CopyFrom(to_proto_message(half, topic=bare))
+        try:
+            rc.message.CopyFrom(to_proto_message(half, topic=bare,
+                                                 body_limit=self.broker.store_config.max_message_size))
+        except DecompressionError as e:          # no producer can judge a body it is not shown: "unknown"
+            log.warning("transaction check of %s not sent: %s", half.msg_id, e)
+            return None
         rc.message.topic.resource_namespace = ns
         rc.message.system_properties.message_type = pb.TRANSACTION
         rc.transaction_id = half.msg_id
@@ -798,7 +822,10 @@ class MessagingService:
             popped = self.pop.pop(group, topic, queue_ids, batch, inv, fifo=fifo, max_attempts=max_attempts,
                                   tags=tags, matcher=matcher)
             if popped:
-                break
+                deliveries = _Deliveries(self, popped, group, topic, req.message_queue.topic.name, inv, fifo)
+                item = deliveries.next()
+                if item is not None:        # (none of them deliverable: look again, as for an empty pop)
+                    break
             left = deadline - time.monotonic()
             if left <= 0 or context.cancelled() or self.server.stopping:
                 yield self._receive_status(pb.MESSAGE_NOT_FOUND, "no new message")
@@ -810,24 +837,23 @@ class MessagingService:
             except asyncio.TimeoutError:
                 pass
         nbytes = sent = 0
-        key = self.pop.handle_key
         try:
             yield self._receive_status(pb.OK, "OK")
-            for p in popped:
+            while item is not None:
                 r = pb.ReceiveMessageResponse()
-                r.message.CopyFrom(to_proto_message(p.message, topic=req.message_queue.topic.name,
-                                                    receipt_handle=p.handle.encode(key, group, topic),
-                                                    invisible_ms=inv, attempt=p.attempt))
+                r.message.CopyFrom(item[1])
                 r.message.topic.resource_namespace = req.message_queue.topic.resource_namespace
                 nbytes += len(r.message.body)
                 yield r
                 sent += 1
+                item = None
+                item = deliveries.next()
         except BaseException:
             # The client went away (or the write failed) before it had them all: what it did not get is visible
             # again at once instead of after its invisible time (the proxy nacks a message it could not write).
-            self.pop.release(group, topic, [p.handle for p in popped[sent:]])
+            self.pop.release(group, topic, ([item[0].handle] if item is not None else []) + deliveries.untaken())
             raise
-        self.events.on_messages_out(topic, group, len(popped), nbytes)
+        self.events.on_messages_out(topic, group, sent, nbytes)
         # The push consumer counts a receive as done at this response (ReceiveMessageResponseStreamWriter).
         yield self._delivery_stamp()
 
@@ -948,6 +974,54 @@ class MessagingService:
                 raise Refusal(pb.BAD_REQUEST, f"timestamp is {ts} ms, outside a Java long [{JAVA_LONG_MIN}, "
                                               f"{JAVA_LONG_MAX}]")
             resp.offset = max(0, store.offset_by_time(topic, qid, ts))
+
+
+class _Deliveries:
+    """The messages of one pop as their consumer gets them, built one at a time as the answer is written (a batch
+    of 32 inflated bodies is never held at once).
+
+    A compressed body is inflated (to_proto_message); one that does not inflate (corrupt, past max_message_size,
+    or its compressor's package not installed) is never handed out as something else: it stays in flight, comes
+    back after its invisible time as any message its consumer did not ack, and past the group's max attempts goes
+    to the DLQ (the end RocketMQ 5's consumers give a message whose body they cannot read), where ``rmqcore get``
+    shows it as stored. For a FIFO group the messages behind it in its queue are released: they wait for it."""
+
+    def __init__(self, service: "MessagingService", popped: list, group: str, topic: str, topic_name: str,
+                 inv: int, fifo: bool):
+        self.service, self.popped, self.group, self.topic = service, popped, group, topic
+        self.topic_name, self.inv, self.fifo = topic_name, inv, fifo
+        self.limit = service.broker.store_config.max_message_size
+        self.key = service.pop.handle_key
+        self.i = 0
+        self.held: set[int] = set()             # FIFO queues with a message left in flight
+        self.behind: list = []
+
+    def next(self):
+        """(Popped, the protocol Message) of the next deliverable message; None when there is none left."""
+        while self.i < len(self.popped):
+            p = self.popped[self.i]
+            self.i += 1
+            if p.handle.queue_id in self.held:
+                self.behind.append(p.handle)
+                continue
+            try:
+                return p, to_proto_message(p.message, topic=self.topic_name,
+                                           receipt_handle=p.handle.encode(self.key, self.group, self.topic),
+                                           invisible_ms=self.inv, attempt=p.attempt, body_limit=self.limit)
+            except DecompressionError as e:
+                m = p.message
+                log.warning("message %s of %s (queue %d, offset %d) not delivered to %s, attempt %d: %s",
+                            m.uniq_key or m.msg_id, m.topic, m.queue_id, m.queue_offset, self.group, p.attempt, e)
+                if self.fifo:
+                    self.held.add(p.handle.queue_id)
+        if self.behind:
+            self.service.pop.release(self.group, self.topic, self.behind)
+            self.behind = []
+        return None
+
+    def untaken(self) -> list:
+        """The handles of the messages not looked at yet (and of FIFO ones held behind), to release."""
+        return self.behind + [p.handle for p in self.popped[self.i:]]
 
 
 def wrap_namespace(namespace: str, name: str) -> str:

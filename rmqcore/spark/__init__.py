@@ -10,6 +10,8 @@ s3 = spark.read.format("rocketmq-store").load("s3://bucket/stores/broker-c")   #
 live = spark.read.format("rocketmq-store").option("onLiveStore", "snapshot").load("/data/a/store")
 df.write.format("rocketmq-store").mode("overwrite").save("/data/restored")   # or append
 write_stores(df, "/data/restored")     # every save mode, the default (errorifexists) too
+stream = spark.readStream.format("rocketmq-store").option("startingOffsets", "earliest").load("/data/a/store")
+stream.writeStream.format("rocketmq-store").option("checkpointLocation", "/ck").start("/data/copy")  # stream.py, sink.py
 
 from rmqcore.spark import verify, stats, export, rebuild, write_stores
 report = verify(spark, {"broker-a": "/data/a/store"})

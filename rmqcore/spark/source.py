@@ -302,6 +302,16 @@ class RocketMQStoreDataSource(DataSource):
     def writer(self, schema, overwrite):
         return RocketMQStoreWriter(dict(self.options), [f.name for f in schema.fields], overwrite)
 
+    def streamWriter(self, schema, overwrite):
+        # writeStream: append each micro-batch to one store per broker, once per batch id (rmqcore.spark.sink).
+        from .sink import RocketMQStoreStreamWriter
+        return RocketMQStoreStreamWriter(dict(self.options), [f.name for f in schema.fields])
+
+    def streamReader(self, schema):
+        # spark.readStream: follows live stores through their consume queues (rmqcore.spark.stream).
+        from .stream import RocketMQStreamReader, StreamOptions
+        return RocketMQStreamReader(StreamOptions.parse(self.options), schema)
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Opt-in filter pushdown
@@ -522,15 +532,8 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
 
     def _merge(self, broker: str, dirs: list, out: str) -> None:
         from ..store import MessageStore
-        from .arrow import SegmentRead, iter_segment_batches
-        from .layout import list_segments
-        schema = arrow_schema([(c, True) for c in _REPLAY_COLUMNS])
         with MessageStore.open(out, _store_config(self.options)) as store:
-            for d in dirs:
-                for seg in list_segments(d):
-                    for batch in iter_segment_batches(SegmentRead(seg, broker), schema):
-                        for _, part in _arrow_parts(batch, broker).items():
-                            _put_arrow(store, broker, part)
+            replay_pieces(store, broker, dirs)
 
     def abort(self, messages):
         for m in messages:
@@ -542,6 +545,22 @@ class RocketMQStoreWriter(DataSourceArrowWriter):
         for _ in range(5):
             if not _remove_pieces(self.root, self.job):
                 break
+
+
+def replay_pieces(store, broker: str, dirs: list, transform=None) -> int:
+    """Put the records of task pieces ``dirs`` (in order) into the open ``store``; ``transform`` may rewrite each
+    Arrow batch first. Returns how many records were put."""
+    schema = arrow_schema([(c, True) for c in _REPLAY_COLUMNS])
+    n = 0
+    for d in dirs:
+        for seg in list_segments(d):
+            for batch in iter_segment_batches(SegmentRead(seg, broker), schema):
+                if transform is not None:
+                    batch = transform(batch)
+                for _, part in _arrow_parts(batch, broker).items():
+                    _put_arrow(store, broker, part)
+                    n += part.num_rows
+    return n
 
 
 _PIECE = ".piece-"

@@ -11,8 +11,16 @@ const RMQ = (() => {
     flash.timer = setTimeout(() => { el.hidden = true; }, err ? 8000 : 2500);
   };
 
+  // The server's change token, given in the page: every change sends it (the server refuses changes without it,
+  // so that no other site's page can make this browser change anything).
+  const token = () => {
+    const meta = document.querySelector('meta[name="rmq-csrf-token"]');
+    return meta ? meta.content : "";
+  };
+
   async function call(method, url, body) {
     const opts = { method, headers: { "Accept": "application/json" }, credentials: "same-origin" };
+    if (method !== "GET" && method !== "HEAD") opts.headers["X-RMQ-CSRF-Token"] = token();
     if (body !== undefined) {
       opts.headers["Content-Type"] = "application/json";
       opts.body = JSON.stringify(body);

@@ -1,0 +1,191 @@
+"""Speed of the streaming source (rmqcore.spark.stream), issue 39's aims:
+
+* catch-up: a streaming query (Trigger.AvailableNow, maxMessagesPerTrigger = a quarter of the backlog) draining a
+  backlog into Spark's noop sink, against the batch source reading the same store into the same sink (rows/s,
+  wall clock; aim: streaming >= 0.8x batch);
+* planning: latestOffset + partitions over many queues, as Spark's planning worker calls them between
+  micro-batches, a few new messages in every queue each round (ms per micro-batch; aim <= 50 ms for 1,000 queues);
+* freshness: a producer process at a steady rate, a processing-time trigger of 0, per message the time from its
+  store time to its row reaching foreachBatch (p50/p99; aim p50 <= 1.5 s, p99 <= 3 s at 5,000 msg/s).
+
+    python bench/spark_stream_bench.py [--messages 400000] [--body 256] [--queues 1000] [--rate 5000]
+                                       [--seconds 10] [--no-spark]
+
+Prints rows for bench/README. Single runs: read the ratios to about +-20 %.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from rmqcore import Message, StoreConfig  # noqa: E402
+from rmqcore.store import MessageStore  # noqa: E402
+
+
+def build_store(path, n, body, topics=8, queues=4):
+    cfg = StoreConfig(mapped_file_size_commit_log=64 << 20, warm_mapped_file_enable=False)
+    payload = os.urandom(body)
+    with MessageStore.open(path, cfg) as st:
+        batch = []
+        for i in range(n):
+            batch.append(Message(f"topic-{i % topics}", payload, (i // topics) % queues, keys=[f"k{i}"]))
+            if len(batch) == 1000:
+                st.put_batch(batch)
+                batch = []
+        if batch:
+            st.put_batch(batch)
+        st.wait_dispatched(120)
+
+
+def bench_planning(tmp, queues, rounds=20):
+    from rmqcore.spark.schema import spark_schema
+    from rmqcore.spark.stream import RocketMQStreamReader, StreamOptions
+    path = os.path.join(tmp, "many-queues")
+    topics = max(1, queues // 8)
+    cfg = StoreConfig(mapped_file_size_commit_log=64 << 20, warm_mapped_file_enable=False)
+    st = MessageStore.open(path, cfg)
+    try:
+        def put_round():
+            st.put_batch([Message(f"t{t}", b"x" * 64, q) for t in range(topics) for q in range(8)])
+            st.wait_dispatched(60)
+        put_round()
+        r = RocketMQStreamReader(StreamOptions.parse({"path": path, "startingOffsets": "earliest",
+                                                      "maxMessagesPerTrigger": str(queues * 4)}), spark_schema())
+        t0 = time.perf_counter()
+        start = r.initialOffset()
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+        r.partitions(start, end)
+        cold = time.perf_counter() - t0
+        times = []
+        for _ in range(rounds):
+            start = end
+            put_round()
+            t0 = time.perf_counter()
+            end = r.latestOffset(start, r.getDefaultReadLimit())
+            parts = r.partitions(start, end)
+            times.append(time.perf_counter() - t0)
+        assert sum(len(t.ranges) for t in parts) == topics * 8
+        print(f"planning over {topics * 8} queues: first micro-batch {cold * 1000:.0f} ms, then median "
+              f"{statistics.median(times) * 1000:.1f} ms, max {max(times) * 1000:.1f} ms (latestOffset + partitions)")
+    finally:
+        st.close()
+
+
+def _session():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    from pyspark.sql import SparkSession
+    s = (SparkSession.builder.master("local[2]").appName("stream-bench").config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    s.sparkContext.setLogLevel("ERROR")
+    return s
+
+
+def bench_catch_up(spark, tmp, n, body):
+    path = os.path.join(tmp, "broker-a")
+    build_store(path, n, body)
+    cols = ["topic", "queue_id", "queue_offset", "body"]
+    # warm: the first query of a session pays for Python workers
+    spark.read.format("rocketmq-store").load(path).select(*cols).limit(10).collect()
+    t0 = time.perf_counter()
+    spark.read.format("rocketmq-store").load(path).select(*cols).write.format("noop").mode("overwrite").save()
+    batch_s = time.perf_counter() - t0
+    ck = os.path.join(tmp, "ck")
+    t0 = time.perf_counter()
+    q = (spark.readStream.format("rocketmq-store").option("startingOffsets", "earliest")
+         .option("maxMessagesPerTrigger", str(n // 4)).load(path).select(*cols)
+         .writeStream.format("noop").option("checkpointLocation", ck).trigger(availableNow=True).start())
+    q.awaitTermination()
+    stream_s = time.perf_counter() - t0
+    rows = sum(p["numInputRows"] for p in q.recentProgress)
+    assert rows == n, rows
+    for p in q.recentProgress:
+        d = p["durationMs"]
+        print(f"  micro-batch {p['batchId']}: {p['numInputRows']} rows, " + ", ".join(
+            f"{k} {v} ms" for k, v in sorted(d.items()) if v))
+    print(f"catch-up of {n} messages ({body} B bodies, 32 queues): batch {n / batch_s:,.0f} rows/s, "
+          f"stream ({len(q.recentProgress)} micro-batches of <= {n // 4}) {n / stream_s:,.0f} rows/s: "
+          f"{batch_s / stream_s:.2f}x")
+
+
+PRODUCER = r"""
+import sys, time
+sys.path.insert(0, sys.argv[4])
+from rmqcore import Message, StoreConfig
+from rmqcore.store import MessageStore
+rate, seconds = int(sys.argv[2]), float(sys.argv[3])
+with MessageStore.open(sys.argv[1], StoreConfig(warm_mapped_file_enable=False)) as st:
+    t0, sent = time.monotonic(), 0
+    while time.monotonic() - t0 < seconds:
+        due = int((time.monotonic() - t0) * rate)
+        if due > sent:
+            st.put_batch([Message("fresh", b"x" * 256, i % 4) for i in range(sent, due)])
+            sent = due
+        time.sleep(0.002)
+    st.wait_dispatched()
+print(sent)
+"""
+
+
+def bench_freshness(spark, tmp, rate, seconds):
+    path = os.path.join(tmp, "fresh")
+    with MessageStore.open(path, StoreConfig(warm_mapped_file_enable=False)) as st:
+        st.put(Message("init", b"x", 0))          # the store's directories exist before the query starts
+    lags = []
+
+    def fb(df, bid):
+        now = time.time()
+        lags.extend(now - r.store_timestamp.timestamp() for r in df.select("store_timestamp").collect())
+    q = (spark.readStream.format("rocketmq-store").option("startingOffsets", "latest").option("topics", "fresh")
+         .load(path)
+         .writeStream.foreachBatch(fb).option("checkpointLocation", os.path.join(tmp, "ck-fresh"))
+         .trigger(processingTime="0 seconds").start())
+    time.sleep(3)
+    prod = subprocess.run([sys.executable, "-c", PRODUCER, path, str(rate), str(seconds), ROOT], check=True,
+                          capture_output=True, text=True)
+    sent = int(prod.stdout.strip())
+    deadline = time.monotonic() + 60
+    while len(lags) < sent and time.monotonic() < deadline:
+        time.sleep(0.2)
+    q.stop()
+    lags.sort()
+    p = lambda f: lags[min(len(lags) - 1, int(f * len(lags)))]  # noqa: E731
+    print(f"freshness at {rate} msg/s for {seconds:.0f} s ({len(lags)} of {sent} rows seen): store -> foreachBatch "
+          f"p50 {p(0.5):.2f} s, p99 {p(0.99):.2f} s, max {lags[-1]:.2f} s")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=400_000)
+    ap.add_argument("--body", type=int, default=256)
+    ap.add_argument("--queues", type=int, default=1000)
+    ap.add_argument("--rate", type=int, default=5000)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--no-spark", action="store_true")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="rmq-stream-bench-")
+    try:
+        bench_planning(tmp, a.queues)
+        if not a.no_spark:
+            spark = _session()
+            bench_catch_up(spark, tmp, a.messages, a.body)
+            bench_freshness(spark, tmp, a.rate, a.seconds)
+            spark.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
