@@ -535,11 +535,11 @@ def test_an_interrupted_export_leaves_no_partial_file(store, tmp_path, capsys, m
     old.write_text("the previous export\n")
     real, calls = cli.message_dict, []
 
-    def interrupted(m, body="base64"):     # Ctrl-C arrives while the 10th message is written
+    def interrupted(m, *args, **kwargs):     # Ctrl-C arrives while the 10th message is written
         calls.append(1)
         if len(calls) == 10:
             raise KeyboardInterrupt
-        return real(m, body)
+        return real(m, *args, **kwargs)
     monkeypatch.setattr(cli, "message_dict", interrupted)
     for out_file, force in ((tmp_path / "new.jsonl", ()), (tmp_path / "new.csv", ()), (old, ("--force",))):
         calls.clear()
