@@ -897,7 +897,12 @@ class RemotingConnection(asyncio.Protocol):
         begin, end = _int(ext, "beginTimestamp"), _int(ext, "endTimestamp")
         if ext.get("_UNIQUE_KEY_QUERY") == "true":
             max_num = 32     # QueryMessageProcessor: a unique-key query asks defaultQueryMaxNum
-        found = self.broker.store.query_message(topic, key, max(1, min(max_num, 64)), begin, end)
+        store = self.broker.store
+        # The index is built by dispatch: what a client sent just before (its own send, answered) must be found,
+        # so what is written is dispatched first (the loop's pass may not have run yet).
+        if store.reput is None or store.reput.try_reput() < 0:
+            store.wait_dispatched(1.0)
+        found = store.query_message(topic, key, max(1, min(max_num, 64)), begin, end)
         ext_out = {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
         if not found:
             self.reply(cmd, QUERY_NOT_FOUND, ext_out, remark="can not find message, maybe time range not correct")
