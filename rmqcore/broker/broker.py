@@ -159,6 +159,7 @@ class Broker:
                 except Exception as e:
                     log.error("closing the broker: %s", e)
                     error = error or e
+            self.topic_config_manager.close_writer()      # the persist above covered what it had left
             if error is not None:
                 raise error
         finally:

@@ -36,6 +36,16 @@ class TopicConfigManager(ConfigManager):
         # empties the send checks it caches per topic.
         self.version = 0
         self._change_listeners: list = []
+        # Each topic's entry as last written (name -> (its to_json(), its text)): a write renders only the entries
+        # that changed, so rewriting topics.json costs a dict comparison per topic, not fastjson's writer over
+        # every field (173 ms at 3,000 topics on the development VM before).
+        self._fragments: dict[str, tuple[dict, str]] = {}
+        # A topic created on a send or send-back (auto-creation) is in the table at once and written by the
+        # background writer (ConfigManager.persist_later); with wait_created the creating call waits until it is on
+        # disk (as RocketMQ's persist inside the creation), sharing the write with concurrent creations. A caller
+        # that waits elsewhere (the gRPC server, in its event loop: last_created) turns it off.
+        self.wait_created = True
+        self.last_created = 0                 # the ticket of the last auto-creation's write
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -69,8 +79,22 @@ class TopicConfigManager(ConfigManager):
         with self._lock:
             doc = dict(self.extra)
             doc["dataVersion"] = self.data_version.to_json()
-            doc["topicConfigTable"] = {name: tc.to_json() for name, tc in self.topic_config_table.items()}
-        return fastjson.dumps(doc, pretty)
+            if not pretty:
+                doc["topicConfigTable"] = {name: tc.to_json() for name, tc in self.topic_config_table.items()}
+                return fastjson.dumps(doc, False)
+            fragments = self._fragments
+            entries = []
+            for name, tc in self.topic_config_table.items():
+                obj = tc.to_json()
+                kept = fragments.get(name)
+                if kept is None or kept[0] != obj:
+                    kept = fragments[name] = (obj, fastjson.dumps(obj, True, 2))
+                entries.append((name, kept[1]))
+            if len(fragments) > len(entries):
+                for name in [n for n in fragments if n not in self.topic_config_table]:
+                    del fragments[name]
+            doc["topicConfigTable"] = fastjson.dumps_map(entries, True, 1)
+        return fastjson.dumps(doc, True)
 
     def decode(self, text: str):
         doc = check_map(fastjson.loads(text), "(document)")
@@ -171,7 +195,7 @@ class TopicConfigManager(ConfigManager):
             self.topic_config_table[topic] = tc
             self._changed()
             self.data_version.next_version()
-        self.persist()
+        self._persist_created()
         return tc
 
     def create_topic_in_send_message_back_method(self, topic: str, client_default_topic_queue_nums: int, perm: int,
@@ -191,8 +215,14 @@ class TopicConfigManager(ConfigManager):
             self.topic_config_table[topic] = tc
             self._changed()
             self.data_version.next_version()
-        self.persist()
+        self._persist_created()
         return tc
+
+    def _persist_created(self) -> None:
+        """An auto-created topic: written by the background writer, waited for here under wait_created."""
+        self.last_created = ticket = self.persist_later()
+        if self.wait_created:
+            self.wait_persisted(ticket)
 
 
 def _check_topic_config(tc: TopicConfig, where: str) -> None:

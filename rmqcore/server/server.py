@@ -55,6 +55,10 @@ class ServerConfig:
     # with accounts: a signature's x-mq-date-time must be this near the server's clock (s), else UNAUTHORIZED
     # (rmqcore: the proxy takes any date, so a captured signature replays forever; see server/auth.py)
     auth_clock_skew_s: int = 300
+    # topics one client host may auto-create (QueryRoute, SendMessage): this many at once, then this many a second
+    # (0 a second: no limit); past it TOO_MANY_REQUESTS (service.TopicCreationLimiter)
+    topic_create_burst: int = 100
+    topic_create_per_second: float = 10.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -106,6 +110,9 @@ class MessagingServer:
         self.loop = asyncio.get_running_loop()
         self.pop.load()
         self._service = MessagingService(self)
+        # an auto-created topic is awaited in the loop (MessagingService._topic_config_or_create), never written
+        # nor waited for by a handler's thread
+        self.broker.topic_config_manager.wait_created = False
         limit = self.config.max_request_bytes
         self._grpc = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", limit),
@@ -159,6 +166,7 @@ class MessagingServer:
             if self.broker.transactions is not None:
                 self.broker.transactions.checker = None
             self.executor.shutdown(wait=True)
+            self.broker.topic_config_manager.wait_created = True
             self.pop.close()
         finally:
             self._closed.set()
