@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import threading
 
@@ -114,3 +115,89 @@ def test_creating_a_topic_does_not_stall_other_clients(tmp_path):
         ch.close()
         assert srv.terminate() == 0
     assert "created_t" in _topics(store)
+
+
+FLOOD = r"""
+import socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+socks = []
+for i in range(n):
+    s = socket.socket()
+    s.bind(("127.0.0.2", 0))          # another peer than the real client's 127.0.0.1
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        continue
+    s.setblocking(False)
+    socks.append(s)
+print("connected", len(socks), flush=True)
+for line in sys.stdin:                # "count": how many the server has not closed yet
+    alive = 0
+    for s in socks:
+        try:
+            alive += s.recv(1) != b""
+        except BlockingIOError:
+            alive += 1
+        except OSError:
+            pass
+    print("alive", alive, flush=True)
+"""
+
+
+def test_idle_connection_flood_from_one_peer_leaves_room_for_others(tmp_path):
+    """1,000 connections that never speak, from one peer, against a server whose open-file limit is 400: the
+    per-peer cap closes that peer's excess, the total cap keeps descriptors free, so a real client on another
+    address still sends; the flood's connections are closed when they stay silent (before: the descriptors ran
+    out, gRPC logged "File descriptor limit reached. Retrying." and the client timed out)."""
+    import resource
+    import subprocess
+    import sys
+    import time
+    try:
+        socket.create_connection(("127.0.0.2", 9), timeout=1).close()
+    except ConnectionRefusedError:
+        pass
+    except OSError as e:
+        pytest.skip(f"127.0.0.2 is not a loopback address here: {e}")
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))
+    store = str(tmp_path / "store")
+    prepare(store, topics={"flood_t": ("NORMAL", 4)})
+    with ServerProcess(store, FAST_CONF, args=["--max-connections", "150", "--max-connections-per-peer", "20"],
+                       preexec_fn=low_limit) as srv:
+        flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(srv.port), "1000"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+
+        def alive_until(done, deadline_s=60):
+            deadline = time.monotonic() + deadline_s
+            while True:
+                flood.stdin.write("count\n")
+                flood.stdin.flush()
+                alive = int(flood.stdout.readline().split()[1])
+                if done(alive) or time.monotonic() > deadline:
+                    return alive
+                time.sleep(0.2)
+        try:
+            assert flood.stdout.readline().startswith("connected")
+            # the total cap closed what came past 150 as it was accepted, the guard that peer's excess over 20
+            # (well before the handshake timeout, 10 s, closes the rest)
+            assert alive_until(lambda n: n <= 20) == 20
+            p = Producer(config(srv.endpoint), ("flood_t",))
+            p.startup()
+            try:
+                assert p.send(message("flood_t", b"still served")).message_id
+            finally:
+                p.shutdown()
+            # connections that never complete the handshake are closed
+            assert alive_until(lambda n: n == 0) == 0
+        finally:
+            flood.kill()
+            flood.wait()
+        srv.proc.send_signal(signal.SIGTERM)
+        _out, err = srv.proc.communicate(timeout=30)
+        assert srv.proc.returncode == 0, err[-2000:]
+    assert "File descriptor limit reached" not in err
+    assert err.count("over its cap of 20") == 1, err[-2000:]
