@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["FastjsonDecodeError", "FieldError", "loads", "dumps", "dumps_map", "Raw", "Bean", "JAVA_INT", "JAVA_LONG"]
+__all__ = ["FastjsonDecodeError", "FieldError", "loads", "dumps", "dumps_map", "map_entry", "Raw", "Bean", "JAVA_INT", "JAVA_LONG"]
 
 JAVA_INT = (-(1 << 31), (1 << 31) - 1)
 JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
@@ -149,15 +149,20 @@ def dumps(value, pretty: bool = False, level: int = 0) -> str:
     return "".join(out)
 
 
+def map_entry(key: str, value_text: str, pretty: bool, level: int) -> tuple[bytes, str]:
+    """One entry of a string-keyed map at ``level`` whose value is already written (``dumps(v, pretty, level +
+    1)``), for ``dumps_map``: (its sort key, its text)."""
+    inner = "\n" + "\t" * (level + 1) if pretty else ""
+    return _utf16_key(key), inner + _string(key) + ":" + value_text
+
+
 def dumps_map(entries, pretty: bool, level: int) -> Raw:
-    """A string-keyed map at ``level`` whose values are already written (each ``dumps(v, pretty, level + 1)``):
-    the same text ``dumps`` gives for the map itself, with only the keys sorted and laid out here, so a caller
-    that keeps each value's text renders a large map without writing every value again."""
+    """A string-keyed map at ``level`` from its entries (``map_entry``), in any order: the same text ``dumps`` gives
+    for the map itself, so a caller that keeps each entry's text renders a large map without writing every value
+    again."""
     if not entries:
         return Raw("{}")
-    inner = "\n" + "\t" * (level + 1) if pretty else ""
-    body = ",".join([inner + _string(k) + ":" + text
-                     for k, text in sorted(entries, key=lambda kv: _utf16_key(kv[0]))])
+    body = ",".join([text for _key, text in sorted(entries)])
     return Raw("{" + body + ("\n" + "\t" * level + "}" if pretty else "}"))
 
 

@@ -467,8 +467,13 @@ def test_topics_file_from_kept_entries_is_fastjsons_text(tmp_path):
     for name in ("b", "A", "支付", "z\u00e9", "%RETRY%g", "0", "𝔘x"):
         m.update_topic_config(TopicConfig(name, read_queue_nums=3, write_queue_nums=3))
         assert m.encode(True) == whole()
-    m.topic_config_table["A"].perm = 2                 # changed in place, as the default topic's perm is
+    with m._lock:
+        m.topic_config_table["A"].perm = 2             # changed in place, as the default topic's perm is ...
+        m._changed()                                   # ... which says so
     assert m.encode(True) == whole()
+    kept = m.encode(True)
+    m.topic_config_table["A"] = m.topic_config_table["A"].copy()     # another object: rendered again
+    assert m.encode(True) == kept == whole()
     m.update_topic_config(TopicConfig("b", attributes={"message.type": "FIFO"}))
     assert m.encode(True) == whole()
     m.delete_topic_config("支付")
