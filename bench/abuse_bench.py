@@ -12,7 +12,8 @@ process's GIL):
   topics that exist), and against the default limit (100 at once, 10 a second per client host);
 - **idle-connection flood**: 1,000 TCP connections from 127.0.0.2 that never speak (the per-peer cap closes all
   but 256 within half a second, the handshake timeout the rest after 10 s);
-- **gzip bomb**: left for when issue 36 item 5 (bounded inflation) is on main.
+- **gzip bomb**: requests of 16 GZIP bodies of ~4 KiB that each inflate one byte past the default
+  max_message_size, 2 in flight (each body is inflated only up to the limit, then refused).
 
 Every server runs in a child process on 127.0.0.1 port 0 with a fresh store. ``--quick``: shorter windows.
 """
@@ -83,6 +84,45 @@ for i in range(n):
         s.close()
 time.sleep(seconds)
 print("done", len(socks), flush=True)
+"""
+
+
+BOMB = r"""
+import sys, threading, time, uuid, zlib, grpc
+from rmqcore.server import messaging_pb2 as pb
+endpoint, seconds, per_request = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+# gzip of 4 MiB + 1 of zeros: ~4 KiB on the wire, one byte past the default max_message_size once inflated
+co = zlib.compressobj(9, zlib.DEFLATED, 31)
+bomb = co.compress(bytes((4 << 20) + 1)) + co.flush()
+ch = grpc.insecure_channel(endpoint, options=[("grpc.max_send_message_length", -1)])
+send = ch.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage",
+                      request_serializer=pb.SendMessageRequest.SerializeToString,
+                      response_deserializer=pb.SendMessageResponse.FromString)
+md = (("x-mq-client-id", "bomb"),)
+def request():
+    req = pb.SendMessageRequest()
+    for _ in range(per_request):
+        m = req.messages.add()
+        m.topic.name = "bench_t"
+        m.body = bomb
+        m.system_properties.message_id = uuid.uuid4().hex.upper()
+        m.system_properties.message_type = pb.NORMAL
+        m.system_properties.body_encoding = pb.GZIP
+    return req
+sent, stored, lock = [0], [0], threading.Lock()
+stop = time.monotonic() + seconds
+def worker():
+    while time.monotonic() < stop:
+        r = send(request(), metadata=md, timeout=60)
+        with lock:
+            sent[0] += 1
+            stored[0] += r.status.code == pb.OK
+print("ready", flush=True)
+sys.stdin.readline()
+ts = [threading.Thread(target=worker) for _ in range(2)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("done", sent[0], stored[0], len(bomb), flush=True)
 """
 
 
@@ -192,8 +232,12 @@ def run(quick: bool = False) -> list[tuple[str, str, str, str]]:
             return f"{int(out[1]):,} connections opened from 127.0.0.2"
         row("1,000 idle connections from one peer", normal_client(limited.endpoint, seconds, flood),
             "never speaking; --max-connections-per-peer 256")
-        rows.append(("abuse: normal client's send p50 / p99, gzip bomb", "-", "ms",
-                     "not measured yet: needs issue 36 item 5 (bounded inflation) on main"))
+
+        def bomb():
+            _, sent, stored, size = _child_abuse(BOMB, limited.endpoint, seconds + 0.6, 16).split()
+            return (f"{int(sent):,} requests of 16 bodies of {int(size):,} bytes each inflating past 4 MiB, "
+                    f"{int(stored):,} accepted")
+        row("gzip bomb", normal_client(limited.endpoint, seconds, bomb), "2 concurrent requests")
     finally:
         for s in servers:
             s.stop()
