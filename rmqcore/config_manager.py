@@ -242,11 +242,14 @@ class ConfigManager:
         with self._cond:
             self._requested += 1
             ticket = self._requested
-            if self._writer is None and not self._writer_stop:
+            stopped = self._writer_stop
+            if self._writer is None and not stopped:
                 self._writer = threading.Thread(target=self._write_loop, daemon=True,
                                                 name=f"ConfigPersist-{self.FILE_NAME}")
                 self._writer.start()
             self._cond.notify_all()
+        if stopped:
+            self.persist()           # after close_writer: nobody else will write it
         return ticket
 
     def persisted(self, ticket: int) -> bool:

@@ -83,8 +83,8 @@ def _addr(hexaddr: str) -> str:
     return str(ip.ipv4_mapped or ip)
 
 
-def peer_sockets(port: int) -> list[tuple[int, int, str]]:
-    """(descriptor, inode, remote host) of every connected socket of this process whose local port is ``port``."""
+def socket_inodes() -> dict[int, int]:
+    """inode -> descriptor of every socket this process holds."""
     inodes: dict[int, int] = {}
     for name in os.listdir("/proc/self/fd"):
         try:
@@ -93,6 +93,13 @@ def peer_sockets(port: int) -> list[tuple[int, int, str]]:
             continue
         if target.startswith("socket:["):
             inodes[int(target[8:-1])] = int(name)
+    return inodes
+
+
+def peer_sockets(port: int, inodes: dict[int, int] | None = None) -> list[tuple[int, int, str]]:
+    """(descriptor, inode, remote host) of every connected socket of this process whose local port is ``port``."""
+    if inodes is None:
+        inodes = socket_inodes()
     out = []
     want = f":{port:04X}"
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -178,8 +185,11 @@ class ConnectionGuard:
 
     def trim(self) -> int:
         """One pass: shut down each host's newest connections past the cap. Returns how many."""
+        inodes = socket_inodes()
+        if len(inodes) <= self.max_per_peer:
+            return 0             # no host can be over its cap: the system-wide socket tables are not read
         by_host: dict[str, list[tuple[int, int]]] = {}
-        for fd, ino, host in peer_sockets(self.port):
+        for fd, ino, host in peer_sockets(self.port, inodes):
             by_host.setdefault(host, []).append((ino, fd))
         closed = 0
         now = time.monotonic()
