@@ -80,6 +80,27 @@ def check_store_path(path: str) -> str:
     return path
 
 
+class NewStoreDir:
+    """``with NewStoreDir(path) as made: ... made.served = True``: a store directory a server command (``rmqcore
+    serve``, ``python -m rmqcore.console``) opens, creating it when missing. When the command fails before it served
+    (a port taken, a bad address, a config refused), the directory it created is removed again: a mistyped command
+    leaves nothing behind. A directory that existed, or a store that served, is never touched."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.made = not os.path.lexists(self.path)
+        self.served = False
+
+    def __enter__(self) -> "NewStoreDir":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and self.made and not self.served:
+            import shutil
+            shutil.rmtree(self.path, ignore_errors=True)
+        return False
+
+
 @dataclass
 class BadRecord:
     """A record a walk could not decode: where, which field, why."""

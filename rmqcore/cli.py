@@ -5,7 +5,8 @@ Commands: demo, inspect, verify, get, query, dump, repair, stats, export, topic,
 reads (files mapped read-only, no lock taken). The admin commands work on a store no server holds (STORE) or on a
 running server (--server URL, through its console's JSON API) alike. Human output by default, --json for scripts.
 
-Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found);
+Exit status: 0 success; 1 the command ran and found a problem (verify: bad records; get/query: nothing found;
+topic/group/dlq: the topic, group or message named does not exist);
 2 a usage error or a path/argument the command cannot work with (message on stderr, one line).
 """
 from __future__ import annotations
@@ -22,9 +23,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
+from .admin_views import EXIT_ERROR, EXIT_OK, EXIT_PROBLEM, table
+from .admin_views import emit_json as _emit_json
 from .compression import COMPRESSED_FLAG, DEFAULT_LIMIT as DEFAULT_BODY_LIMIT, producer_body
-
-EXIT_OK, EXIT_PROBLEM, EXIT_ERROR = 0, 1, 2
 
 
 class CliError(Exception):
@@ -49,19 +50,6 @@ def _fmt_bytes(n: int) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return str(n)
-
-
-def table(rows: Sequence[Sequence[Any]], header: Sequence[str], out: TextIO) -> None:
-    """Left-aligned text columns, numbers right-aligned."""
-    cells = [[str(h) for h in header]] + [[f"{c:,}" if isinstance(c, int) and not isinstance(c, bool) else str(c)
-                                           for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    numeric = [all(isinstance(r[i], int) for r in rows) if rows else False for i in range(len(header))]
-    for n, r in enumerate(cells):
-        line = "  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-        print("  " + line.rstrip(), file=out)
-        if n == 0:
-            print("  " + "  ".join("-" * w for w in widths), file=out)
 
 
 class ProgressBar:
@@ -117,11 +105,6 @@ class ProgressBar:
         if self.enabled:
             self.stream.write("\r" + " " * max(self._width, 100) + "\r")
             self.stream.flush()
-
-
-def _emit_json(obj: Any, out: TextIO) -> None:
-    json.dump(obj, out, indent=2, default=str)
-    out.write("\n")
 
 
 def _body(m: Any, limit: int) -> tuple[bytes, str | None]:
@@ -244,6 +227,11 @@ def _demo_dir(path: str, force: bool) -> str:
         if not force:
             raise CliError(f"--path {path} holds a message store: the demo would add its messages to it (give "
                            "--force to do so, or a missing or empty directory)")
+        from .admin import lock_held
+        if lock_held(path):
+            # asked before anything runs: the demo's first half would otherwise run and then fail on the lock
+            raise CliError(f"--path {path} is open in another process (its lock is held, e.g. by rmqcore serve): "
+                           "stop it, or give another --path")
     elif os.listdir(path):
         raise CliError(f"--path {path} is not empty and holds no message store: give a missing or empty directory")
     return path
@@ -580,6 +568,10 @@ class _PhaseBars:
 
 # -- get / query -----------------------------------------------------------------------------------------------------
 
+def _is_hex(text: str) -> bool:
+    return bool(text) and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
 def get_cmd(args: argparse.Namespace) -> int:
     if args.count <= 0:
         raise CliError(f"--count must be > 0, got {args.count}")
@@ -588,6 +580,11 @@ def get_cmd(args: argparse.Namespace) -> int:
                                      ("--topic/--offset", args.topic is not None or args.offset is not None)) if given]
     if len(ways) > 1:
         raise CliError(f"{' and '.join(ways)} select messages in different ways: give one of them")
+    if args.msg_id is not None and not _is_hex(args.msg_id):
+        # Every id RocketMQ gives a message is hexadecimal (an offset msg id: store host and commitlog offset; a
+        # UNIQ_KEY, MessageClientIDSetter's): anything else is a typo, not a message that is missing.
+        raise CliError(f"--msg-id {args.msg_id!r} is not a message id: expected hexadecimal digits (an offset msg "
+                       "id of 32 or 56, or a UNIQ_KEY as the client shows it)")
     with _reader(args) as r:
         if args.msg_id is not None:
             msgs = r.by_msg_id(args.msg_id)
@@ -616,14 +613,27 @@ def query_cmd(args: argparse.Namespace) -> int:
     with _reader(args) as r:
         if args.topic not in r.topics():
             raise CliError(f"no topic {args.topic!r} in {r.path} (topics: {', '.join(sorted(r.topics())) or 'none'})")
+        # one more than --max is asked for: the only way to know there are more than it shows
         if args.key is not None:
-            msgs = r.query_key(args.topic, args.key, args.max, begin or 0, end if end is not None else (1 << 63) - 1)
+            msgs = r.query_key(args.topic, args.key, args.max + 1, begin or 0,
+                               end if end is not None else (1 << 63) - 1)
         elif begin is not None or end is not None:
             msgs = r.query_time(args.topic, begin or 0, end if end is not None else (1 << 63) - 1, args.queue,
-                                args.max)
+                                args.max + 1)
         else:
             raise CliError("give --key, or a time window with --begin/--end")
-        return _print_messages(msgs, args, sys.stdout, r.config.max_message_size)
+        more = len(msgs) > args.max
+        code = _print_messages(msgs[:args.max], args, sys.stdout, r.config.max_message_size)
+        if more:
+            last = msgs[args.max - 1]
+            if args.key is not None:
+                how = "give a larger --max, or a narrower --begin/--end"
+            else:
+                how = (f"the next page: --begin {last.store_timestamp} (the last shown's store time, "
+                       f"{_fmt_ts(last.store_timestamp)}; messages stored in that millisecond are shown again), "
+                       "or a larger --max")
+            print(f"more than {args.max} messages match; showing the first {args.max}: {how}", file=sys.stderr)
+        return code
 
 
 # -- dump ------------------------------------------------------------------------------------------------------------
@@ -788,30 +798,68 @@ def _selected(r, args: argparse.Namespace, progress: Callable[[int], None]) -> I
         yield m
 
 
+# OUT's extension -> format; another extension needs --format (a .csv once silently got JSON lines).
+_EXPORT_EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+
+
+def _export_format(args: argparse.Namespace) -> str:
+    if args.format:
+        return args.format
+    if args.out == "-":
+        return "jsonl"
+    ext = os.path.splitext(args.out)[1].lower()
+    if ext not in _EXPORT_EXTENSIONS:
+        raise CliError(f"{args.out}: {'no extension' if not ext else f'extension {ext!r}'} says no format: name the "
+                       f"file *.jsonl, *.csv or *.parquet, or give --format")
+    return _EXPORT_EXTENSIONS[ext]
+
+
+def _export_row(m: Any, body: str, limit: int) -> dict:
+    d = message_dict(m, body, limit)
+    return {k: d[k] for k in _EXPORT_FIELDS}
+
+
 def export_cmd(args: argparse.Namespace) -> int:
-    fmt = args.format or ("parquet" if args.out.endswith(".parquet") else "jsonl")
+    fmt = _export_format(args)
     if fmt == "parquet":
         try:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
             raise CliError("Parquet export needs pyarrow (pip install pyarrow, or rmqcore[spark]); "
-                           "JSON lines (--format jsonl) need nothing") from None
-        if args.out == "-":
-            raise CliError("Parquet cannot be written to stdout: give a file name")
+                           "JSON lines (--format jsonl) and CSV need nothing") from None
+    if args.out == "-" and fmt != "jsonl":
+        raise CliError(f"{fmt} is written to a file, not stdout: give a file name")
     if args.out != "-" and os.path.exists(args.out) and not args.force:
         raise CliError(f"{args.out} exists (use --force to overwrite)")
     count = 0
+    tmp = None
     with _reader(args) as r:
         bar = ProgressBar(r.data_bytes(), "export", args.out != "-")
         try:
-            if fmt == "jsonl":
-                f = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
+            if args.out != "-":
+                # Written under a temporary name beside OUT and renamed at the end: an interrupted or failed export
+                # leaves no partial OUT (and an OUT given with --force stays whole until the new one replaces it).
+                fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(args.out)}.", suffix=".partial",
+                                           dir=os.path.dirname(os.path.abspath(args.out)))
+                os.close(fd)
+            if fmt in ("jsonl", "csv"):
+                f = sys.stdout if tmp is None else open(tmp, "w", encoding="utf-8", newline="")
                 try:
-                    for m in _selected(r, args, bar.update):
-                        d = message_dict(m, args.body, r.config.max_message_size)
-                        f.write(json.dumps({k: d[k] for k in _EXPORT_FIELDS}, default=str) + "\n")
-                        count += 1
+                    if fmt == "jsonl":
+                        for m in _selected(r, args, bar.update):
+                            f.write(json.dumps(_export_row(m, args.body, r.config.max_message_size), default=str) + "\n")
+                            count += 1
+                    else:
+                        import csv
+                        w = csv.writer(f)
+                        w.writerow(_EXPORT_FIELDS)
+                        for m in _selected(r, args, bar.update):
+                            row = _export_row(m, args.body, r.config.max_message_size)
+                            # keys space-separated as RocketMQ's KEYS property holds them; properties as JSON
+                            row.update(keys=" ".join(row["keys"]), properties=json.dumps(row["properties"]))
+                            w.writerow([row[k] for k in _EXPORT_FIELDS])
+                            count += 1
                 finally:
                     if f is not sys.stdout:
                         f.close()
@@ -825,7 +873,7 @@ def export_cmd(args: argparse.Namespace) -> int:
                     ("tags", pa.string()), ("keys", pa.list_(pa.string())), ("msg_id", pa.string()),
                     ("uniq_key", pa.string()), ("properties", pa.map_(pa.string(), pa.string())),
                     ("compression", pa.string()), ("body", pa.binary())])
-                with pq.ParquetWriter(args.out, schema) as w:
+                with pq.ParquetWriter(tmp, schema) as w:
                     rows: list[dict] = []
                     for m in _selected(r, args, bar.update):
                         d = m.as_dict()
@@ -840,8 +888,13 @@ def export_cmd(args: argparse.Namespace) -> int:
                             rows = []
                     if rows:
                         w.write_table(pa.Table.from_pylist(rows, schema))
+            if tmp is not None:
+                os.replace(tmp, args.out)
+                tmp = None
         finally:
             bar.close()
+            if tmp is not None:
+                os.unlink(tmp)
     print(f"exported {count:,} messages to {'stdout' if args.out == '-' else args.out} ({fmt})"
           + ("" if count else ": no message matched the selection"), file=sys.stderr)
     return EXIT_OK if count else EXIT_PROBLEM
@@ -944,7 +997,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--begin", help="stored at or after (ms since epoch or ISO 8601)")
     q.add_argument("--end", help="stored at or before (ms since epoch or ISO 8601)")
     q.add_argument("--queue", type=int, help="only this queue (time queries)")
-    q.add_argument("--max", type=int, default=32, help="at most this many messages (default 32)")
+    q.add_argument("--max", type=int, default=32, help="at most this many messages (default 32; when more match, "
+                                                       "stderr says so and how to page)")
     _json_arg(q, "the messages")
     _body_arg(q)
     q.set_defaults(func=query_cmd)
@@ -982,18 +1036,20 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(st, "the rows")
     st.set_defaults(func=stats_cmd)
 
-    ex = sub.add_parser("export", help="messages to JSON lines, or Parquet when pyarrow is installed",
-                        description="Write every message (or a topic/time selection) as JSON lines (body base64 "
-                                    "unless --body text) or as Parquet (needs pyarrow; chosen by --format or an "
-                                    "OUT ending in .parquet).")
+    ex = sub.add_parser("export", help="messages to JSON lines, CSV, or Parquet when pyarrow is installed",
+                        description="Write every message (or a topic/time selection) as JSON lines or CSV (body "
+                                    "base64 unless --body text) or as Parquet (needs pyarrow), chosen by --format or "
+                                    "OUT's extension (.jsonl, .csv, .parquet; another one is refused). OUT is written "
+                                    "under a temporary name beside it and renamed when complete.")
     _store_arg(ex)
     ex.add_argument("out", help="output file, or - for stdout (JSON lines only)")
-    ex.add_argument("--format", choices=("jsonl", "parquet"), help="default: parquet for *.parquet, else jsonl")
+    ex.add_argument("--format", choices=("jsonl", "csv", "parquet"),
+                    help="default: by OUT's extension (.jsonl/.ndjson/.json, .csv, .parquet)")
     ex.add_argument("--topic", action="append", help="only this topic (repeat for more)")
     ex.add_argument("--begin", help="stored at or after (ms or ISO 8601)")
     ex.add_argument("--end", help="stored at or before (ms or ISO 8601)")
     ex.add_argument("--force", action="store_true", help="overwrite OUT")
-    _body_arg(ex, "JSON lines output")
+    _body_arg(ex, "JSON lines and CSV output")
     ex.set_defaults(func=export_cmd)
 
     from .mqadmin import add_commands
@@ -1004,7 +1060,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: sys.argv[1:]); returns the exit status."""
     from .errors import RmqStoreError
-    from .mqadmin import AdminError
+    from .mqadmin import AdminError, NotFoundError
     import logging
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -1016,6 +1072,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `rmqcore dump ... | head`: the reader went away; exit quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except NotFoundError as e:
+        # what the command names does not exist: found nothing, as get and query say it (exit 1)
+        print(f"rmqcore {args.cmd}: {e}", file=sys.stderr)
+        return EXIT_PROBLEM
     except (CliError, AdminError, RmqStoreError, OSError, ValueError) as e:
         print(f"rmqcore {args.cmd}: error: {e}", file=sys.stderr)
     except KeyboardInterrupt:

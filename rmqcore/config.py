@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 
 @dataclass
@@ -140,6 +141,28 @@ class StoreConfig:
     timer_flush_interval_ms: int = 1000
     """timerFlushIntervalMs (5.x): ms between flushes of the timer files."""
 
+    # Master/slave replication (rmqcore/ha_service.py: RocketMQ 4.9.7's HAService, HAConnection, HAClient).
+    broker_role: str = "ASYNC_MASTER"
+    """brokerRole: "ASYNC_MASTER" (puts answer without waiting for a slave), "SYNC_MASTER" (a put answers once a
+    slave's report covers it: FLUSH_SLAVE_TIMEOUT after sync_flush_timeout, SLAVE_NOT_AVAILABLE with no slave or
+    one more than ha_slave_fallbehind_max behind) or "SLAVE" (puts refused with SERVICE_NOT_AVAILABLE; the
+    commitlog grows only by what the master sends, MessageStore.append_to_commit_log)."""
+    ha_listen_port: int = 10912
+    """haListenPort: the master's HA port (RocketMQ's BrokerStartup sets it to listenPort + 1)."""
+    ha_master_address: str = ""
+    """haMasterAddress: HOST:PORT of the master's HA port a slave replicates from (RocketMQ learns it from its name
+    server registration, or this setting)."""
+    ha_send_heartbeat_interval: int = 1000 * 5
+    """haSendHeartbeatInterval: ms between a slave's offset reports, and between a master's empty frames, when
+    idle."""
+    ha_housekeeping_interval: int = 1000 * 20
+    """haHousekeepingInterval: ms of silence after which either side closes the HA connection."""
+    ha_transfer_batch_size: int = 1024 * 32
+    """haTransferBatchSize: the most commitlog bytes a master sends in one frame."""
+    ha_slave_fallbehind_max: int = 1024 * 1024 * 256
+    """haSlaveFallbehindMax: a SYNC_MASTER put answers SLAVE_NOT_AVAILABLE at once when the slave's acknowledged
+    offset is this many bytes or more behind the master's (5.x: haMaxGapNotInSync)."""
+
     def __post_init__(self):
         self.validate()
 
@@ -147,6 +170,15 @@ class StoreConfig:
         """Check the fields (ValueError naming the field and the rule)."""
         if self.flush_disk_type not in FLUSH_TYPES:
             raise ValueError(f"flush_disk_type must be one of {FLUSH_TYPES}, got {self.flush_disk_type!r}")
+        if self.broker_role not in BROKER_ROLES:
+            raise ValueError(f"broker_role must be one of {BROKER_ROLES}, got {self.broker_role!r}")
+        if not 0 <= self.ha_listen_port <= 65535:
+            raise ValueError(f"ha_listen_port must be a TCP port (0..65535, 0: any free one), got "
+                             f"{self.ha_listen_port}")
+        for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
+                     "ha_slave_fallbehind_max"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_message_size",
                      "max_hash_slot_num", "max_index_num"):
             if getattr(self, name) <= 0:
@@ -159,6 +191,11 @@ class StoreConfig:
     def sync_flush(self) -> bool:
         """True for SYNC_FLUSH."""
         return self.flush_disk_type == "SYNC_FLUSH"
+
+    @property
+    def is_slave(self) -> bool:
+        """True for brokerRole SLAVE."""
+        return self.broker_role == "SLAVE"
 
     def replace(self, **changes: Any) -> "StoreConfig":
         """A copy with ``changes`` applied, validated."""

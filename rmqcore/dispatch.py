@@ -183,6 +183,42 @@ class ReputMessageService(threading.Thread):
             self.lag_ms = max(0, int(time.time() * 1000) - batch.last_store_ts)
         return batch.n + batch.skipped
 
+    @staticmethod
+    def _not_yet(mf, pos: int, readable: int) -> bool:
+        """Whether the record at file position ``pos`` is only cut by the readable end (its bytes arrive in pieces,
+        a slave's appends) rather than damaged: it claims a size that runs past what is readable but fits the
+        file. A master's writer publishes whole records only, so there this never holds at a real record."""
+        if readable >= mf.file_size:
+            return False
+        if readable - pos < 4:
+            return True
+        view = mf.select(pos, 4)
+        if view is None:
+            return False
+        try:
+            claimed = int.from_bytes(view, "big", signed=True)
+        finally:
+            view.release()
+        return claimed > 0 and readable < pos + claimed <= mf.file_size
+
+    @staticmethod
+    def _blank_misfit(mf, pos: int) -> str | None:
+        """The end-of-file blank record at ``pos`` must pad the file to its very end: one that ends elsewhere was
+        written with another file size (a slave whose mapped_file_size_commit_log differs from its master's), and
+        skipping to this file's end would skip records. A message naming both, or None."""
+        view = mf.select(pos, 4)
+        if view is None:
+            return None
+        try:
+            claimed = int.from_bytes(view, "big", signed=True)
+        finally:
+            view.release()
+        if pos + claimed == mf.file_size:
+            return None
+        return (f"the blank record at commitlog offset {mf.file_from_offset + pos} pads {claimed} bytes, to "
+                f"{mf.file_from_offset + pos + claimed}, not to its file's end {mf.file_from_offset + mf.file_size}: "
+                f"the log was written with another commitlog file size than this store's {mf.file_size}")
+
     def _do_reput(self) -> int:
         cl = self.store.commit_log
         mfq = cl.mapped_file_queue
@@ -234,12 +270,22 @@ class ReputMessageService(threading.Thread):
             total += taken
             self.reput_from_offset = batch.end_offset
             if batch.code == RESULT_BLANK:
+                bad = self._blank_misfit(mf, batch.end_offset - mf.file_from_offset)
+                if bad:
+                    if self.last_error != bad:
+                        log.error("dispatch stops: %s", bad)
+                    self.last_error = bad
+                    return total
                 self.reput_from_offset = mf.file_from_offset + mf.file_size
                 continue
             if batch.code == RESULT_END:
                 if taken == 0:
                     return total
                 continue
+            if batch.code < 0 and self._not_yet(mf, batch.end_offset - mf.file_from_offset, readable):
+                # A slave's record whose first bytes came from the master and the rest not yet
+                # (MessageStore.append_to_commit_log): dispatched once it is whole, never taken for damage.
+                return total
             if batch.code < 0:
                 err = record_error(batch.code, batch.end_offset, mf.file_name)
                 if self.last_error != str(err):

@@ -73,3 +73,18 @@ class ConfigFileError(RmqStoreError):
         super().__init__(f"{where}: {message}")
         self.path = path
         self.field = field
+
+
+class ReplicaError(RmqStoreError):
+    """Bytes from a master that cannot continue this store's commitlog (MessageStore.append_to_commit_log): not at
+    its max offset, across one of its file ends (the master's commitlog file size differs), or into a store that
+    is no slave. ``offset`` is where the bytes were to go, ``expected`` where this store's log ends."""
+
+    def __init__(self, message: str, offset: int = -1, expected: int = -1):
+        super().__init__(message)
+        self.offset = offset
+        self.expected = expected
+
+
+class BrokerRoleError(RmqStoreError):
+    """An operation the store's broker_role forbids (a put into a SLAVE's store)."""

@@ -2,8 +2,8 @@
 directory (STORE: the broker is opened there, taking the store's lock) and a running server (``--server URL``:
 through the console's JSON API, docs/console-api.md):
 
-- ``topic_view`` / ``group_view``: one topic's or group's config as both answer it (the console's JSON carries the
-  same dict as ``config``), so ``--json`` output is the same either way;
+- the views (rmqcore.admin_views ``topic_view`` / ``group_view``) are one topic's or group's config as both answer
+  it (the console's JSON carries the same dict as ``config``), so ``--json`` output is the same either way;
 - ``RemoteAdmin``: the JSON API's calls; ``local_admin``: the console's operations (rmqcore.console.data) over a
   store directory, for what only the console computes (show, reset-offset, dlq resend).
 """
@@ -19,12 +19,19 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .cli import EXIT_OK, EXIT_PROBLEM, _emit_json, table
+from .admin_views import EXIT_OK, group_view, not_found, table, topic_view
+from .admin_views import emit_json as _emit_json
 
 
 
 class AdminError(Exception):
     """A refusal, from the server (its message) or from the local broker; printed as one line, exit 2."""
+
+
+class NotFoundError(AdminError):
+    """The topic, group or message the command names does not exist (the console's NotFound, a server's 404): one
+    line in the same words from a store and through a server (admin_views.not_found), exit 1 as ``get`` and
+    ``query`` finding nothing."""
 
 
 class RemoteAdmin:
@@ -62,10 +69,12 @@ class RemoteAdmin:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as e:
             try:
-                message = json.loads(e.read()).get("error") or e.reason
-            except ValueError:
-                message = e.reason
-            raise AdminError(f"{e.code}: {message}") from None
+                message = json.loads(e.read()).get("error")
+            except (ValueError, AttributeError):
+                message = None
+            if e.code == 404 and message:       # the console's NotFound (a bare 404 is a wrong URL: exit 2)
+                raise NotFoundError(message) from None
+            raise AdminError(f"{e.code}: {message or e.reason}") from None
         except urllib.error.URLError as e:
             raise AdminError(f"cannot reach {self.base}: {e.reason}") from None
 
@@ -153,22 +162,6 @@ def open_admin(args):
             yield admin
 
 
-def topic_view(tc, system: bool) -> dict:
-    """A topic's config as ``rmqcore topic`` answers it (offline and through a server alike)."""
-    from .broker.topic_validator import perm_to_string
-    return {"name": tc.topic_name, "read_queue_nums": tc.read_queue_nums, "write_queue_nums": tc.write_queue_nums,
-            "perm": tc.perm, "perm_string": perm_to_string(tc.perm), "message_type": tc.message_type,
-            "order": tc.order, "topic_filter_type": tc.topic_filter_type, "attributes": tc.attributes,
-            "system": system}
-
-
-def group_view(g, system: bool) -> dict:
-    """A group's config as ``rmqcore group`` answers it (offline and through a server alike)."""
-    return {"name": g.group_name, "fifo": g.consume_message_orderly, "max_delivery_attempts": g.max_delivery_attempts,
-            "retry_max_times": g.retry_max_times, "retry_queue_nums": g.retry_queue_nums,
-            "consume_enable": g.consume_enable, "retry_policy": g.group_retry_policy.to_json(), "system": system}
-
-
 def run_admin(op):
     """``op()`` with the console's and the store's refusals as AdminError (one line, exit 2)."""
     from .console.data import ConsoleError
@@ -176,14 +169,14 @@ def run_admin(op):
     try:
         return op()
     except ConsoleError as e:
-        raise AdminError(str(e)) from None
+        raise (NotFoundError if e.status == 404 else AdminError)(str(e)) from None
     except RmqStoreError as e:
         raise AdminError(f"{type(e).__name__}: {e}") from None
 
 
 # -- the commands ------------------------------------------------------------------------------------------------
 # On a store no server holds (STORE: the broker is opened here, its lock taken) or on a running server (--server URL:
-# its console's JSON API); both answer with the same views (mqadmin.topic_view / group_view).
+# its console's JSON API); both answer with the same views (admin_views.topic_view / group_view).
 
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
 
@@ -228,25 +221,70 @@ def _all_pages(fetch) -> list:
             return items
 
 
-def _not_found(e) -> bool:
-    return str(e).startswith("404:")
-
-
-def _console_view(args: argparse.Namespace, op) -> int:
-    """show / reset-offset / dlq resend: what the console computes, over STORE or through --server, as JSON."""
+def _console_view(args: argparse.Namespace, op, text) -> int:
+    """show / reset-offset / dlq resend: what the console computes, over STORE or through --server; JSON with
+    --json, else ``text(answer)``'s human lines."""
     remote = _admin_target(args)
     if remote is not None:
-        _emit_json(op(remote), sys.stdout)
+        answer = op(remote)
     else:
         with local_admin(args.store) as admin:
-            _emit_json(run_admin(lambda: op(admin)), sys.stdout)
+            answer = run_admin(lambda: op(admin))
+    if args.json:
+        _emit_json(answer, sys.stdout)
+    else:
+        text(answer, sys.stdout)
     return EXIT_OK
+
+
+def _yes(flag) -> str:
+    return "yes" if flag else "no"
+
+
+def _topic_text(t: dict, out) -> None:
+    print(f"topic {t['topic']}: {t.get('message_type') or '-'}, {t['read_queue_nums']} read / "
+          f"{t['write_queue_nums']} write queues, perm {t.get('perm') or '-'}, {t['messages']:,} messages"
+          f"{'' if t.get('configured', True) else ' (not in topics.json: only its stored queues)'}", file=out)
+    if t["queues"]:
+        table([(q["queue_id"], q["min_offset"], q["max_offset"], q["messages"], q["last_store_time"] or "-")
+               for q in t["queues"]], ("queue", "min offset", "max offset", "messages", "last stored"), out)
+    if t["groups"]:
+        print("groups with offsets in it:", file=out)
+        table([(g["group"], g["lag"]) for g in t["groups"]], ("group", "lag"), out)
+    else:
+        print("no group has offsets in it", file=out)
+
+
+def _group_text(g: dict, out) -> None:
+    c = g["config"]
+    print(f"group {g['group']}: {'FIFO' if c['fifo'] else 'concurrent'}, max delivery attempts "
+          f"{c['max_delivery_attempts']}, consume {'enabled' if g['consume_enable'] else 'disabled'}; lag "
+          f"{g['lag']:,}, in flight {g['inflight']:,}; {g['retry_messages']:,} in {g['retry_topic']}, "
+          f"{g['dlq_messages']:,} in {g['dlq_topic']}; {g['clients']} client(s) connected", file=out)
+    if g["queues"]:
+        table([(q["topic"], q["queue_id"], q["broker_offset"], q["consumer_offset"], q["lag"], q["inflight"],
+                q["lag_since"] or "-") for q in g["queues"]],
+              ("topic", "queue", "max offset", "committed", "lag", "in flight", "oldest unconsumed"), out)
+    for cl in g.get("clients_detail", []):
+        print(f"  client {cl['client_id']} ({cl['kind']}, {cl['language']} {cl['version']}) from {cl['address']}, "
+              f"last seen {cl['last_seen']}", file=out)
+
+
+def _reset_text(r: dict, out) -> None:
+    print(f"group {r['group']}: offsets reset to the first message stored at or after {r['time']}", file=out)
+    table([(q["topic"], q["queue_id"], q["old_offset"], q["new_offset"]) for q in r["queues"]],
+          ("topic", "queue", "old offset", "new offset"), out)
+
+
+def _resent_text(r: dict, out) -> None:
+    print(f"resent the dead letter at {r['resent']} to {r['topic']} queue {r['queue_id']} for group {r['group']}: "
+          f"commitlog offset {r['commitlog_offset']}, msg id {r['msg_id']}", file=out)
 
 
 def topic_cmd(args: argparse.Namespace) -> int:
     action = args.topic_cmd
     if action == "show":
-        return _console_view(args, lambda a: a.topic(args.name))
+        return _console_view(args, lambda a: a.topic(args.name), _topic_text)
     if action == "create":
         from .broker.topic_validator import validate_topic
         validate_topic(args.name)         # before the store is opened (or made): a typo creates nothing
@@ -259,13 +297,7 @@ def topic_cmd(args: argparse.Namespace) -> int:
             r = remote.update_topic(body)
             view, existed = r["topic"]["config"], not r["created"]
         elif action == "delete":
-            try:
-                remote.delete_topic(args.name)
-            except AdminError as e:
-                if not _not_found(e):
-                    raise
-                print(f"rmqcore topic: no topic {args.name} on {args.server}", file=sys.stderr)
-                return EXIT_PROBLEM
+            remote.delete_topic(args.name)
         else:
             rows = [i["config"] for i in _all_pages(lambda o: remote.topics("", o, 200, args.all))]
     else:
@@ -275,8 +307,7 @@ def topic_cmd(args: argparse.Namespace) -> int:
                 view = topic_view(broker.create_topic(args.name, args.queues, message_type=args.type), False)
             elif action == "delete":
                 if args.name not in broker.topics():
-                    print(f"rmqcore topic: no topic {args.name} in {broker.path}", file=sys.stderr)
-                    return EXIT_PROBLEM
+                    raise NotFoundError(not_found("topic", args.name))
                 broker.delete_topic(args.name)
             else:
                 system = broker.topic_config_manager.system_topics
@@ -305,9 +336,10 @@ def topic_cmd(args: argparse.Namespace) -> int:
 def group_cmd(args: argparse.Namespace) -> int:
     action = args.group_cmd
     if action == "show":
-        return _console_view(args, lambda a: a.group(args.name))
+        return _console_view(args, lambda a: a.group(args.name), _group_text)
     if action == "reset-offset":
-        return _console_view(args, lambda a: a.reset_offset(args.name, {"timestamp": args.time, "topic": args.topic}))
+        return _console_view(args, lambda a: a.reset_offset(args.name, {"timestamp": args.time, "topic": args.topic}),
+                             _reset_text)
     if action == "create":
         from .broker.topic_validator import validate_group
         validate_group(args.name)
@@ -320,13 +352,7 @@ def group_cmd(args: argparse.Namespace) -> int:
             r = remote.update_group(body)
             view, existed = r["group"]["config"], not r["created"]
         elif action == "delete":
-            try:
-                remote.delete_group(args.name)
-            except AdminError as e:
-                if not _not_found(e):
-                    raise
-                print(f"rmqcore group: no group {args.name} on {args.server}", file=sys.stderr)
-                return EXIT_PROBLEM
+            remote.delete_group(args.name)
         else:
             rows = [i["config"] for i in _all_pages(lambda o: remote.groups("", o, 200, args.all))]
     else:
@@ -337,8 +363,7 @@ def group_cmd(args: argparse.Namespace) -> int:
                                                       max_delivery_attempts=args.max_delivery_attempts), False)
             elif action == "delete":
                 if args.name not in broker.groups():
-                    print(f"rmqcore group: no group {args.name} in {broker.path}", file=sys.stderr)
-                    return EXIT_PROBLEM
+                    raise NotFoundError(not_found("consumer group", args.name))
                 broker.delete_group(args.name)
             else:
                 from .broker import SubscriptionGroupManager
@@ -366,7 +391,7 @@ def group_cmd(args: argparse.Namespace) -> int:
 
 
 def dlq_cmd(args: argparse.Namespace) -> int:
-    return _console_view(args, lambda a: a.resend_dlq(args.offset))
+    return _console_view(args, lambda a: a.resend_dlq(args.offset), _resent_text)
 
 
 def send_cmd(args: argparse.Namespace) -> int:
@@ -459,7 +484,8 @@ def _admin_args(q: argparse.ArgumentParser, what: str, config: bool = True) -> N
 def add_commands(sub) -> None:
     """The topic, group and dlq commands on rmqcore's command line (cli.build_parser)."""
     where = ("STORE (a store no server holds: its lock is taken) or --server URL (a running server, through its "
-             "console's JSON API); the same options and answers either way.")
+             "console's JSON API); the same options and answers either way. A topic, group or message that does not "
+             "exist is one line, exit status 1.")
     tp = sub.add_parser("topic", help="create, list, show or delete topics (STORE or --server URL)",
                         description="Admin of the broker's topics (config/topics.json), on " + where)
     tsub = tp.add_subparsers(dest="topic_cmd", required=True, metavar="{create,list,show,delete}",
@@ -474,10 +500,10 @@ def add_commands(sub) -> None:
     tl = tsub.add_parser("list", help="list topics (system topics with --all)")
     _admin_args(tl, "the topics")
     tl.add_argument("--all", action="store_true", help="include the broker's system topics")
-    ts = tsub.add_parser("show", help="a topic's queues, offsets and the groups consuming it (JSON)")
+    ts = tsub.add_parser("show", help="a topic's queues, offsets and the groups consuming it")
     _admin_args(ts, "the topic", config=False)
     ts.add_argument("name", help="topic name")
-    td = tsub.add_parser("delete", help="delete a topic's config and every group's offsets in it; exit 1 if none")
+    td = tsub.add_parser("delete", help="delete a topic's config and every group's offsets in it")
     _admin_args(td, "the result")
     td.add_argument("name", help="topic name")
     tp.set_defaults(func=topic_cmd)
@@ -499,10 +525,10 @@ def add_commands(sub) -> None:
     gl = gsub.add_parser("list", help="list groups (system groups with --all)")
     _admin_args(gl, "the groups")
     gl.add_argument("--all", action="store_true", help="include the broker's system groups")
-    gs = gsub.add_parser("show", help="a group's lag and in-flight per queue, retry and DLQ counts, clients (JSON)")
+    gs = gsub.add_parser("show", help="a group's lag and in-flight per queue, retry and DLQ counts, clients")
     _admin_args(gs, "the group", config=False)
     gs.add_argument("name", help="group name")
-    gd = gsub.add_parser("delete", help="delete a group's config and its offsets; exit 1 if none")
+    gd = gsub.add_parser("delete", help="delete a group's config and its offsets")
     _admin_args(gd, "the result")
     gd.add_argument("name", help="group name")
     gr = gsub.add_parser("reset-offset", help="move the group's queues to the first message stored at or after a "

@@ -431,7 +431,18 @@ def verify_parts(commit_log, consume_queues, index_service, progress=None, index
             if len(ahead):
                 frontier.append(int(rec["phys"][ahead[0]]))
             if index_service is not None and index_enabled:
+                # endPhyOffset is the phyOffset of the last item put (IndexFile.putKey): the START of the last
+                # record indexed, not its end. The records after it have no key yet; the record at it has its
+                # keys once the file holds an item of it for each of them (a writer puts a record's keys one by
+                # one), which is every time but in the middle of a dispatch. (Counting it unindexed always left a
+                # live store's last keyed record "not judged", however long the store had been idle.)
                 end_phy = headers[-1][3] if index_files else -1
+                wanted = int(np.count_nonzero(rec["key_phys"] == end_phy)) if index_files else 0
+                if wanted:
+                    last = index_files[-1]
+                    _h, items, _p, _d = last.reachable_items(bound=last.index_num, with_times=True)
+                    if int(np.count_nonzero(np.frombuffer(items, np.int64) == end_phy)) >= wanted:
+                        end_phy += 1
                 unindexed = np.flatnonzero(keyed & (rec["phys"] >= end_phy))
                 if len(unindexed):
                     frontier.append(int(rec["phys"][unindexed[0]]))

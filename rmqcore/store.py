@@ -16,6 +16,7 @@ import re
 import threading
 import time
 from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +36,7 @@ from .config import StoreConfig
 from .clean import CleanFilesService
 from .consume_queue import CQ_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue, queue_dirs
 from .dispatch import ReputMessageService
-from .errors import StoreClosedError, StoreLayoutError, StoreLockedError
+from .errors import BrokerRoleError, ReplicaError, StoreClosedError, StoreLayoutError, StoreLockedError
 from .mapped_file_queue import clear_tmp_dir
 from .geometry import is_store_dir, read_geometry
 from .flush import GroupCommitService, PeriodicService
@@ -46,6 +47,7 @@ from .status import GetStatus, PutStatus
 from .transient_store_pool import TransientStorePool
 
 if TYPE_CHECKING:
+    from ._encoder import EncodeBuffer
     from ._message import Message, MessageExt, PutResult
 
 log = logging.getLogger(__name__)
@@ -219,6 +221,7 @@ class MessageStore:
             self._release_everything(clean=untouched)
             raise
         self._running = True
+        self._puts_ok = not self.config.is_slave
 
     def _load_and_recover(self) -> None:
         # A store is read with the file sizes it was written with, whatever the config says (RocketMQ records
@@ -253,10 +256,33 @@ class MessageStore:
         self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
         self.recovery = recovery.recover(self, last_exit_ok)
         self._reput_from = self.recovery["reput_from"]
+        if cfg.is_slave and not last_exit_ok:
+            self._cut_unconfirmed_replica_tail()
         if self._rebuild_from is not None:
             # admin.repair deleted consume queues or index files verify found damaged: dispatch again from here
             # (units and keys still on disk are skipped by their repeat checks).
             self._reput_from = min(self._reput_from, max(self._rebuild_from, self.commit_log.min_offset))
+
+    def _cut_unconfirmed_replica_tail(self) -> None:
+        """A slave killed while a record arrived in pieces keeps its first piece, and zeros where the rest was to go;
+        when the zeros fall in its properties no checksum tells (a 4.x record has only the body's), so recovery may
+        keep it as whole. After a crash a slave therefore keeps only what its consume queues cover (records the
+        dispatcher saw whole) and fetches the rest again from its master, which sends from the slave's max offset.
+        (A clean close cuts a partial tail itself: close.)"""
+        cl = self.commit_log
+        covered = max([cl.min_offset] + [cq.max_physic_offset for cq in self._all_consume_queues()])
+        if covered < cl.max_offset:
+            log.warning("slave %s after a crash: commitlog cut from %d to %d (what its consume queues cover); the "
+                        "master sends it again", self.path, cl.max_offset, covered)
+            self._truncate_commit_log(covered)
+            self.recovery["replica_cut_from"] = covered
+            self._reput_from = min(self._reput_from, covered)
+
+    def _truncate_commit_log(self, offset: int) -> None:
+        mfq = self.commit_log.mapped_file_queue
+        mfq.truncate_dirty_files(offset)
+        mfq.set_flushed_where(offset)
+        self.commit_log.writer.reset()
 
     def _load_consume_queues(self) -> None:
         root = self._path("consumequeue")
@@ -307,11 +333,13 @@ class MessageStore:
         # Delayed and timed delivery (schedule.py, timer.py): their progress is loaded and checked against the
         # queues before any thread runs, so an unreadable delayOffset.json / timerProgress.json fails the open.
         self.schedule_service = self.timer_service = None
-        if cfg.schedule_message_service_enable:
+        # A slave delivers nothing itself: its master's deliveries arrive in the commitlog (RocketMQ starts these
+        # services on a master only).
+        if cfg.schedule_message_service_enable and not cfg.is_slave:
             from .schedule import ScheduleMessageService
             self.schedule_service = ScheduleMessageService(self)
             self.schedule_service.load()
-        if cfg.timer_wheel_enable:
+        if cfg.timer_wheel_enable and not cfg.is_slave:
             from .timer import TimerMessageService
             self.timer_service = TimerMessageService(self)
             self.timer_service.load()
@@ -322,6 +350,11 @@ class MessageStore:
             self.group_commit.start()
             self._durable = DurablePuts(self._writer.put, self.group_commit.core, self.group_commit.completer,
                                         self._flush_timed_out, self._sync_timeout)
+        if cfg.broker_role == "SYNC_MASTER":
+            # CommitLog.submitReplicaRequest: a put answers once a slave has its record (ha_service.ReplicaPuts).
+            from .ha_service import ReplicaPuts
+            self._replica = ReplicaPuts(self, self._durable if self._durable is not None else self._writer)
+            self._durable = self._replica
         self._services = []
         if self.transient_store_pool is not None:
             self._services.append(PeriodicService(
@@ -385,6 +418,8 @@ class MessageStore:
             return
         flush_failed = False
         progress_error = None
+        if self.ha_service is not None:     # first: a slave's client appends, a master's connections read the log
+            self.ha_service.shutdown()
         for delivery in (getattr(self, "schedule_service", None), getattr(self, "timer_service", None)):
             if delivery is not None:       # persists its progress: needs the store still open
                 try:
@@ -397,6 +432,7 @@ class MessageStore:
                     progress_error = progress_error or e
         self._closed = True
         was_running, self._running = self._running, False     # puts and gets are refused from here on
+        self._puts_ok = False
         with self._arrived:
             self._arrived.notify_all()
         if was_running:
@@ -412,6 +448,12 @@ class MessageStore:
                 # commitlog's end record by record instead of trusting it.
                 log.error("closing %s: the commitlog's last flush failed: %s", self.path, e)
                 flush_failed = True
+            if self.config.is_slave and self.reput.last_error is None and \
+                    self.reput.reput_from_offset < self.commit_log.max_offset:
+                # A record the master had sent only part of: cut, so the next open's log ends on a whole record
+                # (recovery cannot always tell a torn 4.x record) and the master sends the record again from there.
+                with self.commit_log.put_lock:
+                    self._truncate_commit_log(self.reput.reput_from_offset)
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
                                                        self.commit_log.mapped_file_queue.store_timestamp)
             self._flush_consume_queues(True)
@@ -474,12 +516,22 @@ class MessageStore:
     def __enter__(self) -> "MessageStore":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _check_running(self) -> None:
         if self._closed or not self._running:
             raise StoreClosedError(f"message store {self.path} is closed")
+
+    _puts_ok = False    # running and a master: the one flag every put checks (a slave's puts are refused)
+
+    def _check_puts(self) -> None:
+        self._check_running()
+        if self.config.is_slave:
+            # DefaultMessageStore.checkStoreStatus: "message store is slave mode, so putMessage is forbidden"
+            # (PutMessageStatus.SERVICE_NOT_AVAILABLE there); raised here so the caller sees why.
+            raise BrokerRoleError(f"message store {self.path} is a SLAVE (broker_role): puts are refused; its "
+                                  "commitlog takes only what its master sends (append_to_commit_log)")
 
     # -- put ----------------------------------------------------------------------------------------------------
 
@@ -546,7 +598,7 @@ class MessageStore:
 
     _probe_encoder = None
 
-    def check_delivery(self, msg, what: str = "delivery", *, broker_topic_rule: bool = True) -> None:
+    def check_delivery(self, msg: Message, what: str = "delivery", *, broker_topic_rule: bool = True) -> None:
         """Raise MessageIllegalError (field prefixed ``delivery: ``) when the store would refuse ``msg`` as it
         stands, without the delay/timer rewrite and without writing anything: the checks of a put (topic,
         queue id, properties, record size against max_message_size and the commitlog file) on a scratch copy.
@@ -572,7 +624,7 @@ class MessageStore:
             raise MessageIllegalError(f"{what}: {e.field}" if what else e.field, str(e).split(": ", 1)[-1],
                                       e.limit, e.status) from None
 
-    def check_put(self, msg) -> None:
+    def check_put(self, msg: Message) -> None:
         """Raise MessageIllegalError when ``put(msg)`` would be refused now or when its delayed or timed delivery
         would be; writes nothing and leaves ``msg`` as it was. For a caller that must answer a refusal before it
         changes any state of its own (the broker's send-back creates a retry topic only for a message the store
@@ -584,19 +636,91 @@ class MessageStore:
             self._reroute(copy)          # refuses what its delivery would not store
         self.check_delivery(copy, "")
 
+    def append_to_commit_log(self, offset: int, data) -> int:
+        """A slave's append (RocketMQ's DefaultMessageStore.appendToCommitLog): ``data``, bytes of the master's
+        commitlog from its physical ``offset``, written raw (not re-encoded) at the same offset of this store's
+        commitlog through the write path every put takes (write position, runway, flush, checkpoint). The bytes
+        need not end on a record: the dispatcher builds consume queues and index from complete records only, and
+        a record that arrives in pieces is dispatched once its last piece is here. Returns the new max offset.
+
+        ReplicaError (nothing written) when the bytes do not continue this log: ``offset`` is not its max offset
+        (an empty log takes any file start), or they would cross one of its file ends (a master never sends across
+        its own file end, so its commitlog file size differs). BrokerRoleError when the store is not a SLAVE."""
+        self._check_running()
+        if not self.config.is_slave:
+            raise BrokerRoleError(f"message store {self.path} is a {self.config.broker_role} (broker_role): only a "
+                                  "SLAVE appends a master's bytes")
+        view = memoryview(data).cast("B")
+        n = len(view)
+        cl = self.commit_log
+        mfq = cl.mapped_file_queue
+        size = mfq.mapped_file_size
+        with cl.put_lock:
+            end = mfq.get_max_wrote_position()
+            if mfq.last() is None:
+                if offset < 0 or offset % size:
+                    raise ReplicaError(f"master bytes at offset {offset}: an empty commitlog starts at a file start "
+                                       f"(a multiple of mapped_file_size_commit_log {size}); the master's commitlog "
+                                       "file size differs from this store's", offset, end)
+            elif offset != end:
+                raise ReplicaError(f"master bytes at offset {offset} do not continue this commitlog, which ends at "
+                                   f"{end}", offset, end)
+            if n == 0:
+                return end
+            if offset % size + n > size:
+                raise ReplicaError(f"master bytes at offset {offset}, {n} long, cross this commitlog's file end at "
+                                   f"{offset - offset % size + size}: the master's commitlog file size differs from "
+                                   f"mapped_file_size_commit_log {size} (a master never sends across its file end)",
+                                   offset, end)
+            mf = mfq.get_last_mapped_file(offset)
+            if mf is None:
+                raise OSError(f"commitlog file for offset {offset} could not be made (disk full?)")
+            if not mf.append(view):         # checked above; a file that is not where the offset says
+                raise ReplicaError(f"master bytes at offset {offset} do not fit commitlog file {mf.file_name}",
+                                   offset, end)
+            # The physic timestamp the checkpoint keeps: that of the last record dispatched, no later than these
+            # bytes' records, so an abnormal recovery starts early enough.
+            if self._last_dispatched_ts > mf.store_timestamp:
+                mf.set_store_timestamp(self._last_dispatched_ts)
+            end = offset + n
+        if self.group_commit is not None:
+            self.group_commit.core.request(end)     # SYNC_FLUSH: flushed (and readable) by the group commit
+        self.reput.wakeup()
+        return end
+
     def put(self, msg: Message) -> PutResult:
         """Store one message. Returns a PutResult (with SYNC_FLUSH only once a flush covers it, or
         FLUSH_DISK_TIMEOUT, unless the message's WAIT property is "false": see wait_flushed); raises
         MessageIllegalError (nothing written) for a message RocketMQ refuses."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         if self._durable is None:
             return self._writer.put(msg)        # counted, and the dispatcher woken, by the writer (in C)
         return self._durable.put(msg)
 
     _durable = None     # SYNC_FLUSH: put, put_async and aput below this frame (rmqcore._flush.DurablePuts)
+    _replica = None     # SYNC_MASTER: the same, waiting for a slave after the flush (ha_service.ReplicaPuts)
+    ha_service = None   # start_ha: the master's HAService or the slave's HAClient
 
-    def put_batch(self, messages, *, properties: dict[str, str] | None = None) -> list[PutResult]:
+    def start_ha(self, host: str = "127.0.0.1", port: int | None = None, master_address: str | None = None):
+        """Start replication for this store's broker_role (RocketMQ's DefaultMessageStore starts its HAService
+        with the store; here it is asked for, so a store opened for other work binds no port). A master
+        (ASYNC_MASTER, SYNC_MASTER) listens on ``host:port`` (default ha_listen_port; 0: a free one, see
+        ``ha_service.port``) for slaves; a SLAVE connects to ``master_address`` (default ha_master_address;
+        ``ha_service.update_master_address`` changes it later) and replicates its commitlog. Returns the service."""
+        self._check_running()
+        if self.ha_service is not None:
+            raise RuntimeError(f"replication of {self.path} is already started")
+        from .ha_service import HAClient, HAService
+        if self.config.is_slave:
+            svc = HAClient(self, master_address)
+            svc.start()
+        else:
+            svc = HAService(self, host, port).start()
+        self.ha_service = svc
+        return svc
+
+    def put_batch(self, messages: Sequence[Message], *, properties: dict[str, str] | None = None) -> list[PutResult]:
         """Store many messages under one lock and one flush wait; all are validated before any is written.
 
         ``properties``: properties common to every message of the call (the broker's CLUSTER, say), validated and
@@ -607,7 +731,7 @@ class MessageStore:
         them set in its dict first). A delay or timer property is refused here (it is per message)."""
         return self._put_batch(messages, properties, True)
 
-    def put_delivered(self, messages) -> list[PutResult]:
+    def put_delivered(self, messages: Sequence[Message]) -> list[PutResult]:
         """put_batch for the messages the schedule and timer services deliver to their real topics (rmqcore.schedule
         and rmqcore.timer), held to RocketMQ's store-level topic rule, not the broker's: 1..127 UTF-8 bytes, any
         characters. A delayed or timer message another broker stored may name a topic its own send path took
@@ -619,8 +743,8 @@ class MessageStore:
         return self._put_batch(messages, None, False)
 
     def _put_batch(self, messages, properties, broker_topic_rule: bool) -> list[PutResult]:
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         results = self._writer.put_batch(messages, properties, broker_topic_rule)
         if self._sync_flush and results and results[-1].status is PutStatus.PUT_OK:
             wait = properties.get("WAIT") if properties else None      # a batch's WAIT is every message's
@@ -631,18 +755,22 @@ class MessageStore:
             done = self._wait_flushed(results[-1], True)
             if done is not True:
                 results = [r.replace_status(PutStatus.FLUSH_DISK_TIMEOUT) if r.ok else r for r in results]
+        if self._replica is not None and results:
+            wait = properties.get("WAIT") if properties else None
+            results = self._replica.settle(results, wait != "false" if wait is not None else
+                                           not all(m.properties.get("WAIT") == "false" for m in messages))
         # The dispatcher is not woken per put: it polls every millisecond (as RocketMQ's reput service sleeps
         # 1 ms), so records that arrive together are dispatched together.
         return results
 
-    def put_arrow(self, data):
+    def put_arrow(self, data: Any) -> Any:
         """Store the rows of a pyarrow RecordBatch or Table in one call, no Python object per message (columns and
         result: rmqcore.columnar): the records and offsets put_batch would give for the same messages. Returns a
         RecordBatch with status, commitlog_offset, queue_offset, wrote_bytes, store_timestamp and uniq_key per row.
         Every row is checked before any is written (MessageIllegalError names the column and row). SYNC_FLUSH:
         returns once a flush covers the last row (else its rows say FLUSH_DISK_TIMEOUT)."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         result = self.commit_log.put_arrow(data, self.put_batch)
         n = result.num_rows
         if self._sync_flush and n:
@@ -656,7 +784,7 @@ class MessageStore:
                 result = result.set_column(0, "status", timed_out)
         return result
 
-    def put_encoded(self, encoded, result) -> None:
+    def put_encoded(self, encoded: EncodeBuffer, result: np.ndarray) -> None:
         """Append records already encoded into an EncodeBuffer (rmqcore._schedule.time_up_into: delayed messages
         coming due) through the writer's path for encoded rows, as put_arrow appends its rows: queue offsets,
         dispatch and index as for put_batch. Row i of ``result`` (an int64 array of at least (len(encoded), 4))
@@ -664,8 +792,8 @@ class MessageStore:
         queue offset and size. MessageIllegalError (nothing written) when a record does not fit a file.
         SYNC_FLUSH: the flush is asked for, not awaited, as RocketMQ re-puts a due message with waitStoreMsgOK
         false; the caller flushes before it relies on the records being on disk."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         self._writer.put_arrow_rows(encoded, result)
         n = len(encoded)
         if self._sync_flush and n:
@@ -685,14 +813,14 @@ class MessageStore:
                     f" ({self.group_commit.last_error})" if self.group_commit.last_error else "")
         return last.replace_status(PutStatus.FLUSH_DISK_TIMEOUT)
 
-    def put_async(self, msg) -> Future:
+    def put_async(self, msg: Message) -> Future[PutResult]:
         """Like RocketMQ's asyncPutMessage: the record is appended now; the returned Future completes with the
         PutResult once it is flushed (SYNC_FLUSH) or at once (ASYNC_FLUSH, or WAIT "false")."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         if self._durable is not None:
             return self._durable.put_async(msg)
-        out = Future()
+        out: Future[PutResult] = Future()
         out.set_result(self._writer.put(msg))
         return out
 
@@ -715,20 +843,20 @@ class MessageStore:
             return self.group_commit.wait_flushed(offset, self._sync_timeout if timeout is None else timeout)
         return self.commit_log.flush(0) >= offset
 
-    def aput(self, msg) -> asyncio.Future:
+    def aput(self, msg: Message) -> asyncio.Future[PutResult]:
         """asyncio form of put_async, to await in the running loop: the record is appended now, in the caller
         (which waits for nothing but the put lock), and the future completes in the loop once a flush covers it.
         The completions of one flush reach a loop in one call_soon_threadsafe, not one per message. Raises
         RuntimeError, writing nothing, outside a running loop."""
-        if not self._running:
-            self._check_running()
+        if not self._puts_ok:
+            self._check_puts()
         if self._durable is not None:
             return self._durable.aput(msg)
-        out = asyncio.get_running_loop().create_future()
+        out: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
         out.set_result(self._writer.put(msg))
         return out
 
-    def verify(self, progress=None) -> dict:
+    def verify(self, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
         """Check the open store end to end in one linear pass (see recovery.verify_parts); waits for dispatch to
         catch up first. Records put meanwhile by other threads, past what dispatch had done, are not judged
         (``report["judged_to"]``, ``report["not_judged"]``). ``progress(phase, done, total)`` is called as it goes
@@ -798,7 +926,8 @@ class MessageStore:
 
     # -- get ----------------------------------------------------------------------------------------------------
 
-    def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None,
+    def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                     tags: str | Iterable[str] | None = None,
                      wait: float = 0.0) -> GetResult:
         """Pull up to ``max_count`` messages of one queue from logical ``offset`` (RocketMQ's getMessage, same
         statuses and next_begin_offset). ``tags`` filters by tag ("TagA || TagB"); ``wait`` > 0 long-polls: it
@@ -997,6 +1126,8 @@ class MessageStore:
             "put_calls": self.commit_log.writer.put_messages,
             "recovery": dict(self.recovery),
             "checkpoint": self.checkpoint.as_dict() if self.checkpoint else {},
+            "broker_role": self.config.broker_role,
+            "ha": self.ha_service.runtime_info() if self.ha_service is not None else None,
             "flush_disk_type": self.config.flush_disk_type,
             "geometry_adopted": dict(self.geometry_adopted),
             "uptime_s": round(time.time() - self._start_time, 3),

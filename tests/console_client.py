@@ -21,6 +21,7 @@ class HostProcess:
     are refused otherwise). ``request`` sends the console's change token on every change unless told not to."""
 
     def __init__(self, store: str, acl: str | None = None, anonymous_changes: bool = False, allowed_hosts=()):
+        self.store = store
         args = [sys.executable, HOST_SCRIPT, store]
         if acl:
             args += ["--acl", acl]

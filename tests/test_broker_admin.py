@@ -156,7 +156,7 @@ def test_cli_topic_create_list_delete(tmp_path, capsys):
     code, out, err = cli(capsys, "topic", "delete", store, "orders")
     assert code == 0 and "deleted topic orders" in out
     code, out, err = cli(capsys, "topic", "delete", store, "orders")
-    assert code == 1 and "no topic orders" in err
+    assert code == 1 and err == "rmqcore topic: topic 'orders' does not exist\n"
     assert "orders" not in topics_json(store)
 
 
@@ -205,11 +205,11 @@ def test_cli_admin_bad_name_creates_no_store(tmp_path, capsys):
 def test_cli_admin_with_broker_conf(tmp_path, capsys):
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=broker-z\nbrokerClusterName=ZCluster\nnamesrvAddr=127.0.0.1:9876\n"
-                    "brokerRole=ASYNC_MASTER\n")
+                    "brokerRole=ASYNC_MASTER\naclEnable=false\n")
     store = tmp_path / "store"
     code, out, err = cli(capsys, "topic", "create", store, "t1", "--config", conf)
     assert code == 0
-    assert err.count("warning") == 1 and "brokerRole, namesrvAddr" in err      # one warning, every key named
+    assert err.count("warning") == 1 and "aclEnable, namesrvAddr" in err   # one warning, every key named
     assert {"broker-z", "ZCluster"} <= set(topics_json(store))      # the system topics of the configured broker
 
 
@@ -240,7 +240,8 @@ def test_load_broker_conf_maps_keys_and_returns_unknown(tmp_path):
         ("SYNC_FLUSH", 1073741824, 48, "04")
     assert sc.warm_mapped_file_enable is True and sc.check_crc_on_recover is False
     assert sc.store_host == "10.1.2.3:10921"
-    assert unknown == ["brokerRole", "namesrvAddr", "storePathRootDir"]
+    assert (sc.broker_role, sc.ha_listen_port) == ("ASYNC_MASTER", 10922)       # BrokerStartup: listenPort + 1
+    assert unknown == ["namesrvAddr", "storePathRootDir"]
     # Defaults elsewhere: RocketMQ's.
     assert sc.max_message_size == StoreConfig().max_message_size and bc.default_topic_queue_nums == 8
 

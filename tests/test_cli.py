@@ -478,3 +478,84 @@ def test_progress_bars_count_the_data_in_every_phase(store, capsys, monkeypatch,
     shown = term.text
     assert f"verify commitlog [" in shown and f"of {cli._fmt_bytes(data)}" in shown
     assert f"{queues:,} of {queues:,} queues" in shown and "verify index [" in shown
+
+
+# -- issue 40: what a first day finds ----------------------------------------------------------------------------------
+
+def test_a_malformed_msg_id_is_a_usage_error(store, capsys):
+    path, results = store
+    for bad in ("zz", "not-an-id", "0x12"):
+        code, out, err = run(capsys, "get", path, "--msg-id", bad)
+        assert code == 2 and out == "" and err.count("\n") == 1 and "not a message id" in err, (bad, err)
+    code, out, err = run(capsys, "get", path, "--msg-id", "ab" * 16)       # well formed, no such message
+    assert code == 1 and "no message found" in err
+
+
+def test_query_says_when_more_match_than_it_shows_and_how_to_page(store, capsys):
+    path, results = store
+    ts = [r.store_timestamp for r in results]
+    orders = [r for i, r in enumerate(results) if i % 2 == 0]
+    code, out, err = run(capsys, "query", path, "--topic", "orders", "--begin", ts[0], "--end", ts[-1], "--max", 5,
+                         "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert len(shown) == 5 and [m["commitlog_offset"] for m in shown] == [r.commitlog_offset for r in orders[:5]]
+    assert "more than 5 messages match" in err and f"--begin {shown[-1]['store_timestamp']}" in err
+    # the page it names goes on from the last one shown
+    code, out, err = run(capsys, "query", path, "--topic", "orders", "--begin", shown[-1]["store_timestamp"],
+                         "--end", ts[-1], "--max", 1000, "--json")
+    assert code == 0 and "more than" not in err
+    assert {m["commitlog_offset"] for m in json.loads(out)} >= {r.commitlog_offset for r in orders[5:]}
+    code, out, err = run(capsys, "query", path, "--topic", "orders", "--begin", ts[0], "--end", ts[-1], "--max",
+                         len(orders))
+    assert code == 0 and "more than" not in err and len(out.splitlines()) == len(orders)
+
+
+def test_export_csv_and_unknown_extensions(store, tmp_path, capsys):
+    import csv
+    path, results = store
+    out_file = tmp_path / "out.csv"
+    code, _, err = run(capsys, "export", path, out_file, "--topic", "payments", "--body", "text")
+    assert code == 0 and "(csv)" in err, err
+    with open(out_file, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["commitlog_offset"]) for r in rows] == [r.commitlog_offset for i, r in enumerate(results) if i % 2]
+    assert rows[0]["body"] == "body-1" * 40 and rows[0]["keys"] == "k-1" and rows[0]["topic"] == "payments"
+    for name in ("out.txt", "out"):
+        code, _, err = run(capsys, "export", path, tmp_path / name)
+        assert code == 2 and "--format" in err and err.count("\n") == 1 and not (tmp_path / name).exists()
+    code, _, err = run(capsys, "export", path, tmp_path / "out.txt", "--format", "jsonl")
+    assert code == 0 and len((tmp_path / "out.txt").read_text().splitlines()) == N
+
+
+def test_an_interrupted_export_leaves_no_partial_file(store, tmp_path, capsys, monkeypatch):
+    import rmqcore.cli as cli
+    path, _ = store
+    old = tmp_path / "old.jsonl"
+    old.write_text("the previous export\n")
+    real, calls = cli.message_dict, []
+
+    def interrupted(m, *args, **kwargs):     # Ctrl-C arrives while the 10th message is written
+        calls.append(1)
+        if len(calls) == 10:
+            raise KeyboardInterrupt
+        return real(m, *args, **kwargs)
+    monkeypatch.setattr(cli, "message_dict", interrupted)
+    for out_file, force in ((tmp_path / "new.jsonl", ()), (tmp_path / "new.csv", ()), (old, ("--force",))):
+        calls.clear()
+        code, _, err = run(capsys, "export", path, out_file, *force)
+        assert code == 130 and "interrupted" in err
+    assert sorted(os.listdir(tmp_path)) == ["old.jsonl", "store"]      # no new file, no temporary one
+    assert old.read_text() == "the previous export\n"                   # --force replaces only a complete export
+
+
+def test_demo_on_a_held_store_fails_before_it_runs(store, capsys):
+    path, _ = store
+    before = sorted((d, sorted(f)) for d, _, f in os.walk(path))
+    with MessageStore.open(path, small_config()):
+        for argv in (("demo", "--messages", 10, "--path", path, "--force"),
+                     ("demo", "broker", "--messages", 10, "--path", path, "--force")):
+            code, out, err = run(capsys, *argv)
+            assert code == 2 and out == "" and "open in another process" in err and err.count("\n") == 1, err
+    after = sorted((d, sorted(f)) for d, _, f in os.walk(path))
+    assert after == before

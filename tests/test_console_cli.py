@@ -44,12 +44,12 @@ def test_admin_commands_against_a_running_server(host, tmp_path):
     host.cmd("send", topic="orders", n=12, key_prefix="order")
     host.cmd("consume", group="billing", topic="orders", max_count=12, ack=True)
     dead = host.cmd("dlq", group="audit", topic="orders", n=1)
-    code, out, err = rmq("group", "reset-offset", *srv, "billing", "--time", "0")
+    code, out, err = rmq("group", "reset-offset", *srv, "billing", "--time", "0", "--json")
     assert code == 0, err
     assert {q["new_offset"] for q in json.loads(out)["queues"]} == {0}
-    code, out, _ = rmq("group", "show", *srv, "billing")
+    code, out, _ = rmq("group", "show", *srv, "billing", "--json")
     assert json.loads(out)["lag"] == 12
-    code, out, err = rmq("dlq", "resend", *srv, str(dead[0]["dlq_commitlog_offset"]))
+    code, out, err = rmq("dlq", "resend", *srv, str(dead[0]["dlq_commitlog_offset"]), "--json")
     assert code == 0 and json.loads(out)["topic"] == "%RETRY%audit", err
     assert [m["key"] for m in host.cmd("consume", group="audit", topic="%RETRY%audit", max_count=5)] == \
         [dead[0]["key"]]
@@ -61,7 +61,7 @@ def test_admin_commands_against_a_running_server(host, tmp_path):
     code, out, _ = rmq("topic", "delete", *srv, "payments", "--json")
     assert code == 0 and json.loads(out) == {"deleted": "payments"}
     code, _out, err = rmq("topic", "delete", *srv, "payments")
-    assert code == 1 and "no topic payments" in err
+    assert code == 1 and err == "rmqcore topic: topic 'payments' does not exist\n"
     code, _out, err = rmq("topic", "list", "--server", host.url, str(tmp_path))
     assert code == 2 and "not both" in err
 
@@ -86,7 +86,49 @@ def test_admin_commands_on_a_store_directory_answer_as_the_server_does(tmp_path,
         if args[1] == "list":      # the server has the host's own topics and groups too
             online = [r for r in online if r["name"] in {r["name"] for r in json.loads(out_offline)}]
         assert online == json.loads(out_offline), args
-    code, out, _ = rmq("group", "show", store, "reports")
+    code, out, _ = rmq("group", "show", store, "reports", "--json")
     assert code == 0 and json.loads(out)["config"]["max_delivery_attempts"] == 5
     code, _out, err = rmq("topic", "list", str(tmp_path / "missing"))
     assert code == 2 and "no such directory" in err
+
+
+def test_not_found_is_one_wording_and_exit_1_on_a_store_and_through_a_server(tmp_path, host):
+    """topic/group show, delete, reset-offset and dlq resend of what does not exist: the same line from a store and
+    from a server, exit 1 (found nothing, as get and query)."""
+    from rmqcore.broker import Broker
+    store = str(tmp_path / "offline")
+    Broker.open(store).close()
+    srv = ["--server", host.url, "--user", "root:s3cret"]
+    cases = [(("topic", "show"), "nosuch", "rmqcore topic: topic 'nosuch' does not exist"),
+             (("topic", "delete"), "nosuch", "rmqcore topic: topic 'nosuch' does not exist"),
+             (("group", "show"), "nosuch", "rmqcore group: consumer group 'nosuch' does not exist"),
+             (("group", "delete"), "nosuch", "rmqcore group: consumer group 'nosuch' does not exist"),
+             (("group", "reset-offset"), "nosuch", "rmqcore group: consumer group 'nosuch' does not exist"),
+             (("dlq", "resend"), "123456789", "rmqcore dlq: no message starts at commitlog offset 123456789")]
+    for (cmd, action), name, line in cases:
+        extra = ["--time", "0"] if action == "reset-offset" else []
+        for where in ([store], srv):
+            for json_flag in ([], ["--json"]):
+                code, out, err = rmq(cmd, action, *where, name, *extra, *json_flag)
+                assert (code, out, err) == (1, "", line + "\n"), (cmd, action, where, json_flag)
+
+
+def test_show_is_human_text_unless_json(tmp_path, host):
+    srv = ["--server", host.url, "--user", "root:s3cret"]
+    host.cmd("send", topic="orders", n=3, key_prefix="o")
+    host.cmd("consume", group="billing", topic="orders", max_count=1, ack=True)
+    code, out, err = rmq("topic", "show", *srv, "orders")
+    assert code == 0, err
+    assert out.startswith("topic orders: ") and "3 messages" in out and "billing" in out
+    with pytest.raises(ValueError):
+        json.loads(out)
+    code, out, err = rmq("topic", "show", *srv, "orders", "--json")
+    assert code == 0 and json.loads(out)["topic"] == "orders" and json.loads(out)["messages"] == 3
+    code, out, err = rmq("group", "show", *srv, "billing")
+    assert code == 0 and out.startswith("group billing: ") and "orders" in out, err
+    with pytest.raises(ValueError):
+        json.loads(out)
+    code, out, err = rmq("group", "show", *srv, "billing", "--json")
+    assert code == 0 and json.loads(out)["group"] == "billing"
+    code, out, err = rmq("group", "reset-offset", *srv, "billing", "--time", "0")
+    assert code == 0 and out.startswith("group billing: offsets reset") and "old offset" in out, err

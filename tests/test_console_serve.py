@@ -126,6 +126,50 @@ def test_sync_flush_puts_per_flush_counts_the_servers_sends(tmp_path):
         assert flush["puts_per_flush"] is not None and flush["puts_per_flush"] >= 1.0
 
 
+CLIENT_CHILD = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from rocketmq import FilterExpression, Producer, SimpleConsumer
+from serve_util import config
+p = Producer(config({endpoint!r}), ("orders",)); p.startup()
+c = SimpleConsumer(config({endpoint!r}), "billing", {{"orders": FilterExpression("*")}}, 1); c.startup()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_client_whose_channel_closed_is_gone_everywhere_at_once(tmp_path):
+    """One definition of a connected client in the console's overview, its group page and /metrics; a client that
+    dies without saying goodbye (kill -9: its Telemetry stream and channel close) is gone from all three at once,
+    not after the 120 s heartbeat expiry."""
+    import os
+    import subprocess
+    import sys
+    store = str(tmp_path / "store")
+    prepare(store, {"orders": ("NORMAL", 2)}, {"billing": {}})
+    with ServerProcess(store, FAST_CONF, args=["--http", "127.0.0.1:0"]) as server:
+        api = server.console_url
+        tests = os.path.dirname(os.path.abspath(__file__))
+        child = subprocess.Popen([sys.executable, "-c", CLIENT_CHILD.format(tests=tests, endpoint=server.endpoint)],
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline().strip() == "ready"
+
+            def seen():
+                text = get(api + "/metrics")
+                return (get(api + "/api/v1/overview")["counts"]["clients"],
+                        get(api + "/api/v1/groups/billing")["clients"],
+                        metric(text, "rocketmq_producer_connections") + metric(text, "rocketmq_consumer_connections"))
+            assert wait_for(lambda: seen() == (2, 1, 2.0)), seen()
+        finally:
+            child.kill()
+            child.wait(30)
+            child.stdout.close()
+        # gone at once: well inside the heartbeat expiry (120 s), whatever the machine's load
+        assert wait_for(lambda: seen() == (0, 0, 0.0), timeout=30), seen()
+        assert server.terminate() == 0
+
+
 def test_console_is_served_over_tls_with_the_grpc_certificate(tmp_path):
     # issue 36: with --tls-cert the console is HTTPS too (Basic auth carried the secret key in clear).
     import base64

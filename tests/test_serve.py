@@ -156,6 +156,15 @@ def test_delay_message_not_before_its_time(producer, consumer):
     assert got[0].delivery_timestamp == at * 1000
 
 
+def test_a_delivery_time_in_milliseconds_is_refused_naming_the_unit(producer):
+    """The Python client's Message.delivery_timestamp is seconds since the epoch (README): a millisecond value
+    is refused, and the refusal says which unit is expected."""
+    p = producer("delay_t")
+    with pytest.raises(BadRequestException) as e:
+        p.send(message("delay_t", b"later", deliver_at=int(time.time() * 1000) + 3000))
+    assert "seconds since the epoch" in str(e.value) and "milliseconds were given" in str(e.value)
+
+
 class _Checker(TransactionChecker):
     def __init__(self, answer):
         self.answer = answer

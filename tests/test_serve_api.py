@@ -84,8 +84,8 @@ def test_http_flag_needs_the_console(tmp_path):
         pytest.skip("rmqcore.console is installed here: --http serves it")
     r = subprocess.run([sys.executable, "-m", "rmqcore", "serve", str(tmp_path / "s"), "--listen", "127.0.0.1:0",
                         "--http", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1
-    assert r.stderr.count("\n") == 1 and "rmqcore.console" in r.stderr
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "rmqcore.console" in r.stderr and "console extra" in r.stderr
     assert not (tmp_path / "s").exists()          # refused before the store was opened
 
 
@@ -111,3 +111,35 @@ def test_bad_config_keys_are_named_once(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rmqcore", "serve", str(tmp_path / "s2"), "--listen", "127.0.0.1:0",
                         "--config", str(conf)], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "flush_disk_type" in r.stderr and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("listener", ["--listen", "--http"])
+@pytest.mark.parametrize("problem", ["port taken", "no such address"])
+def test_a_listener_that_cannot_listen_is_one_line_exit_2_and_no_store_left(tmp_path, listener, problem):
+    import socket
+    import subprocess
+    import sys
+    if listener == "--http":
+        pytest.importorskip("aiohttp")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}" if problem == "port taken" else "999.1.1.1:80"
+        listen = address if listener == "--listen" else "127.0.0.1:0"
+        cmd = [sys.executable, "-m", "rmqcore", "serve", str(tmp_path / "s"), "--listen", listen]
+        if listener == "--http":
+            cmd += ["--http", address]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr                      # no gRPC log line, no traceback
+    assert r.stderr.startswith(f"rmqcore serve: error: {listener}: cannot listen on {address}")
+    assert ("in use" in r.stderr.lower()) if problem == "port taken" else "999.1.1.1" in r.stderr
+    assert not (tmp_path / "s").exists()                             # the directory it made is gone
+    existing = tmp_path / "kept"
+    existing.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        r = subprocess.run([sys.executable, "-m", "rmqcore", "serve", str(existing), "--listen",
+                            f"127.0.0.1:{taken.getsockname()[1]}"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and existing.is_dir()                  # a directory it did not make stays

@@ -429,7 +429,7 @@ def test_abort_removes_the_pieces_of_killed_tasks_once_they_let_go(tmp_path):
     # removed only once the task lets go of it (here a child process holding the piece's lock for 0.5 s, then
     # exiting as a killed worker would). Another job's piece is left alone.
     import time
-    from rmqcore.spark.source import RocketMQStoreWriter, _WRITING
+    from rmqcore.spark.writer import RocketMQStoreWriter, _WRITING
     root = tmp_path / "out"
     root.mkdir()
     w = RocketMQStoreWriter({"path": str(root)}, ["topic", "body"], False)

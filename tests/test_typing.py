@@ -16,7 +16,7 @@ mypy_api = pytest.importorskip("mypy.api", reason="mypy is in the test extra")
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The directory holding the rmqcore package that is imported (a source tree, or site-packages for a wheel).
 PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
-COMPILED = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send", "server._converter"]
+COMPILED = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send", "server._converter", "remoting._remoting_codec"]
 
 USER_SCRIPT = '''
 from rmqcore import GetResult, GetStatus, Message, MessageExt, MessageStore, PutResult, PutStatus, StoreConfig
@@ -60,7 +60,7 @@ def readme_snippets() -> list[str]:
 REVEAL = "import rmqcore\nreveal_type(rmqcore.MessageStore.open)\nreveal_type(rmqcore.Message)\nrmqcore.NoSuchThing\n"
 
 
-def run_mypy(files: dict, tmp_path) -> tuple[dict[str, list[str]], str]:
+def run_mypy(files: dict, tmp_path, *flags: str) -> tuple[dict[str, list[str]], str]:
     paths = {}
     for name, src in files.items():
         p = tmp_path / f"{name}.py"
@@ -74,7 +74,7 @@ def run_mypy(files: dict, tmp_path) -> tuple[dict[str, list[str]], str]:
     try:
         out, err, _ = mypy_api.run(["--python-version", "3.11", "--follow-imports=silent", "--no-incremental",
                                     "--cache-dir", str(tmp_path / "cache"), "--show-error-codes",
-                                    "--config-file", os.devnull, *paths.values()])
+                                    "--config-file", os.devnull, *flags, *paths.values()])
     finally:
         if env_path is None:
             os.environ.pop("MYPYPATH", None)
@@ -205,3 +205,84 @@ def test_readme_snippets_check_clean_under_mypy_and_pyright_after_the_readme_ins
     shown = "\n".join(f"{os.path.basename(d['file'])}:{d['range']['start']['line'] + 1}: {d['message']}" for d in diags)
     assert not [d for d in diags if os.path.basename(d["file"]) != "wrong_results.py"], shown
     assert sorted({d["range"]["start"]["line"] + 1 for d in diags}) == wrong_lines, shown
+
+
+# A user's script over the public API as issue 40 found it: with both checkers in strict mode nothing is Any or
+# unknown (aput's awaitable, put_async's Future, put_batch's and verify's parameters, Broker.open's checker).
+STRICT_SCRIPT = '''
+import asyncio
+from concurrent.futures import Future
+
+from rmqcore import GetResult, Message, MessageExt, MessageStore, PutResult, StoreConfig
+from rmqcore.broker import Broker
+
+
+def on_progress(phase: str, done: int, total: int) -> None:
+    print(phase, done, total)
+
+
+def check(half: MessageExt) -> bool | None:
+    return half.topic == "orders"
+
+
+def store_work(path: str) -> int:
+    with MessageStore.open(path, StoreConfig()) as store:
+        one: PutResult = store.put(Message("t", b"x", 0))
+        many: list[PutResult] = store.put_batch([Message("t", b"y", 0)], properties={"CLUSTER": "c"})
+        later: Future[PutResult] = store.put_async(Message("t", b"z", 0))
+        got: GetResult = store.get_messages("g", "t", 0, 0, 32, tags="a || b")
+        bodies = [bytes(m.body) for m in got.messages]
+        report = store.verify(progress=on_progress)
+        ok: bool = bool(report["ok"])
+
+        async def put_one() -> PutResult:
+            return await store.aput(Message("t", b"a", 0))
+        awaited = asyncio.run(put_one())
+        return one.queue_offset + len(many) + later.result().queue_offset + awaited.queue_offset + len(bodies) + ok
+
+
+def broker_work(path: str) -> None:
+    with Broker.open(path, transaction_checker=check) as b:
+        sent: PutResult = b.send(Message("t", b"x", 0))
+        batch: list[PutResult] = b.send_batch([Message("t", b"y", 0)])
+        pulled: GetResult = b.pull("g", "t", 0, 0, tags=["a", "b"])
+        print(sent, batch, pulled)
+'''
+
+# Each line an error under strict mode: the results are typed, not Any.
+STRICT_WRONG = '''
+import asyncio
+from rmqcore import Message, MessageStore
+store = MessageStore.open("/tmp/x")
+async def f() -> None:
+    a: str = await store.aput(Message("t", b"a", 0))
+b: str = store.put_async(Message("t", b"z", 0)).result()
+c: str = store.put_batch([Message("t", b"y", 0)])
+'''
+
+
+def test_a_users_script_passes_mypy_and_pyright_strict(tmp_path):
+    errors, out = run_mypy({"strict_script": STRICT_SCRIPT, "strict_wrong": STRICT_WRONG}, tmp_path, "--strict")
+    assert errors["strict_script"] == [], out
+    assert sorted({int(e.split(":")[1]) for e in errors["strict_wrong"]}) == [6, 7, 8], out
+
+    pytest.importorskip("pyright", reason="pyright is in the test extra")
+    import json
+    work = tmp_path / "pyright"
+    work.mkdir()
+    (work / "strict_script.py").write_text(STRICT_SCRIPT)
+    (work / "strict_wrong.py").write_text(STRICT_WRONG)
+    conf = {"typeCheckingMode": "strict", "pythonVersion": "3.11"}
+    if os.path.basename(PKG_PARENT) not in ("site-packages", "dist-packages"):
+        conf["extraPaths"] = [PKG_PARENT]          # a source tree (an installed package is found by itself)
+    (work / "pyrightconfig.json").write_text(json.dumps(conf))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
+    r = subprocess.run([sys.executable, "-m", "pyright", "--pythonpath", sys.executable, "--outputjson",
+                        "strict_script.py", "strict_wrong.py"], cwd=work, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.stdout.strip().startswith("{"), r.stdout + r.stderr
+    diags = [d for d in json.loads(r.stdout)["generalDiagnostics"] if d["severity"] == "error"]
+    shown = "\n".join(f"{os.path.basename(d['file'])}:{d['range']['start']['line'] + 1}: {d['message']}" for d in diags)
+    assert not [d for d in diags if os.path.basename(d["file"]) == "strict_script.py"], shown
+    wrong = {d["range"]["start"]["line"] + 1 for d in diags if os.path.basename(d["file"]) == "strict_wrong.py"}
+    assert {6, 7, 8} <= wrong, shown

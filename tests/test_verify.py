@@ -313,6 +313,40 @@ def test_verify_of_a_store_a_child_process_writes_judges_up_to_dispatch(tmp_path
     assert code == 0 and "OK after repair" in out, out + err
 
 
+IDLE_HOLDER = r"""
+import sys, time
+from rmqcore import Message, MessageStore
+with MessageStore.open(sys.argv[1]) as s:
+    for i in range(5):
+        s.put(Message("Idle", b"x" * 100, 0, keys=["k%d" % i, "j%d" % i]))
+    s.wait_dispatched(10)
+    print("idle", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_verify_of_an_idle_live_store_judges_every_record(tmp_path, capsys):
+    """A server holding an idle store: every record is written, dispatched and indexed, so verify judges them all.
+    (The index header's endPhyOffset is the last keyed record's start: read as its end, that record was always
+    left "not judged".)"""
+    path = str(tmp_path / "s")
+    child = subprocess.Popen([sys.executable, "-c", IDLE_HOLDER, path], stdout=subprocess.PIPE, cwd=os.getcwd())
+    try:
+        assert child.stdout.readline().strip() == b"idle"
+        code, out, err = cli(capsys, "verify", "-q", "--json", path)
+        r = json.loads(out)
+        assert code == 0 and r["ok"] and r["live"], err
+        assert r["records"] == 5 and r["not_judged"] == 0 and r["keys"] == 15       # 2 KEYS and a UNIQ_KEY each
+        code, out, err = cli(capsys, "inspect", "--json", path)
+        assert r["judged_to"] == json.loads(out)["commitlog"]["max_offset"]
+        code, out, _ = cli(capsys, "verify", "-q", path)
+        assert code == 0 and "not judged" not in out
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
 def test_records_dispatch_had_not_reached_are_not_judged_on_a_live_store_only(tmp_path):
     # The queue's last 30 units are zeroed, as a reader of a live store sees them when dispatch is behind: live, the
     # store is judged up to the first record without its unit; closed, it FAILS.
@@ -331,8 +365,9 @@ def test_records_dispatch_had_not_reached_are_not_judged_on_a_live_store_only(tm
 
 def test_keys_past_the_index_header_are_not_judged_on_a_live_store_only(tmp_path):
     # The newest index file's header is set back 40 items, as a reader sees it between a writer's item and header
-    # writes (the slots already point at the newer items): live, judged up to the record at the header's
-    # endPhyOffset; closed, the header is wrong for its slots and keys are missing.
+    # writes (the slots already point at the newer items): live, judged up to the record after the one at the
+    # header's endPhyOffset (the start of the last record indexed: its keys are in the file); closed, the header is
+    # wrong for its slots and keys are missing.
     from rmqcore.admin import StoreReader
     path = str(tmp_path / "s")
     fill(path, cfg(max_hash_slot_num=100000, max_index_num=400000))     # one index file
@@ -342,6 +377,7 @@ def test_keys_past_the_index_header_are_not_judged_on_a_live_store_only(tmp_path
         _h, end_phy, _d, _p = idx.item(count - 41)
     with StoreReader(path, cfg(max_hash_slot_num=100000, max_index_num=400000)) as r:
         end_ts = r.look_message(end_phy).store_timestamp
+        next_record = end_phy + r.look_message(end_phy).store_size
     with open(f, "rb") as fh:
         (begin_phy,) = struct.unpack_from(">q", fh.read(40), 16)
     patch(f, 8, struct.pack(">qqq", end_ts, begin_phy, end_phy))      # endTimestamp, beginPhyOffset, endPhyOffset
@@ -349,7 +385,7 @@ def test_keys_past_the_index_header_are_not_judged_on_a_live_store_only(tmp_path
     with StoreReader(path, cfg(max_hash_slot_num=100000, max_index_num=400000)) as r:
         r.locked = True
         live = r.verify_parts()
-    assert live["ok"] and live["judged_to"] == end_phy and live["not_judged"] == 21, live   # 2 keys a record
+    assert live["ok"] and live["judged_to"] == next_record and live["not_judged"] == 20, live   # 2 keys a record
     closed = verify_store(path, cfg(max_hash_slot_num=100000, max_index_num=400000))
     assert not closed["ok"] and closed["index_problems"] > 0 and closed["index_missing_count"] > 0
 

@@ -44,8 +44,14 @@ log = logging.getLogger(__name__)
 MULTI_TAGS_FLAG = 0x2
 
 if TYPE_CHECKING:
-    from .._message import Message, PutResult
+    from collections.abc import Callable, Iterable, Sequence
+
+    from .._message import Message, MessageExt, PutResult
+    from ..message import GetResult
     from ..store import MessageStore
+
+    # The transactional check-back: fn(half message) -> True commit, False roll back, None not known yet.
+    TransactionChecker = Callable[[MessageExt], "bool | None"]
 
 
 class Broker:
@@ -56,7 +62,7 @@ class Broker:
     store: MessageStore
 
     def __init__(self, path: str, config: BrokerConfig | None = None, store_config: StoreConfig | None = None,
-                 transaction_checker=None):
+                 transaction_checker: TransactionChecker | None = None) -> None:
         self.path = path
         self.config = config or BrokerConfig()
         self.config.validate()
@@ -82,7 +88,7 @@ class Broker:
 
     @classmethod
     def open(cls, path: str, config: BrokerConfig | None = None, store_config: StoreConfig | None = None, *,
-             transaction_checker=None) -> "Broker":
+             transaction_checker: TransactionChecker | None = None) -> "Broker":
         broker = cls(path, config, store_config, transaction_checker=transaction_checker)
         broker.start()
         return broker
@@ -168,7 +174,7 @@ class Broker:
     def __enter__(self) -> "Broker":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- send -------------------------------------------------------------------------------------------------
@@ -262,7 +268,7 @@ class Broker:
         of the store's put. An open broker's ``send`` is the Sender's method itself; this one serves the class."""
         return self._sender.send(msg)
 
-    def send_batch(self, messages) -> list:
+    def send_batch(self, messages: Sequence[Message]) -> list[PutResult]:
         """Store many messages with one store lock and one flush wait (MessageStore.put_batch), each checked as
         ``send`` checks it; every message is checked before any is stored. As RocketMQ's batch send, messages of a
         prepared transaction are refused here (NoPermissionError). The broker's CLUSTER goes on every record as a
@@ -312,7 +318,7 @@ class Broker:
                                     "forbidden")
         return self.transactions.prepare(msg)
 
-    def end_transaction(self, commit_log_offset: int, producer_group: str, commit: bool):
+    def end_transaction(self, commit_log_offset: int, producer_group: str, commit: bool) -> PutResult | None:
         """EndTransactionProcessor: commit (the real message is stored, visible to consumers) or roll back the
         half message stored at ``commit_log_offset`` (its send's PutResult.commitlog_offset); both write the op
         record. Returns the commit's PutResult, None for a rollback."""
@@ -337,8 +343,8 @@ class Broker:
                                       f"[{tc.read_queue_nums}]")
         return tc
 
-    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, tags=None,
-             wait: float = 0.0):
+    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32,
+             tags: str | Iterable[str] | None = None, wait: float = 0.0) -> GetResult:
         """Messages of one queue for ``group`` from ``offset`` (PullMessageProcessor's checks, then the store's
         get_messages with its statuses, next_begin_offset and long polling). An offset below the queue's min or
         past its max comes back as OFFSET_TOO_SMALL / OFFSET_OVERFLOW_BADLY with next_begin_offset where the
@@ -413,7 +419,8 @@ class Broker:
 
     # -- retry and DLQ ----------------------------------------------------------------------------------------
 
-    def send_back(self, message_ext, group: str, delay_level: int = 0, max_reconsume_times: int | None = None):
+    def send_back(self, message_ext: MessageExt, group: str, delay_level: int = 0,
+                  max_reconsume_times: int | None = None) -> PutResult | None:
         """A message ``group`` failed to consume goes back for a retry, or to the DLQ (see send_back.py). The
         message is re-read from the store at its commitlog offset, as RocketMQ does, so what is resent is what was
         stored. Returns the PutResult, or None when the group has no retry queues (RocketMQ answers success and

@@ -199,6 +199,12 @@ def apply_broker_conf(props: dict[str, tuple[str, int]], path: str = "broker.con
         if host is None:
             host = (store_config or StoreConfig()).store_host.rsplit(":", 1)[0]
         values["store"]["store_host"] = f"{host}:{port}"
+        if "listenPort" in props and "haListenPort" not in props:
+            # BrokerStartup: messageStoreConfig.setHaListenPort(nettyServerConfig.getListenPort() + 1). (4.9.7 does
+            # it after reading the file, so there a haListenPort key is overridden; here it is kept, so a test can
+            # ask for port 0.)
+            values["store"]["ha_listen_port"] = port + 1
+            where_of[("store", "ha_listen_port")] = f"listenPort (line {props['listenPort'][1]})"
         where_of[("store", "store_host")] = (f"brokerIP1 (line {props['brokerIP1'][1]})" if "brokerIP1" in props
                                              else f"listenPort (line {props['listenPort'][1]})")
     built = {}

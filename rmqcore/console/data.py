@@ -16,6 +16,7 @@ import binascii
 import datetime
 import heapq
 import json
+import os
 import random
 import shutil
 import threading
@@ -35,7 +36,7 @@ from ..broker.topic_config import TopicConfig
 from ..broker.transaction import unresolved_halves
 from ..broker.topic_validator import (PERM_READ, PERM_WRITE, is_system_topic, perm_to_string, validate_group,
                                       validate_topic)
-from ..mqadmin import group_view, topic_view
+from ..admin_views import group_view, not_found, record_crc_view, topic_view
 from ..status import PutStatus
 
 # Page sizes: what a person reads on one screen; the API accepts up to MAX_LIMIT.
@@ -145,6 +146,29 @@ def topic_kind(topic: str, system_topics=()) -> str:
     return "USER"
 
 
+def _tree_bytes(path: str) -> tuple[int, int]:
+    """(bytes allocated on disk, apparent bytes) of the regular files under ``path`` (0, 0 when it is missing)."""
+    used = apparent = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        used += st.st_blocks * 512
+                        apparent += st.st_size
+                except OSError:         # removed meanwhile (a cleaned file): not the store's any more
+                    continue
+    return used, apparent
+
+
 def hex_dump(data: bytes) -> str:
     """16 bytes a line: offset, hex, printable ASCII (what ``xxd`` shows)."""
     lines = []
@@ -227,28 +251,26 @@ class ConsoleData:
 
     # ------------------------------------------------------------------ overview
     def disk_usage(self) -> dict:
-        """Bytes the store's files take (their mapped sizes: RocketMQ preallocates every file) by kind, and the
-        file system's total and free space."""
+        """Bytes the store's files take on disk by kind (``*_bytes``: allocated blocks, st_blocks * 512) beside
+        their apparent sizes (``*_apparent_bytes``: RocketMQ's preallocated file sizes, which a sparse file does not
+        use: a fresh 1 GiB commitlog file holds a few MiB), and the file system's total and free space."""
         store = self.store
         cfg = store.config
-        commitlog = len(store.commit_log.mapped_file_queue) * store.commit_log.mapped_file_queue.mapped_file_size
-        cq_bytes = 0
-        for cq in store._all_consume_queues():
-            mfq = cq.mapped_file_queue
-            cq_bytes += len(mfq) * mfq.mapped_file_size
-        index = 0
-        files = store.index_service.index_file_list if store.index_service is not None else []
-        if files:
-            index = files[0].file_size * len(files)
+        out: dict = {}
+        for kind in ("commitlog", "consumequeue", "index"):
+            used, apparent = _tree_bytes(os.path.join(store.path, kind))
+            out[f"{kind}_bytes"], out[f"{kind}_apparent_bytes"] = used, apparent
         try:
             fs = shutil.disk_usage(store.path)
             fs_total, fs_free = fs.total, fs.free
         except OSError:
             fs_total = fs_free = 0
-        return {"commitlog_bytes": commitlog, "consumequeue_bytes": cq_bytes, "index_bytes": index,
-                "store_bytes": commitlog + cq_bytes + index, "fs_total_bytes": fs_total, "fs_free_bytes": fs_free,
-                "fs_used_bytes": fs_total - fs_free, "disk_max_used_ratio": cfg.disk_max_used_space_ratio
-                if hasattr(cfg, "disk_max_used_space_ratio") else None}
+        kinds = ("commitlog", "consumequeue", "index")
+        out.update(store_bytes=sum(out[f"{k}_bytes"] for k in kinds),
+                   store_apparent_bytes=sum(out[f"{k}_apparent_bytes"] for k in kinds),
+                   fs_total_bytes=fs_total, fs_free_bytes=fs_free, fs_used_bytes=fs_total - fs_free,
+                   disk_max_used_ratio=getattr(cfg, "disk_max_used_space_ratio", None))
+        return out
 
     def health(self, info: dict, disk: dict) -> dict:
         """OK, or WARN/ERROR with the reasons a person should look at."""
@@ -372,7 +394,7 @@ class ConsoleData:
         tc = self.broker.topic_config_manager.select_topic_config(name)
         stored = self.store.topics().get(name, [])
         if tc is None and not stored:
-            raise NotFound(f"topic {name!r} does not exist")
+            raise NotFound(not_found("topic", name))
         queue_ids = sorted(set(range(tc.read_queue_nums if tc else 0)) | set(stored))
         rates = self.history.topic_rates()
         out = (self._topic_summary(tc, {name: stored}, rates) if tc is not None
@@ -425,7 +447,7 @@ class ConsoleData:
         if self._kind(name) == "SYSTEM":
             raise ConsoleError(f"topic {name!r} is a system topic: the broker manages it", 403)
         if not self.broker.delete_topic(name):
-            raise NotFound(f"topic {name!r} does not exist")
+            raise NotFound(not_found("topic", name))
         return {"deleted": name}
 
     # ------------------------------------------------------------------ groups
@@ -497,7 +519,7 @@ class ConsoleData:
         gc = self.broker.subscription_group_manager.find_subscription_group_config(name) \
             if name in self.broker.subscription_group_manager.subscription_group_table else None
         if gc is None:
-            raise NotFound(f"consumer group {name!r} does not exist")
+            raise NotFound(not_found("consumer group", name))
         clients = self.server.events.clients()
         snap = self.server.events.snapshot()
         out = self._group_summary(gc, clients, snap["dlq"])
@@ -535,7 +557,7 @@ class ConsoleData:
     def delete_group(self, name: str) -> dict:
         validate_group(name)
         if not self.broker.delete_group(name):
-            raise NotFound(f"consumer group {name!r} does not exist")
+            raise NotFound(not_found("consumer group", name))
         return {"deleted": name}
 
     def _first_at_or_after(self, topic: str, queue_id: int, ts: int) -> int:
@@ -561,7 +583,7 @@ class ConsoleData:
         queue's max offset. Returns each queue's old and new offset."""
         validate_group(group)
         if group not in self.broker.subscription_group_manager.subscription_group_table:
-            raise NotFound(f"consumer group {group!r} does not exist")
+            raise NotFound(not_found("consumer group", group))
         ts = parse_time(body.get("timestamp"), "timestamp")
         if ts is None:
             raise ConsoleError("timestamp: required (milliseconds since the epoch or an ISO 8601 time)")
@@ -571,7 +593,7 @@ class ConsoleData:
             validate_topic(topic)
             tc = self.broker.topic_config_manager.select_topic_config(topic)
             if tc is None:
-                raise NotFound(f"topic {topic!r} does not exist")
+                raise NotFound(not_found("topic", topic))
             targets = {topic: sorted(set(range(tc.read_queue_nums)) | set(self.store.topics().get(topic, ())))}
         else:
             targets = {t: sorted(com.query_offsets(group, t)) for t in com.which_topic_by_consumer(group)}
@@ -637,7 +659,7 @@ class ConsoleData:
             "text": raw[:TEXT_PREVIEW_BYTES].decode("utf-8", "replace"),
             "text_truncated": len(raw) > TEXT_PREVIEW_BYTES,
             "hex": hex_dump(raw[:HEX_PREVIEW_BYTES]), "hex_truncated": len(raw) > HEX_PREVIEW_BYTES,
-            "json": None,
+            "json": None, "record_crc": record_crc_view(m),
         })
         del m
         if raw[:1] in (b"{", b"[") and len(raw) <= JSON_PREVIEW_BYTES:

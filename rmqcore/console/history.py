@@ -64,7 +64,11 @@ class MinuteHistory:
         with self._lock:
             doc = {"version": 1, "step_s": self.step_s, "series": self.series}
             text = json.dumps(doc, separators=(",", ":"))
-        tmp = self.path + ".tmp"
+        # one temporary name per thread: a sampler's save still running in its thread when the console stops
+        # (cancelling the task does not stop the thread) meets the stop's own save
+        tmp = f"{self.path}.{threading.get_ident()}.tmp"
+        # a fresh store has no config/ until the broker first persists (at close): the console may save before
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, self.path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hmac
+import os
 import signal
 import sys
 import threading
@@ -85,7 +86,10 @@ async def run(store: str, host: str, port: int, acl=None, ready=None, **console)
     broker = Broker.open(store, BrokerConfig())
     try:
         server = BrokerHost(broker, host, port, acl)
-        runner = await serve_console(server, host, port, **console)
+        try:
+            runner = await serve_console(server, host, port, **console)
+        except OSError as e:
+            raise OSError(f"--http: cannot listen on {host}:{port}: {os.strerror(e.errno) if e.errno else e}") from None
         server.port = runner.port
         print(f"rmqcore console on {runner.url}/ (metrics at {runner.url}/metrics)", flush=True)
         if ready is not None:
@@ -100,9 +104,16 @@ async def run(store: str, host: str, port: int, acl=None, ready=None, **console)
         broker.close()
 
 
+PROG = "python -m rmqcore.console"
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rmqcore.console",
-                                description="the rmqcore web console and /metrics over a store, without gRPC")
+    """The command's exit statuses are the command line's (admin_views): 0 after SIGINT/SIGTERM, 2 with one line on
+    stderr for what the user can fix (a held or unusable store path, a port, a missing extra)."""
+    from ..admin import NewStoreDir
+    from ..admin_views import EXIT_ERROR, EXIT_OK, missing_extra
+    from ..errors import RmqStoreError
+    p = argparse.ArgumentParser(prog=PROG, description="the rmqcore web console and /metrics over a store, without gRPC")
     p.add_argument("store", help="store directory (opened as a Broker: it takes the store's lock)")
     p.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="where to listen (default 127.0.0.1:8080; port 0 picks one)")
@@ -129,10 +140,22 @@ def main(argv=None) -> int:
                "allow_anonymous_changes": args.console_allow_anonymous_changes,
                "ssl_context": console_ssl_context(args.tls_cert, args.tls_key) if args.tls_cert else None}
     try:
-        asyncio.run(run(args.store, host, port, acl, **console))
+        from . import app  # noqa: F401  (aiohttp, Jinja2, prometheus_client: before the store is opened)
+    except ImportError as e:
+        print(f"{PROG}: error: {missing_extra('the console', 'console', e)}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        with NewStoreDir(args.store) as made:
+            asyncio.run(run(args.store, host, port, acl, ready=lambda server, runner: setattr(made, "served", True),
+                            **console))
     except KeyboardInterrupt:
         pass
-    return 0
+    except (RmqStoreError, OSError) as e:
+        # StoreLockedError (a server holds it), StoreLayoutError (a file, not a directory), FileNotFoundError (no
+        # parent directory), a port taken: the same one line as the rmqcore command line's
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
 
 
 if __name__ == "__main__":

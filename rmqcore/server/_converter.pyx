@@ -49,6 +49,8 @@ cdef enum:
     MESSAGE_PROPERTIES_TOO_LARGE = 43101
     INTERNAL_SERVER_ERROR = 50001
     MASTER_PERSISTENCE_TIMEOUT = 50401
+    SLAVE_PERSISTENCE_TIMEOUT = 50402
+    HA_NOT_AVAILABLE = 50002
     TRANSACTION = 4             # MessageType
     GZIP = 2                    # Encoding
 
@@ -73,6 +75,8 @@ cdef object InvalidMessage = _const.InvalidMessage
 cdef object born_timestamp_refused = _const.born_timestamp_refused
 cdef object PUT_OK = PutStatus.PUT_OK
 cdef object FLUSH_DISK_TIMEOUT = PutStatus.FLUSH_DISK_TIMEOUT
+cdef object FLUSH_SLAVE_TIMEOUT = PutStatus.FLUSH_SLAVE_TIMEOUT
+cdef object SLAVE_NOT_AVAILABLE = PutStatus.SLAVE_NOT_AVAILABLE
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -622,6 +626,12 @@ cdef tuple _fill(resp, messages, list conv, list res):
             elif status is FLUSH_DISK_TIMEOUT:
                 code = worst = MASTER_PERSISTENCE_TIMEOUT
                 entry_text = text = "stored, but no flush covered it in time"
+            elif status is FLUSH_SLAVE_TIMEOUT:       # the proxy's SendStatus mapping (SendMessageActivity)
+                code = worst = SLAVE_PERSISTENCE_TIMEOUT
+                entry_text = text = "stored, but no slave acknowledged it in time"
+            elif status is SLAVE_NOT_AVAILABLE:
+                code = worst = HA_NOT_AVAILABLE
+                entry_text = text = "stored, but no slave is available (none connected, or too far behind)"
             else:
                 code = worst = INTERNAL_SERVER_ERROR
                 entry_text = text = f"put failed: {status.name}"

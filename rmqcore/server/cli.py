@@ -1,6 +1,9 @@
-"""``rmqcore serve STORE``: the command around MessagingServer (the rest of the command line is rmqcore/cli.py).
+"""``rmqcore serve STORE``: the command around the protocol fronts over one Broker on one event loop — RocketMQ 5's
+gRPC (MessagingServer, ``--listen``) and the classic remoting protocol (rmqcore.remoting.RemotingServer,
+``--remoting``, with the name server's part also on ``--namesrv``). The rest of the command line is rmqcore/cli.py.
+Each front is imported only when asked for, so neither needs the other's dependencies.
 
-Prints ``listening on HOST:PORT`` once RPCs are accepted. SIGTERM / SIGINT: stop accepting, finish running RPCs,
+Prints ``listening on HOST:PORT`` (gRPC), ``remoting on HOST:PORT`` and ``namesrv on HOST:PORT`` once each accepts. SIGTERM / SIGINT: stop accepting, finish running RPCs,
 write the pop state, close the broker (its config files, the store) cleanly, exit 0.
 """
 from __future__ import annotations
@@ -9,8 +12,10 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import re
 import signal
+import socket
 import sys
 
 from ..console.access import add_console_access_args, console_ssl_context
@@ -25,8 +30,14 @@ def add_parser(sub) -> None:
                                    "transactions). Prints 'listening on HOST:PORT' once ready; SIGTERM/SIGINT "
                                    "stop it cleanly.")
     s.add_argument("store", help="store directory (created if missing)")
-    s.add_argument("--listen", default="127.0.0.1:8081", metavar="HOST:PORT",
-                   help="address to listen on (default 127.0.0.1:8081, the proxy's port; port 0 picks a free one)")
+    s.add_argument("--listen", metavar="HOST:PORT",
+                   help="serve gRPC here (default 127.0.0.1:8081, the proxy's port, unless only --remoting is given; "
+                        "port 0 picks a free one)")
+    s.add_argument("--remoting", metavar="HOST:PORT",
+                   help="also serve RocketMQ's classic remoting protocol (the 4.x clients) here, name server "
+                        "requests included (the Java broker's port is 10911; port 0 picks a free one)")
+    s.add_argument("--namesrv", metavar="HOST:PORT",
+                   help="with --remoting: answer the name server's requests on this address too (RocketMQ's 9876)")
     s.add_argument("--config", metavar="FILE",
                    help="a RocketMQ broker.conf (Java properties: camelCase keys of BrokerConfig, "
                         "MessageStoreConfig and the proxy's settings)")
@@ -45,6 +56,12 @@ def add_parser(sub) -> None:
                    help="connections from one host (default 256; 0: no cap); its newest past the cap are closed")
     s.add_argument("--idle-timeout", type=float, metavar="S",
                    help="close a connection that made no RPC for S seconds (default 120)")
+    s.add_argument("--ha-listen", metavar="HOST:PORT",
+                   help="a master (brokerRole ASYNC_MASTER or SYNC_MASTER): serve slaves RocketMQ's HA replication "
+                        "here (port 0 picks a free one; printed as 'ha on HOST:PORT'). Default: on --listen's host "
+                        "and haListenPort when the --config file sets brokerRole, haListenPort or listenPort")
+    s.add_argument("--ha-master", metavar="HOST:PORT",
+                   help="a slave (brokerRole=SLAVE): replicate from this master's HA port (haMasterAddress)")
     s.set_defaults(func=run)
 
 
@@ -94,18 +111,29 @@ def load_config(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import grpc  # noqa: F401
-    except ImportError:
-        print("rmqcore serve: error: needs grpcio and protobuf, the server extra: pip install -e '.[server]' in a clone", file=sys.stderr)
-        return 1
+    from ..admin_views import EXIT_ERROR, missing_extra
+    if args.listen is None and args.remoting is None:
+        args.listen = "127.0.0.1:8081"
+    if args.namesrv is not None and args.remoting is None:
+        raise ValueError("--namesrv goes with --remoting")
+    if args.listen is not None:
+        try:
+            import grpc  # noqa: F401
+            import google.protobuf  # noqa: F401
+        except ImportError as e:
+            print(f"rmqcore serve: error: {missing_extra('rmqcore serve', 'server', e)}", file=sys.stderr)
+            return EXIT_ERROR
     from ..broker import Broker, BrokerConfig
     from ..config import StoreConfig
     from .server import ServerConfig
-    host, port = _host_port(args.listen, "--listen")
+    host, port = _host_port(args.listen, "--listen") if args.listen is not None else (None, None)
     bc, sc, srv = BrokerConfig(), StoreConfig(), ServerConfig()
+    conf_keys: set = set()
     if args.config:
         bc, sc, srv, unknown = load_config(args.config)
+        from ..broker.broker_conf import parse_properties
+        from ..config_manager import file2string
+        conf_keys = set(parse_properties(file2string(args.config) or "", args.config))
         if unknown:
             log.warning("%s: keys not used by rmqcore: %s", args.config, ", ".join(sorted(unknown)))
     for flag, name in (("max_connections", "max_connections"), ("max_connections_per_peer",
@@ -120,6 +148,21 @@ def run(args: argparse.Namespace) -> int:
     before, after = raise_descriptor_limit()
     if after > before:
         log.info("open-file limit raised from %d to %d (the hard limit)", before, after)
+    remoting = None
+    if args.remoting is not None:
+        r_host, r_port = _host_port(args.remoting, "--remoting")
+        ns = _host_port(args.namesrv, "--namesrv") if args.namesrv else None
+        # Bound before the store opens: the advertised address (brokerIP1:listenPort of broker.conf, else this
+        # socket's) is the store host every record carries, so offset msg ids decode to this broker.
+        sock = socket.create_server((r_host, r_port), family=socket.AF_INET6 if ":" in r_host else socket.AF_INET)
+        bound = sock.getsockname()[1]
+        if "brokerIP1" in conf_keys or "listenPort" in conf_keys:
+            address = sc.store_host
+        else:
+            adv = args.advertise or (r_host if r_host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+            address = f"{adv}:{bound}"
+            sc = dataclasses.replace(sc, store_host=address)
+        remoting = (r_host, sock, address, ns)
     acl = None
     if args.acl:
         from .auth import Acl
@@ -138,38 +181,108 @@ def run(args: argparse.Namespace) -> int:
                "ssl_context": console_ssl_context(args.tls_cert, args.tls_key) if http and args.tls_cert else None}
     if http is not None:
         try:
-            from ..console import serve_console  # noqa: F401
+            from ..console import app  # noqa: F401  (its dependencies, before the store is opened)
         except ImportError as e:
-            print(f"rmqcore serve: error: --http needs rmqcore.console ({e})", file=sys.stderr)
-            return 1
-    broker = Broker.open(args.store, bc, store_config=sc)
-    try:
-        return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http,
-                                  console))
-    finally:
-        broker.close()
+            print(f"rmqcore serve: error: {missing_extra('--http (rmqcore.console)', 'console', e)}", file=sys.stderr)
+            return EXIT_ERROR
+    from ..admin import NewStoreDir
+    with NewStoreDir(args.store) as made:
+        try:
+            ha = _ha_settings(args, sc, host or (remoting[0] if remoting is not None else "127.0.0.1"))
+            broker = Broker.open(args.store, bc, store_config=sc)
+        except BaseException:
+            if remoting is not None:
+                remoting[1].close()
+            raise
+        try:
+            return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http,
+                                      console, remoting, ha, made))
+        finally:
+            broker.close()
 
 
-async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http, console) -> int:
-    from .server import MessagingServer
-    server = MessagingServer(broker, host=host, port=port, config=config, acl=acl, tls_cert=tls_cert,
-                             tls_key=tls_key, advertised_host=advertise)
-    await server.start()
+def _ha_settings(args, sc, host: str):
+    """What replication to start: ("slave", master address or None), ("master", (host, port)), or None."""
+    if sc.is_slave:
+        if args.ha_listen:
+            raise ValueError("--ha-listen is for a master; this broker's brokerRole is SLAVE")
+        return ("slave", args.ha_master or sc.ha_master_address or None)
+    if args.ha_master:
+        raise ValueError(f"--ha-master is for a slave; this broker's brokerRole is {sc.broker_role}")
+    if args.ha_listen:
+        return ("master", _host_port(args.ha_listen, "--ha-listen"))
+    if args.config:
+        from ..broker.broker_conf import parse_properties
+        from ..config_manager import file2string
+        keys = parse_properties(file2string(args.config) or "", args.config)
+        # A broker.conf that speaks of replication gets RocketMQ's HA listener (listenPort + 1); others bind
+        # nothing more than before.
+        if {"brokerRole", "haListenPort", "listenPort"} & keys.keys():
+            return ("master", (host, sc.ha_listen_port))
+    return None
+
+
+def _shown(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, http, console,
+                 remoting=None, ha=None, made=None) -> int:
+    server = rserver = None
+    events = None
+    if host is not None:
+        from .server import MessagingServer
+        server = MessagingServer(broker, host=host, port=port, config=config, acl=acl, tls_cert=tls_cert,
+                                 tls_key=tls_key, advertised_host=advertise)
+        events = server.events
+        try:
+            await server.start()
+        except OSError as e:
+            # one line naming the option (cli.main prints it, exit 2), as a taken --http port does
+            raise OSError(f"--listen: {e}") from None
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runner = None
     try:
+        if remoting is not None:
+            from ..remoting.server import RemotingServer
+            r_host, sock, address, ns = remoting
+            # one set of counters for both fronts: the console and /metrics count remoting traffic too
+            rserver = RemotingServer(broker, host=r_host, sock=sock, address=address, namesrv=ns, events=events)
+            await rserver.start()
         if http is not None:
             from ..console import serve_console
-            runner = await serve_console(server, http[0], http[1], **console)
+            try:
+                runner = await serve_console(server or rserver, http[0], http[1], **console)
+            except OSError as e:
+                raise OSError(f"--http: cannot listen on {http[0]}:{http[1]}: "
+                              f"{os.strerror(e.errno) if e.errno else e}") from None
             print(f"console on {runner.url}", flush=True)
-        shown = f"[{host}]" if ":" in host else host
-        print(f"listening on {shown}:{server.port}", flush=True)
+        if server is not None:
+            print(f"listening on {_shown(host, server.port)}", flush=True)
+        if rserver is not None:
+            print(f"remoting on {_shown(rserver.host, rserver.port)}", flush=True)
+            if rserver.namesrv_port is not None:
+                print(f"namesrv on {_shown(rserver.namesrv_addr[0], rserver.namesrv_port)}", flush=True)
+        if ha is not None and ha[0] == "master":
+            svc = broker.store.start_ha(ha[1][0], ha[1][1])
+            print(f"ha on {_shown(svc.host, svc.port)}", flush=True)
+        elif ha is not None:
+            broker.store.start_ha(master_address=ha[1])
+            if ha[1] is None:
+                log.warning("brokerRole SLAVE without haMasterAddress (--ha-master): not replicating until one is "
+                            "set")
+            print(f"ha slave of {ha[1] or '(no master address)'}", flush=True)
+        if made is not None:
+            made.served = True     # it listened: its store stays whatever ends it
         await stop.wait()
     finally:
         if runner is not None:
             await runner.close()
-        await server.stop()
+        if rserver is not None:
+            await rserver.stop()
+        if server is not None:
+            await server.stop()
     return 0

@@ -136,6 +136,14 @@ def fill_send_entries(resp: "pb.SendMessageResponse", messages, converted, resul
             worst, text = pb.MASTER_PERSISTENCE_TIMEOUT, "stored, but no flush covered it in time"
             e.status.code = worst
             e.status.message = text
+        elif r.status is PutStatus.FLUSH_SLAVE_TIMEOUT:         # the proxy's SendStatus mapping (SendMessageActivity)
+            worst, text = pb.SLAVE_PERSISTENCE_TIMEOUT, "stored, but no slave acknowledged it in time"
+            e.status.code = worst
+            e.status.message = text
+        elif r.status is PutStatus.SLAVE_NOT_AVAILABLE:
+            worst, text = pb.HA_NOT_AVAILABLE, "stored, but no slave is available (none connected, or too far behind)"
+            e.status.code = worst
+            e.status.message = text
         else:
             worst, text = pb.INTERNAL_SERVER_ERROR, f"put failed: {r.status.name}"
             e.status.code = worst

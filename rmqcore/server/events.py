@@ -124,6 +124,9 @@ class ServerEvents:
 
     # ------------------------------------------------------------------ read by exporters
     def clients(self) -> list[ClientInfo]:
+        """The connected clients: the one definition the console's overview, its group pages, the JSON API and
+        /metrics count from. A client is connected from its first RPC until NotifyClientTermination, the end of
+        its Telemetry stream (a closed channel ends it) or, for a client without one, the heartbeat expiry."""
         with self._lock:
             return [ClientInfo(**vars(c)) for c in self._clients.values()]
 

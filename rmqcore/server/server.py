@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -79,6 +80,31 @@ class ServerConfig:
             raise ValueError("poll_interval_ms and send_threads must be > 0")
 
 
+def check_listen(host: str, port: int) -> None:
+    """OSError naming the address and why, when ``host:port`` cannot be listened on (a name that does not resolve, a
+    port taken, an address not this machine's). gRPC's core only logs its reason and raises a bare RuntimeError
+    ("Failed to bind"): asked first, the socket layer's own answer makes the one line the command prints. Like
+    gRPC, any one of the addresses the host resolves to is enough."""
+    if port == 0:
+        return              # the system picks a free port
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise OSError(f"cannot listen on {shown}: {host!r} is not an address of this machine ({e.strerror})") from None
+    reason = None
+    for family, kind, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, kind, proto) as s:
+                # as gRPC's listener sets it: a port in TIME_WAIT is free, one another socket listens on is not
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(sockaddr)
+            return
+        except OSError as e:
+            reason = reason or e.strerror
+    raise OSError(f"cannot listen on {shown}: {reason}")
+
+
 class MessagingServer:
     def __init__(self, broker, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  config: ServerConfig | None = None, acl=None, tls_cert: bytes | None = None,
@@ -139,11 +165,16 @@ class MessagingServer:
         ])
         self._grpc.add_generic_rpc_handlers((self._service.handler(),))
         address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        if self._tls is not None:
-            creds = grpc.ssl_server_credentials([self._tls])
-            bound = self._grpc.add_secure_port(address, creds)
-        else:
-            bound = self._grpc.add_insecure_port(address)
+        check_listen(self.host, self.port)
+        try:
+            if self._tls is not None:
+                creds = grpc.ssl_server_credentials([self._tls])
+                bound = self._grpc.add_secure_port(address, creds)
+            else:
+                bound = self._grpc.add_insecure_port(address)
+        except RuntimeError:
+            # grpcio raises RuntimeError("Failed to bind ...") where older versions returned 0 (taken since the check)
+            bound = 0
         if not bound:
             raise OSError(f"cannot listen on {address}")
         self.port = bound

@@ -25,7 +25,7 @@ from ..broker.topic_validator import (AUTO_CREATE_TOPIC_KEY_TOPIC, is_readable, 
                                       validate_client_group, validate_client_topic)
 from ..broker.transaction import NO_PRODUCER, PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC
 from ..compression import DecompressionError
-from ..errors import MessageIllegalError
+from ..errors import BrokerRoleError, MessageIllegalError
 from ..reference import java_hash_code
 from ..status import PutStatus
 from . import messaging_pb2 as pb
@@ -50,7 +50,8 @@ DISPATCH_PACE = 0.001                   # s between the loop's dispatch passes (
 PRODUCER = {"kind": "PRODUCER"}         # what a send says of its client (ServerEvents' ClientInfo.kind)
 # What a send's put raises for a message the broker or the store refuses, before anything is written: answered
 # TOPIC_NOT_FOUND, FORBIDDEN or BAD_REQUEST (SendMessage); the common send leaves such a request to that answer.
-PUT_REFUSALS = (MessageIllegalError, TopicNotExistError, NoPermissionError, IllegalNameError, ValueError)
+PUT_REFUSALS = (MessageIllegalError, TopicNotExistError, NoPermissionError, IllegalNameError, ValueError,
+                BrokerRoleError)
 
 
 class Refusal(Exception):
@@ -156,7 +157,11 @@ class MessagingService:
         # The common send (one NORMAL message to a topic already checked) answered in one compiled call, the
         # general path (_unary, SendMessage) taking every other request; not with accounts (each request is
         # authorized) nor under SYNC_FLUSH (the answer waits for its flush, _put).
-        self._common = None if self._sync or self.acl is not None else CommonSend(
+        # SYNC_MASTER: a send's answer waits for a slave's acknowledgement (store.put, in the send executor: _put);
+        # a SLAVE refuses sends (its store's puts raise BrokerRoleError, answered FORBIDDEN).
+        role = self.broker.store_config.broker_role
+        self._replica = role == "SYNC_MASTER"
+        self._common = None if self._sync or self._replica or role == "SLAVE" or self.acl is not None else CommonSend(
             self.broker.send_entries, self._topics_ok, [t for t in TOPIC_TYPES if t != "NORMAL"], self.broker.send,
             self._rr, self.broker.store_config.max_message_size, self.events.on_sent, self._wake,
             pb.SendMessageResponse, self._seen, PRODUCER,
@@ -536,7 +541,10 @@ class MessagingService:
             reader.cancel()
             if self.telemetry.get(cid) is tel:
                 del self.telemetry[cid]
-                self.events.on_client(cid, telemetry=False)
+                # The stream ended (the client closed it, or its channel closed: a killed process): the client is
+                # gone now, from the console, its groups and /metrics alike, not at the heartbeat expiry. A client
+                # that goes on sending RPCs is heard from again at its next one.
+                self.forget_client(cid)
             self.events.on_rpc("Telemetry", code, time.perf_counter() - t0)
 
     # -- send -------------------------------------------------------------------------------------------------
@@ -592,6 +600,10 @@ class MessagingService:
         once and asks for a flush) and the answer waits in the loop for the group commit to cover the last
         record: concurrent sends share flushes without a thread each."""
         store = self.broker.store
+        if self._replica:
+            # The store's put waits for the flush (SYNC_FLUSH) and then for a slave (ha_service.ReplicaPuts): in
+            # the send executor, so the loop goes on meanwhile.
+            return await asyncio.get_running_loop().run_in_executor(self.server.executor, fn, arg)
         if not self._sync:
             return fn(arg)
         for m in (arg if isinstance(arg, list) else (arg,)):
@@ -650,8 +662,13 @@ class MessagingService:
                 max_delay = self.broker.store_config.timer_max_delay_sec * 1000
                 now = now or time.time_ns() // 1_000_000
                 if int(deliver) - now > max_delay:
-                    raise Refusal(pb.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {deliver} is more than "
-                                  f"timer_max_delay_sec ({max_delay // 1000} s) ahead")
+                    # The protocol's delivery time is a Timestamp (seconds); the Python client fills its seconds
+                    # from Message.delivery_timestamp, so milliseconds given there land ~1000x too far ahead.
+                    hint = ("; the delivery time is seconds since the epoch (the Python client's "
+                            "delivery_timestamp): milliseconds were given"
+                            if int(deliver) // 1000 - now <= max_delay else "")
+                    raise Refusal(pb.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {int(deliver) // 1000} s since "
+                                  f"the epoch is more than timer_max_delay_sec ({max_delay // 1000} s) ahead{hint}")
         tc = await self._topic_config_or_create(topic, context)
         if not is_writeable(tc.perm):
             raise Refusal(pb.FORBIDDEN, f"topic {topic!r} is not writeable (perm {tc.perm})")
@@ -668,7 +685,8 @@ class MessagingService:
             if not many:
                 msg = converted[0][0]
                 msg.queue_id = queue_id
-                results = [self.broker.send(msg) if not self._sync else await self._put(self.broker.send, msg)]
+                results = [self.broker.send(msg) if not (self._sync or self._replica)
+                           else await self._put(self.broker.send, msg)]
             elif all(t in (pb.NORMAL, pb.FIFO) for _m, t in converted):
                 msgs = [m for m, _t in converted]
                 for m in msgs:
@@ -682,7 +700,8 @@ class MessagingService:
                     results.append(await self._put(self.broker.send, m))
         except PUT_REFUSALS as e:
             raise Refusal(pb.TOPIC_NOT_FOUND if isinstance(e, TopicNotExistError) else
-                          pb.FORBIDDEN if isinstance(e, NoPermissionError) else pb.BAD_REQUEST, str(e)) from None
+                          pb.FORBIDDEN if isinstance(e, (NoPermissionError, BrokerRoleError)) else pb.BAD_REQUEST,
+                          str(e)) from None
         sizes, worst, text = fill_send_entries(resp, messages, converted, results)
         if sizes:
             self.events.on_messages_in(topic, sizes, MESSAGE_TYPE_NAMES.get(converted[0][1], "NORMAL"))

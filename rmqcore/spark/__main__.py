@@ -74,6 +74,13 @@ def main(argv=None) -> int:
                         help="read stores open by a broker (or with an abort file) up to the end of data now")
     a = p.parse_args(argv)
     try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        from ..admin_views import EXIT_ERROR, missing_extra
+        print(f"{p.prog}: error: {missing_extra(p.prog, 'spark', e)}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
         return _run(a)
     except Exception as e:
         msg = _one_line(e)

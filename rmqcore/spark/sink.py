@@ -36,7 +36,7 @@ from ..config_manager import file2string, string2file
 from .arrow import SegmentRead, iter_segment_batches
 from .layout import list_segments, snapshot_end
 from .schema import arrow_schema
-from .source import RocketMQStoreWriter, _store_config, replay_pieces
+from .writer import RocketMQStoreWriter, _store_config, replay_pieces
 
 SINK_FILE = "sparkStreamSink.json"
 BATCH_PROPERTY = "SPARK_SINK_BATCH"

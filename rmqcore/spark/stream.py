@@ -404,7 +404,7 @@ class StreamOptions:
 
     @classmethod
     def parse(cls, options) -> "StreamOptions":
-        from .source import _bool, _csv, _ints, parse_size
+        from .options import _bool, _csv, _ints, parse_size
         from .layout import parse_time
         o = {k.lower(): v for k, v in dict(options).items()}
         unknown = sorted(set(o) - cls.KNOWN)

@@ -1,0 +1,1009 @@
+"""RemotingServer: RocketMQ's classic TCP protocol (the 4.x clients) over one Broker, on an asyncio loop.
+
+    server = RemotingServer(broker, host="127.0.0.1", port=0, address="127.0.0.1:10911")
+    await server.start()          # server.port: where it listens; server.namesrv_port with namesrv=(host, port)
+    ...
+    await server.stop()           # long polls answered, connections closed; closing the Broker is the owner's
+
+What each request code does follows the 4.9.7 broker's processors (``broker/.../processor/``: SendMessageProcessor,
+PullMessageProcessor, ClientManageProcessor, ConsumerManageProcessor, AdminBrokerProcessor,
+EndTransactionProcessor, QueryMessageProcessor) and the name server's DefaultRequestProcessor (namesrv.py), which
+this port also answers, so one address serves as both ``namesrvAddr`` and broker. Frames are read and answers'
+headers written by the compiled codec (_remoting_codec.pyx); a pull's body is the store's records as they are on
+disk, handed to the transport as views of the mapped files.
+
+The loop runs everything: sends and offset commits are quick store calls made inline (under SYNC_FLUSH a send
+waits for its flush in a small thread pool, so the loop never blocks on a disk flush); a pull that finds nothing is
+parked until a dispatch pass the loop runs after a send wakes its topic, or its suspend time ends (looked at again
+every 100 ms for deliveries no send here wakes: delay levels, the gRPC front's sends).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ..broker.errors import (IllegalNameError, MessageNotFoundError, NoPermissionError, OffsetIllegalError,
+                             PutFailedError, QueueIdIllegalError, SubscriptionGroupNotExistError,
+                             TopicNotExistError)
+from ..broker.mix_all import RETRY_GROUP_TOPIC_PREFIX
+from ..broker.topic_config import TopicConfig
+from ..broker.topic_validator import PERM_READ, PERM_WRITE
+from ..errors import BrokerRoleError, MessageIllegalError, RmqStoreError
+from ..server.events import ServerEvents
+from ..server.filter import FilterError, compile_filter
+from ..status import GetStatus, PutStatus
+from . import namesrv as _ns
+from ._remoting_codec import FrameDecoder, encode_header
+from .remoting_command import MAX_FRAME, ONEWAY_FLAG, RESPONSE_FLAG, FrameError
+
+log = logging.getLogger(__name__)
+
+# RequestCode (common/.../protocol/RequestCode.java, 4.9.7)
+SEND_MESSAGE = 10
+PULL_MESSAGE = 11
+QUERY_MESSAGE = 12
+QUERY_CONSUMER_OFFSET = 14
+UPDATE_CONSUMER_OFFSET = 15
+UPDATE_AND_CREATE_TOPIC = 17
+GET_ALL_TOPIC_CONFIG = 21
+GET_BROKER_RUNTIME_INFO = 28
+GET_TOPIC_STATS_INFO = 202
+GET_CONSUME_STATS = 208
+SEARCH_OFFSET_BY_TIMESTAMP = 29
+GET_MAX_OFFSET = 30
+GET_MIN_OFFSET = 31
+GET_EARLIEST_MSG_STORETIME = 32
+VIEW_MESSAGE_BY_ID = 33
+HEART_BEAT = 34
+UNREGISTER_CLIENT = 35
+CONSUMER_SEND_MSG_BACK = 36
+END_TRANSACTION = 37
+GET_CONSUMER_LIST_BY_GROUP = 38
+NOTIFY_CONSUMER_IDS_CHANGED = 40
+LOCK_BATCH_MQ = 41
+UNLOCK_BATCH_MQ = 42
+CHECK_CLIENT_CONFIG = 46
+SEND_MESSAGE_V2 = 310
+SEND_BATCH_MESSAGE = 320
+LITE_PULL_MESSAGE = 361
+
+# ResponseCode / RemotingSysResponseCode
+SUCCESS = 0
+SYSTEM_ERROR = 1
+SYSTEM_BUSY = 2
+REQUEST_CODE_NOT_SUPPORTED = 3
+FLUSH_DISK_TIMEOUT = 10
+SLAVE_NOT_AVAILABLE = 11
+FLUSH_SLAVE_TIMEOUT = 12
+MESSAGE_ILLEGAL = 13
+SERVICE_NOT_AVAILABLE = 14
+NO_PERMISSION = 16
+TOPIC_NOT_EXIST = 17
+PULL_NOT_FOUND = 19
+PULL_RETRY_IMMEDIATELY = 20
+PULL_OFFSET_MOVED = 21
+QUERY_NOT_FOUND = 22
+SUBSCRIPTION_PARSE_FAILED = 23
+SUBSCRIPTION_GROUP_NOT_EXIST = 26
+
+# SendMessageRequestHeaderV2's one-letter names → SendMessageRequestHeader's (SendMessageRequestHeaderV2.
+# createSendMessageRequestHeaderV1)
+V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+            "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
+            "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch"}
+PUT_CODES = {PutStatus.FLUSH_DISK_TIMEOUT: FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT: FLUSH_SLAVE_TIMEOUT,
+             PutStatus.SLAVE_NOT_AVAILABLE: SLAVE_NOT_AVAILABLE,
+             PutStatus.SERVICE_NOT_AVAILABLE: SERVICE_NOT_AVAILABLE, PutStatus.MESSAGE_ILLEGAL: MESSAGE_ILLEGAL,
+             PutStatus.PROPERTIES_SIZE_EXCEEDED: MESSAGE_ILLEGAL}
+# PullSysFlag
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+# MessageDecoder's property separators
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+# RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME (-Drocketmq.broker.rebalance.lockMaxLiveTime)
+LOCK_MAX_LIVE_S = 60.0
+# A parked pull looks again this often for deliveries no send here wakes (delay levels, the other front's sends)
+POLL_INTERVAL_S = 0.1
+# the longest suspend a pull may ask (the clients' own timeouts are 30 s)
+MAX_SUSPEND_MS = 30_000
+PEER_WRITE_HIGH = 4 * 1024 * 1024        # a reader this far behind stops this connection's reads (flow control)
+
+
+class Refusal(Exception):
+    """An answer other than SUCCESS: its response code and remark."""
+
+    def __init__(self, code: int, remark: str):
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def _need(ext: dict, name: str) -> str:
+    v = ext.get(name)
+    if v is None:
+        # RemotingCommand.decodeCommandCustomHeader's check of a @CFNotNull field
+        raise Refusal(SYSTEM_ERROR, f"org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom "
+                                    f"field <{name}> is null")
+    return v
+
+
+def _int(ext: dict, name: str, default: int | None = None) -> int:
+    v = ext.get(name)
+    if v is None:
+        if default is not None:
+            return default
+        _need(ext, name)
+    try:
+        return int(v)
+    except ValueError:
+        raise Refusal(SYSTEM_ERROR, f"header field {name}: {v!r} is not a number") from None
+
+
+def string_to_properties(text: str | None) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties: ``name\\x01value\\x02...``."""
+    out: dict[str, str] = {}
+    if text:
+        for item in text.split(PROPERTY_SEPARATOR):
+            name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+            if sep:
+                out[name] = value
+    return out
+
+
+def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """MessageDecoder.decodeMessages of a batch body: (flag, body, properties) per message."""
+    out = []
+    pos, n = 0, len(body)
+    while pos < n:
+        if pos + 20 > n:
+            raise Refusal(MESSAGE_ILLEGAL, f"batch body: a message header at {pos} is cut short")
+        total, _magic, _crc, flag, body_len = struct.unpack_from(">iiiii", body, pos)
+        if total < 22 or pos + total > n or 20 + body_len + 2 > total:
+            raise Refusal(MESSAGE_ILLEGAL, f"batch body: message at {pos} has total size {total}, body length "
+                                           f"{body_len}, past the {n} bytes sent")
+        b = body[pos + 20:pos + 20 + body_len]
+        (plen,) = struct.unpack_from(">h", body, pos + 20 + body_len)
+        pstart = pos + 22 + body_len
+        if plen < 0 or pstart + plen > pos + total:
+            raise Refusal(MESSAGE_ILLEGAL, f"batch body: message at {pos} has properties past its size")
+        props = string_to_properties(body[pstart:pstart + plen].decode("utf-8", "replace"))
+        out.append((flag, b, props))
+        pos += total
+    return out
+
+
+class _Client:
+    """One client connection's registrations (ClientChannelInfo + its groups)."""
+    __slots__ = ("client_id", "language", "version", "producer_groups", "consumer_groups", "conn", "last_seen")
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.client_id = ""
+        self.language = ""
+        self.version = 0
+        self.producer_groups: set[str] = set()
+        self.consumer_groups: set[str] = set()
+        self.last_seen = time.time()
+
+
+class RemotingServer:
+    def __init__(self, broker, *, host: str = "127.0.0.1", port: int = 10911, address: str | None = None,
+                 namesrv: tuple[str, int] | None = None, sock: socket.socket | None = None,
+                 events: ServerEvents | None = None, max_frame: int = MAX_FRAME):
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.sock = sock
+        self.address = address or f"{host}:{port}"
+        self.namesrv_addr = namesrv
+        self.namesrv_port: int | None = None
+        self.events = events or ServerEvents()
+        self.max_frame = max_frame
+        self.names = _ns.NameServer(broker, self.address)
+        self.acl = None                 # the console reads it: no accounts on this front (ACL signatures: not yet)
+        self.stopping = False
+        self._servers: list = []
+        self._conns: set[RemotingConnection] = set()
+        # consumer group -> {connection: subscriptions {topic: (expression type, expression, sub version)}}
+        self.consumers: dict[str, dict[RemotingConnection, dict[str, tuple[str, str, int]]]] = {}
+        self.producers: dict[str, set[RemotingConnection]] = {}
+        # (group, topic, broker name, queue id) -> (client id, expiry on the loop's clock)
+        self.locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}
+        self._arrivals: dict[str, asyncio.Event] = {}
+        self._woken: set[str] = set()
+        self._dispatch_pending = False
+        # a put that waits (SYNC_FLUSH's flush, SYNC_MASTER's slave) runs in the send executor, not the loop
+        self._sync = (broker.store_config.flush_disk_type == "SYNC_FLUSH"
+                      or broker.store_config.broker_role == "SYNC_MASTER")
+        self.executor: ThreadPoolExecutor | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._closed = asyncio.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+
+    async def start(self) -> "RemotingServer":
+        self.loop = loop = asyncio.get_running_loop()
+        if self._sync:
+            self.executor = ThreadPoolExecutor(8, thread_name_prefix="rmqcore-remoting-send")
+        if self.sock is not None:
+            srv = await loop.create_server(lambda: RemotingConnection(self), sock=self.sock)
+        else:
+            srv = await loop.create_server(lambda: RemotingConnection(self), self.host, self.port, reuse_address=True)
+        self.port = srv.sockets[0].getsockname()[1]
+        self._servers.append(srv)
+        if self.namesrv_addr is not None:
+            ns = await loop.create_server(lambda: RemotingConnection(self, namesrv_only=True), self.namesrv_addr[0],
+                                          self.namesrv_addr[1], reuse_address=True)
+            self.namesrv_port = ns.sockets[0].getsockname()[1]
+            self._servers.append(ns)
+        return self
+
+    async def stop(self) -> None:
+        """Stop accepting, answer parked pulls (PULL_NOT_FOUND), close every connection."""
+        if self.stopping:
+            await self._closed.wait()
+            return
+        self.stopping = True
+        try:
+            for srv in self._servers:
+                srv.close()
+            for ev in self._arrivals.values():
+                ev.set()
+            await asyncio.sleep(0)
+            for _ in range(50):                 # parked pulls answer at their next look
+                if not any(c.pulls for c in self._conns):
+                    break
+                await asyncio.sleep(0.01)
+            for c in list(self._conns):
+                c.transport.close()
+            for srv in self._servers:
+                await srv.wait_closed()
+            if self.executor is not None:
+                self.executor.shutdown(wait=True)
+        finally:
+            self._closed.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    # -- dispatch and long polling ----------------------------------------------------------------------------
+
+    def wake(self, topic: str) -> None:
+        """After a put to ``topic``: one dispatch pass in the loop (coalesced), then the topic's parked pulls
+        look again."""
+        if topic in self._arrivals:
+            self._woken.add(topic)
+        if not self._dispatch_pending:
+            self._dispatch_pending = True
+            self.loop.call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._dispatch_pending = False
+        reput = self.broker.store.reput
+        n = reput.try_reput() if reput is not None else 0
+        if n < 0:                      # the dispatcher thread's pass holds the lock: look again in a moment
+            self._dispatch_pending = True
+            self.loop.call_later(0.001, self._dispatch)
+            return
+        woken, self._woken = self._woken, set()
+        for topic in woken:
+            ev = self._arrivals.get(topic)
+            if ev is not None:
+                ev.set()
+
+    def arrivals(self, topic: str) -> asyncio.Event:
+        ev = self._arrivals.get(topic)
+        if ev is None:
+            ev = self._arrivals[topic] = asyncio.Event()
+        return ev
+
+    # -- clients ----------------------------------------------------------------------------------------------
+
+    def consumer_ids(self, group: str) -> list[str]:
+        return sorted({c.client.client_id for c in self.consumers.get(group, {})})
+
+    def notify_group_changed(self, group: str) -> None:
+        """Broker2Client.notifyConsumerIdsChanged: every member of ``group`` rebalances now (oneway 40)."""
+        for conn in list(self.consumers.get(group, {})):
+            conn.send_request(NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+
+    def forget(self, conn: "RemotingConnection") -> None:
+        """A connection closed: its client leaves its groups (ClientHousekeepingService.doChannelCloseEvent)."""
+        self._conns.discard(conn)
+        for group in list(conn.client.consumer_groups):
+            members = self.consumers.get(group)
+            if members is not None and members.pop(conn, None) is not None:
+                if not members:
+                    del self.consumers[group]
+                elif not self.stopping:
+                    self.notify_group_changed(group)
+        for group in conn.client.producer_groups:
+            p = self.producers.get(group)
+            if p is not None:
+                p.discard(conn)
+        if conn.client.client_id:
+            self.events.on_client_gone(conn.client.client_id)
+
+
+class RemotingConnection(asyncio.Protocol):
+    """One TCP connection: frames in, answers out, in the order each request completes."""
+
+    def __init__(self, server: RemotingServer, namesrv_only: bool = False):
+        self.server = server
+        self.broker = server.broker
+        self.namesrv_only = namesrv_only
+        self.decoder = FrameDecoder(server.max_frame)
+        self.transport = None
+        self.peer = ""
+        self.client = _Client(self)
+        self.pulls: set[asyncio.Task] = set()
+        self._opaque = 0
+        self._closed = False
+
+    # -- transport events -------------------------------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
+        transport.set_write_buffer_limits(high=PEER_WRITE_HIGH)
+        self.server._conns.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self._closed = True
+        for t in list(self.pulls):
+            t.cancel()
+        self.server.forget(self)
+
+    def pause_writing(self) -> None:
+        # a reader that does not keep up: stop reading its requests until its answers drain (flow control)
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if not self._closed:
+            self.transport.resume_reading()
+
+    def data_received(self, data) -> None:
+        try:
+            commands = self.decoder.feed(data)
+        except FrameError as e:
+            # NettyDecoder closes a connection whose frame it cannot decode
+            log.warning("remoting: closing %s: %s", self.peer, e)
+            self.transport.close()
+            return
+        for cmd in commands:
+            if self._closed:
+                return
+            if cmd.flag & RESPONSE_FLAG:
+                continue            # an answer to the broker's own oneway requests: nothing waits for one
+            try:
+                self.handle(cmd)
+            except Refusal as r:
+                self.reply(cmd, r.code, remark=r.remark)
+            except Exception as e:       # never let one request end the connection or the server
+                log.exception("remoting: request %d from %s failed", cmd.code, self.peer)
+                self.reply(cmd, SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+
+    # -- writing ----------------------------------------------------------------------------------------------
+
+    def reply(self, cmd, code: int, ext: dict | None = None, remark: str | None = None, body=None) -> None:
+        """The answer to ``cmd`` in its own serialize type; nothing for a oneway request. ``body``: bytes, or a
+        list of buffers (a pull's records) written after the header without joining them here."""
+        if cmd.flag & ONEWAY_FLAG or self._closed:
+            return
+        if body is None:
+            self.transport.write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext, 0))
+        elif isinstance(body, list):
+            size = sum(len(b) for b in body)
+            self.transport.writelines([encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark,
+                                                     ext, size), *body])
+        else:
+            self.transport.write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext,
+                                               len(body)) + body)
+
+    def send_request(self, code: int, ext: dict, body: bytes = b"") -> None:
+        """A oneway request of the broker's to this client, in JSON (every client reads JSON)."""
+        if self._closed:
+            return
+        self._opaque += 1
+        self.transport.write(encode_header(0, code, self._opaque, ONEWAY_FLAG, None, ext, len(body)) + body)
+
+    # -- requests ---------------------------------------------------------------------------------------------
+
+    def handle(self, cmd) -> None:
+        code = cmd.code
+        fn = NAMESRV_HANDLERS.get(code) if self.namesrv_only else HANDLERS.get(code)
+        if fn is None:
+            # NettyRemotingAbstract.processRequestCommand's answer to a code without a processor
+            self.reply(cmd, REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {code} not supported")
+            return
+        fn(self, cmd)
+
+    # name server
+
+    def _route(self, cmd) -> None:
+        topic = _need(cmd.ext_fields, "topic")
+        body = self.server.names.route(topic)
+        if body is None:
+            self.reply(cmd, TOPIC_NOT_EXIST, remark=f"No topic route info in name server for the topic: {topic}"
+                                                    f"{_ns.APPLY_TOPIC_URL}")
+        else:
+            self.reply(cmd, SUCCESS, body=body)
+
+    def _cluster_info(self, cmd) -> None:
+        self.reply(cmd, SUCCESS, body=self.server.names.cluster_info())
+
+    def _topic_list(self, cmd) -> None:
+        self.reply(cmd, SUCCESS, body=self.server.names.topic_list())
+
+    # send
+
+    def _send(self, cmd) -> None:
+        ext = cmd.ext_fields
+        if cmd.code != SEND_MESSAGE:
+            ext = {V2_NAMES.get(k, k): v for k, v in ext.items()}
+        topic = _need(ext, "topic")
+        queue_id = _int(ext, "queueId")
+        sys_flag = _int(ext, "sysFlag")
+        born = _int(ext, "bornTimestamp")
+        flag = _int(ext, "flag")
+        _need(ext, "producerGroup")
+        reconsume = _int(ext, "reconsumeTimes", 0)
+        props = string_to_properties(ext.get("properties"))
+        # SendMessageProcessor: code 320, or a header whose batch is Boolean.parseBoolean-true ("true" only:
+        # rocketmq-client-cpp 1.x writes "1", which the Java broker, and so this one, reads as false)
+        batch = cmd.code == SEND_BATCH_MESSAGE or ext.get("batch", "").lower() == "true"
+        from .._message import Message
+        if batch:
+            msgs = [Message(topic, b, queue_id, properties=p, flag=f, sys_flag=sys_flag, born_timestamp=born,
+                            born_host=self.peer, reconsume_times=reconsume)
+                    for f, b, p in decode_batch(cmd.body)]
+            if not msgs:
+                raise Refusal(MESSAGE_ILLEGAL, "batch body holds no message")
+            put, arg = self.broker.send_batch, msgs
+        else:
+            msg = Message(topic, cmd.body, queue_id, properties=props, flag=flag, sys_flag=sys_flag,
+                          born_timestamp=born, born_host=self.peer, reconsume_times=reconsume)
+            put, arg = self.broker.send, msg
+        if self.server._sync:
+            task = asyncio.ensure_future(self._send_in_pool(cmd, put, arg, topic))
+            self.pulls.add(task)
+            task.add_done_callback(self.pulls.discard)
+            return
+        self._answer_send(cmd, self._put(put, arg), arg)
+
+    async def _send_in_pool(self, cmd, put, arg, topic) -> None:
+        try:
+            result = await self.server.loop.run_in_executor(self.server.executor, self._put, put, arg)
+        except Refusal as r:
+            self.reply(cmd, r.code, remark=r.remark)
+            return
+        self._answer_send(cmd, result, arg)
+
+    def _put(self, put, arg):
+        try:
+            return put(arg)
+        except TopicNotExistError as e:
+            raise Refusal(TOPIC_NOT_EXIST, str(e)) from None
+        except NoPermissionError as e:
+            raise Refusal(NO_PERMISSION, str(e)) from None
+        except SubscriptionGroupNotExistError as e:
+            raise Refusal(SUBSCRIPTION_GROUP_NOT_EXIST, str(e)) from None
+        except (MessageIllegalError, IllegalNameError) as e:
+            raise Refusal(MESSAGE_ILLEGAL, str(e)) from None
+        except BrokerRoleError as e:
+            # a SLAVE's store refuses puts; RocketMQ's broker answers SERVICE_NOT_AVAILABLE (the store's status)
+            raise Refusal(SERVICE_NOT_AVAILABLE, str(e)) from None
+        except (QueueIdIllegalError, RmqStoreError) as e:
+            raise Refusal(SYSTEM_ERROR, str(e)) from None
+
+    def _answer_send(self, cmd, result, arg) -> None:
+        results = result if isinstance(result, list) else [result]
+        first = results[0]
+        if first.status is not PutStatus.PUT_OK and first.status not in (PutStatus.FLUSH_DISK_TIMEOUT,
+                                                                          PutStatus.FLUSH_SLAVE_TIMEOUT,
+                                                                          PutStatus.SLAVE_NOT_AVAILABLE):
+            code = PUT_CODES.get(first.status, SYSTEM_ERROR)
+            self.reply(cmd, code, remark=f"put message to store failed: {first.status.name}")
+            return
+        code = PUT_CODES.get(first.status, SUCCESS)
+        # the broker's send puts the queue it stored to into the message (it picks one for a negative queueId)
+        msg = arg[0] if isinstance(arg, list) else arg
+        topic = msg.topic
+        if isinstance(result, list):
+            msg_id = ",".join(r.msg_id or "" for r in results)
+        else:
+            msg_id = first.msg_id
+        self.server.wake(topic)
+        ext = {"msgId": msg_id, "queueId": str(msg.queue_id),
+               "queueOffset": str(first.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        self.reply(cmd, code, ext)
+        self.server.events.on_messages_in(topic, [r.wrote_bytes for r in results])
+
+    def _create_topic(self, cmd) -> None:
+        ext = cmd.ext_fields
+        topic = _need(ext, "topic")
+        _need(ext, "defaultTopic")
+        tc = TopicConfig(topic, read_queue_nums=_int(ext, "readQueueNums"),
+                         write_queue_nums=_int(ext, "writeQueueNums"), perm=_int(ext, "perm"),
+                         topic_filter_type=_need(ext, "topicFilterType"), topic_sys_flag=_int(ext, "topicSysFlag", 0),
+                         order=_need(ext, "order") == "true")
+        if topic == self.broker.config.broker_cluster_name:
+            # AdminBrokerProcessor.updateAndCreateTopic: a topic named as the cluster is refused
+            raise Refusal(SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words.")
+        try:
+            self.broker.update_topic(tc)
+        except (IllegalNameError, ValueError) as e:
+            raise Refusal(SYSTEM_ERROR, str(e)) from None
+        self.reply(cmd, SUCCESS)
+
+    # clients
+
+    def _heartbeat(self, cmd) -> None:
+        try:
+            data = json.loads(cmd.body or b"{}")
+        except ValueError as e:
+            raise Refusal(SYSTEM_ERROR, f"heartbeat body is not JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise Refusal(SYSTEM_ERROR, "heartbeat body is not a JSON object")
+        srv = self.server
+        c = self.client
+        c.client_id = str(data.get("clientID") or "")
+        c.language, c.version, c.last_seen = cmd.language, cmd.version, time.time()
+        for p in data.get("producerDataSet") or ():
+            group = p.get("groupName") if isinstance(p, dict) else None
+            if isinstance(group, str):
+                c.producer_groups.add(group)
+                srv.producers.setdefault(group, set()).add(self)
+                srv.events.on_client(c.client_id, kind="PRODUCER", group="", address=self.peer,
+                                     version=str(cmd.version), language=cmd.language)
+        for cd in data.get("consumerDataSet") or ():
+            if not isinstance(cd, dict) or not isinstance(cd.get("groupName"), str):
+                continue
+            group = cd["groupName"]
+            gc = self.broker.subscription_group_manager.find_subscription_group_config(group)
+            if gc is None:
+                raise Refusal(SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+            # ClientManageProcessor.heartBeat: the group's retry topic, made (and routed) on its first heartbeat
+            self.broker.topic_config_manager.create_topic_in_send_message_back_method(
+                f"{RETRY_GROUP_TOPIC_PREFIX}{group}", gc.retry_queue_nums, PERM_READ | PERM_WRITE)
+            subs = {}
+            for s in cd.get("subscriptionDataSet") or ():
+                if isinstance(s, dict) and isinstance(s.get("topic"), str):
+                    subs[s["topic"]] = (str(s.get("expressionType") or "TAG"), str(s.get("subString") or "*"),
+                                        int(s.get("subVersion") or 0))
+            members = srv.consumers.setdefault(group, {})
+            changed = members.get(self) is None or members[self] != subs
+            members[self] = subs
+            c.consumer_groups.add(group)
+            srv.events.on_client(c.client_id, kind="PUSH_CONSUMER", group=group, address=self.peer,
+                                 version=str(cmd.version), language=cmd.language)
+            if changed:
+                srv.notify_group_changed(group)
+        self.reply(cmd, SUCCESS)
+
+    def _unregister(self, cmd) -> None:
+        ext = cmd.ext_fields
+        _need(ext, "clientID")
+        srv = self.server
+        group = ext.get("consumerGroup")
+        if group:
+            members = srv.consumers.get(group)
+            if members is not None and members.pop(self, None) is not None:
+                self.client.consumer_groups.discard(group)
+                if members:
+                    srv.notify_group_changed(group)
+                else:
+                    del srv.consumers[group]
+        group = ext.get("producerGroup")
+        if group:
+            self.client.producer_groups.discard(group)
+            srv.producers.get(group, set()).discard(self)
+        self.reply(cmd, SUCCESS)
+
+    def _consumer_list(self, cmd) -> None:
+        group = _need(cmd.ext_fields, "consumerGroup")
+        ids = self.server.consumer_ids(group)
+        if not ids:
+            self.reply(cmd, SYSTEM_ERROR, remark=f"no consumer for this group, {group}")
+            return
+        self.reply(cmd, SUCCESS, body=json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode())
+
+    # offsets
+
+    def _queue_args(self, cmd) -> tuple[str, int]:
+        return _need(cmd.ext_fields, "topic"), _int(cmd.ext_fields, "queueId")
+
+    def _query_offset(self, cmd) -> None:
+        group = _need(cmd.ext_fields, "consumerGroup")
+        topic, queue_id = self._queue_args(cmd)
+        offset = self.broker.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            self.reply(cmd, SUCCESS, {"offset": str(offset)})
+            return
+        # ConsumerManageProcessor.queryConsumerOffset: no commit, and the queue still starts at 0 → 0
+        store = self.broker.store
+        if store.min_offset(topic, queue_id) <= 0:
+            self.reply(cmd, SUCCESS, {"offset": "0"})
+        else:
+            self.reply(cmd, QUERY_NOT_FOUND, remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot "
+                                                    "first")
+
+    def _update_offset(self, cmd) -> None:
+        group = _need(cmd.ext_fields, "consumerGroup")
+        topic, queue_id = self._queue_args(cmd)
+        offset = _int(cmd.ext_fields, "commitOffset")
+        self._commit(group, topic, queue_id, offset)
+        self.reply(cmd, SUCCESS)
+
+    def _commit(self, group, topic, queue_id, offset) -> None:
+        try:
+            try:
+                self.broker.commit_offset(group, topic, queue_id, offset)
+            except OffsetIllegalError:
+                # past the queue's max offset: the messages may be written and not dispatched yet (the client
+                # commits right after it consumed what it pulled, a send earlier): dispatch what is written, then
+                # look again
+                store = self.broker.store
+                if store.reput is None or store.reput.try_reput() < 0:
+                    store.wait_dispatched(1.0)
+                self.broker.commit_offset(group, topic, queue_id, offset)
+        except (OffsetIllegalError, TopicNotExistError, QueueIdIllegalError, SubscriptionGroupNotExistError,
+                IllegalNameError) as e:
+            log.info("remoting: offset commit of %s for %s/%d refused: %s", group, topic, queue_id, e)
+
+    def _max_offset(self, cmd) -> None:
+        topic, queue_id = self._queue_args(cmd)
+        self.reply(cmd, SUCCESS, {"offset": str(self.broker.store.max_offset(topic, queue_id))})
+
+    def _min_offset(self, cmd) -> None:
+        topic, queue_id = self._queue_args(cmd)
+        self.reply(cmd, SUCCESS, {"offset": str(max(0, self.broker.store.min_offset(topic, queue_id)))})
+
+    def _search_offset(self, cmd) -> None:
+        topic, queue_id = self._queue_args(cmd)
+        ts = _int(cmd.ext_fields, "timestamp")
+        self.reply(cmd, SUCCESS, {"offset": str(self.broker.store.offset_by_time(topic, queue_id, ts))})
+
+    def _earliest_time(self, cmd) -> None:
+        topic, queue_id = self._queue_args(cmd)
+        store = self.broker.store
+        low = store.min_offset(topic, queue_id)
+        ts = -1
+        if low >= 0:
+            r = store.get_messages("", topic, queue_id, low, 1)
+            if r.messages:
+                ts = r.messages[0].store_timestamp
+        self.reply(cmd, SUCCESS, {"timestamp": str(ts)})
+
+    # pull
+
+    def _pull(self, cmd) -> None:
+        ext = cmd.ext_fields
+        group = _need(ext, "consumerGroup")
+        topic = _need(ext, "topic")
+        queue_id = _int(ext, "queueId")
+        offset = _int(ext, "queueOffset")
+        max_nums = _int(ext, "maxMsgNums")
+        sys_flag = _int(ext, "sysFlag")
+        commit_offset = _int(ext, "commitOffset")
+        suspend_ms = _int(ext, "suspendTimeoutMillis")
+        _int(ext, "subVersion")
+        if sys_flag & FLAG_SUBSCRIPTION:
+            etype, expression = ext.get("expressionType") or "TAG", ext.get("subscription") or "*"
+        else:
+            # the push consumer sends no subscription: the one its heartbeat registered
+            etype, expression = "TAG", "*"
+            for subs in (self.server.consumers.get(group, {}).get(self), *self.server.consumers.get(group, {}).values()):
+                if subs and topic in subs:
+                    etype, expression = subs[topic][0], subs[topic][1]
+                    break
+        tags = matcher = None
+        try:
+            if etype == "SQL92":
+                matcher = compile_filter(expression)
+            elif expression.strip() not in ("", "*"):
+                tags = expression
+        except FilterError as e:
+            raise Refusal(SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}") from None
+        if sys_flag & FLAG_COMMIT_OFFSET and commit_offset >= 0:
+            self._commit(group, topic, queue_id, commit_offset)
+        wait_ms = min(suspend_ms, MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
+        args = (group, topic, queue_id, offset, max(1, min(max_nums, 32 * 1024)), tags)
+        r = self._get(*args)
+        if r is not None and (r.status is GetStatus.FOUND or wait_ms <= 0 or not self._waitable(r, offset)):
+            self._answer_pull(cmd, r, offset, matcher, group, topic)
+            return
+        task = asyncio.ensure_future(self._park(cmd, args, wait_ms, matcher))
+        self.pulls.add(task)
+        task.add_done_callback(self.pulls.discard)
+
+    def _get(self, group, topic, queue_id, offset, max_nums, tags):
+        try:
+            return self.broker.pull(group, topic, queue_id, offset, max_nums, tags)
+        except TopicNotExistError as e:
+            raise Refusal(TOPIC_NOT_EXIST, str(e)) from None
+        except NoPermissionError as e:
+            raise Refusal(NO_PERMISSION, str(e)) from None
+        except SubscriptionGroupNotExistError as e:
+            raise Refusal(SUBSCRIPTION_GROUP_NOT_EXIST, str(e)) from None
+        except (QueueIdIllegalError, IllegalNameError, ValueError) as e:
+            raise Refusal(SYSTEM_ERROR, str(e)) from None
+
+    @staticmethod
+    def _waitable(r, offset: int) -> bool:
+        s = r.status
+        return s in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.OFFSET_FOUND_NULL) or \
+            (s in (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_LOGIC_QUEUE) and offset == 0)
+
+    async def _park(self, cmd, args, wait_ms: int, matcher) -> None:
+        """PullRequestHoldService: the pull waits for its topic's next dispatch, or answers PULL_NOT_FOUND at its
+        suspend timeout."""
+        srv = self.server
+        topic = args[1]
+        deadline = time.monotonic() + wait_ms / 1000
+        ev = srv.arrivals(topic)
+        try:
+            while True:
+                ev.clear()
+                r = self._get(*args)
+                if r.status is GetStatus.FOUND or not self._waitable(r, args[3]):
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0 or srv.stopping or self._closed:
+                    break
+                try:
+                    await asyncio.wait_for(ev.wait(), timeout=min(left, POLL_INTERVAL_S))
+                except asyncio.TimeoutError:
+                    pass
+            self._answer_pull(cmd, r, args[3], matcher, args[0], topic)
+        except Refusal as e:
+            self.reply(cmd, e.code, remark=e.remark)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.exception("remoting: pull from %s failed", self.peer)
+            self.reply(cmd, SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+
+    def _answer_pull(self, cmd, r, offset: int, matcher, group: str, topic: str) -> None:
+        """PullMessageProcessor's answer: the status's code, the four header fields on every status, and for
+        FOUND the records as stored."""
+        s = r.status
+        nxt = r.next_begin_offset
+        if s is GetStatus.FOUND:
+            msgs = r.messages
+            if matcher is not None:
+                msgs = [m for m in msgs if matcher(m)]
+            code = SUCCESS if msgs else PULL_RETRY_IMMEDIATELY
+        elif s in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+            code, msgs = PULL_RETRY_IMMEDIATELY, []
+        elif s in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
+            code, msgs = (PULL_OFFSET_MOVED if offset != 0 else PULL_NOT_FOUND), []
+        elif s in (GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_ONE):
+            code, msgs = PULL_NOT_FOUND, []
+            nxt = offset if s is GetStatus.OFFSET_OVERFLOW_ONE else nxt
+        else:                                   # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+            code, msgs = PULL_OFFSET_MOVED, []
+        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(nxt), "minOffset": str(r.min_offset),
+               "maxOffset": str(r.max_offset)}
+        if code == SUCCESS:
+            records = [m.record() for m in msgs]
+            self.reply(cmd, SUCCESS, ext, body=records)
+            self.server.events.on_messages_out(topic, group, len(records), sum(len(b) for b in records))
+        else:
+            self.reply(cmd, code, ext, remark=s.name)
+
+    # retry, locks, transactions, queries
+
+    def _send_back(self, cmd) -> None:
+        ext = cmd.ext_fields
+        offset = _int(ext, "offset")
+        group = _need(ext, "group")
+        level = _int(ext, "delayLevel")
+        max_times = ext.get("maxReconsumeTimes")
+
+        class _At:
+            commitlog_offset = offset
+            msg_id = ext.get("originMsgId") or str(offset)
+        try:
+            self.broker.send_back(_At, group, level, int(max_times) if max_times not in (None, "") else None)
+        except MessageNotFoundError as e:
+            raise Refusal(SYSTEM_ERROR, str(e)) from None
+        except SubscriptionGroupNotExistError as e:
+            raise Refusal(SUBSCRIPTION_GROUP_NOT_EXIST, str(e)) from None
+        except NoPermissionError as e:
+            raise Refusal(NO_PERMISSION, str(e)) from None
+        except (PutFailedError, MessageIllegalError, IllegalNameError) as e:
+            raise Refusal(SYSTEM_ERROR, str(e)) from None
+        self.server.wake(f"{RETRY_GROUP_TOPIC_PREFIX}{group}")
+        self.reply(cmd, SUCCESS)
+
+    def _lock_body(self, cmd) -> tuple[str, str, list[dict]]:
+        try:
+            data = json.loads(cmd.body)
+            group, client_id, mqs = data["consumerGroup"], data["clientId"], list(data["mqSet"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise Refusal(SYSTEM_ERROR, f"lock body: {e}") from None
+        return group, client_id, mqs
+
+    def _lock(self, cmd) -> None:
+        """RebalanceLockManager.tryLockBatch: a queue goes to the first client that asks, held until it unlocks
+        or its lock is 60 s old without renewal."""
+        group, client_id, mqs = self._lock_body(cmd)
+        locks = self.server.locks
+        now = time.monotonic()
+        ok = []
+        for mq in mqs:
+            try:
+                key = (group, mq["topic"], mq["brokerName"], int(mq["queueId"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            held = locks.get(key)
+            if held is None or held[0] == client_id or held[1] < now:
+                locks[key] = (client_id, now + LOCK_MAX_LIVE_S)
+                ok.append({"brokerName": key[2], "queueId": key[3], "topic": key[1]})
+        self.reply(cmd, SUCCESS, body=json.dumps({"lockOKMQSet": ok}, separators=(",", ":")).encode())
+
+    def _unlock(self, cmd) -> None:
+        group, client_id, mqs = self._lock_body(cmd)
+        locks = self.server.locks
+        for mq in mqs:
+            try:
+                key = (group, mq["topic"], mq["brokerName"], int(mq["queueId"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            held = locks.get(key)
+            if held is not None and held[0] == client_id:
+                del locks[key]
+        self.reply(cmd, SUCCESS)
+
+    def _end_transaction(self, cmd) -> None:
+        ext = cmd.ext_fields
+        group = _need(ext, "producerGroup")
+        offset = _int(ext, "commitLogOffset")
+        kind = _int(ext, "commitOrRollback")
+        _need(ext, "tranStateTableOffset")
+        if kind not in (8, 12):            # TRANSACTION_NOT_TYPE: the producer does not know yet; the check asks
+            self.reply(cmd, SUCCESS)
+            return
+        try:
+            result = self.broker.end_transaction(offset, group, kind == 8)
+        except (MessageNotFoundError, RmqStoreError) as e:
+            raise Refusal(SYSTEM_ERROR, str(e)) from None
+        if result is not None:
+            self.server.wake(self.broker.store.look_message(result.commitlog_offset).topic)
+        self.reply(cmd, SUCCESS)
+
+    def _view_by_id(self, cmd) -> None:
+        offset = _int(cmd.ext_fields, "offset")
+        m = self.broker.store.look_message(offset) if offset >= 0 else None
+        if m is None:
+            self.reply(cmd, SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}")
+            return
+        self.reply(cmd, SUCCESS, body=[m.record()])
+
+    def _query_message(self, cmd) -> None:
+        ext = cmd.ext_fields
+        topic, key = _need(ext, "topic"), _need(ext, "key")
+        max_num = _int(ext, "maxNum")
+        begin, end = _int(ext, "beginTimestamp"), _int(ext, "endTimestamp")
+        if ext.get("_UNIQUE_KEY_QUERY") == "true":
+            max_num = 32     # QueryMessageProcessor: a unique-key query asks defaultQueryMaxNum
+        found = self.broker.store.query_message(topic, key, max(1, min(max_num, 64)), begin, end)
+        ext_out = {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
+        if not found:
+            self.reply(cmd, QUERY_NOT_FOUND, ext_out, remark="can not find message, maybe time range not correct")
+            return
+        self.reply(cmd, SUCCESS, ext_out, body=[m.record() for m in found])
+
+    def _check_client_config(self, cmd) -> None:
+        self.reply(cmd, SUCCESS)
+
+    def _runtime_info(self, cmd) -> None:
+        info = self.broker.runtime_info()
+        store = self.broker.store
+        table = {"brokerVersionDesc": "V4_9_7", "brokerVersion": "407", "commitLogMaxOffset":
+                 str(store.commit_log.max_offset), "commitLogMinOffset": str(store.commit_log.min_offset),
+                 "bootTimestamp": str(int(self.server.events.started * 1000)),
+                 "runtime": f"pid {os.getpid()}"}
+        for k, v in info.items():
+            if isinstance(v, (int, float, str, bool)):
+                table.setdefault(k, str(v))
+        self.reply(cmd, SUCCESS, body=json.dumps({"table": table}, separators=(",", ":")).encode())
+
+    def _all_topic_config(self, cmd) -> None:
+        body = {"dataVersion": {"counter": 0, "timestamp": int(time.time() * 1000)},
+                "topicConfigTable": {name: tc.to_json() for name, tc in self.broker.topics().items()}}
+        self.reply(cmd, SUCCESS, body=json.dumps(body, separators=(",", ":")).encode())
+
+    # mqadmin's stats. TopicStatsTable and ConsumeStats are HashMaps keyed by MessageQueue, which fastjson writes
+    # (and reads) with object keys: {{"brokerName":..,"queueId":0,"topic":..}:{...}}, not standard JSON.
+
+    def _mq_key(self, topic: str, queue_id: int) -> str:
+        return "{" + f'"brokerName":{json.dumps(self.broker.config.broker_name)},"queueId":{queue_id},' \
+                     f'"topic":{json.dumps(topic)}' + "}"
+
+    def _last_time(self, topic: str, queue_id: int, max_offset: int) -> int:
+        if max_offset <= 0:
+            return 0
+        r = self.broker.store.get_messages("", topic, queue_id, max_offset - 1, 1)
+        return r.messages[0].store_timestamp if r.messages else 0
+
+    def _topic_stats(self, cmd) -> None:
+        """AdminBrokerProcessor.getTopicStatsInfo (mqadmin topicStatus)."""
+        topic = _need(cmd.ext_fields, "topic")
+        tc = self.broker.topic_config_manager.select_topic_config(topic)
+        if tc is None:
+            raise Refusal(TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        store = self.broker.store
+        items = []
+        for q in range(tc.write_queue_nums):
+            hi, lo = store.max_offset(topic, q), max(0, store.min_offset(topic, q))
+            items.append(f'{self._mq_key(topic, q)}:{{"lastUpdateTimestamp":{self._last_time(topic, q, hi)},'
+                         f'"maxOffset":{hi},"minOffset":{lo}}}')
+        self.reply(cmd, SUCCESS, body=("{\"offsetTable\":{" + ",".join(items) + "}}").encode())
+
+    def _consume_stats(self, cmd) -> None:
+        """AdminBrokerProcessor.getConsumeStats (mqadmin consumerProgress): per queue of each topic the group has
+        offsets in, the queue's max offset and the group's committed one."""
+        group = _need(cmd.ext_fields, "consumerGroup")
+        only = cmd.ext_fields.get("topic")
+        com = self.broker.consumer_offset_manager
+        topics = [only] if only else sorted(com.which_topic_by_consumer(group))
+        store = self.broker.store
+        items = []
+        for topic in topics:
+            tc = self.broker.topic_config_manager.select_topic_config(topic)
+            if tc is None:
+                continue
+            for q in range(tc.read_queue_nums):
+                hi = store.max_offset(topic, q)
+                mine = max(0, self.broker.query_offset(group, topic, q))
+                last = self._last_time(topic, q, mine) if mine > 0 else 0
+                items.append(f'{self._mq_key(topic, q)}:{{"brokerOffset":{hi},"consumerOffset":{mine},'
+                             f'"lastTimestamp":{last}}}')
+        self.reply(cmd, SUCCESS, body=('{"consumeTps":0.0,"offsetTable":{' + ",".join(items) + "}}").encode())
+
+
+NAMESRV_HANDLERS = {
+    _ns.GET_ROUTEINFO_BY_TOPIC: RemotingConnection._route,
+    _ns.GET_BROKER_CLUSTER_INFO: RemotingConnection._cluster_info,
+    _ns.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: RemotingConnection._topic_list,
+}
+HANDLERS = dict(NAMESRV_HANDLERS)
+HANDLERS.update({
+    SEND_MESSAGE: RemotingConnection._send,
+    SEND_MESSAGE_V2: RemotingConnection._send,
+    SEND_BATCH_MESSAGE: RemotingConnection._send,
+    UPDATE_AND_CREATE_TOPIC: RemotingConnection._create_topic,
+    HEART_BEAT: RemotingConnection._heartbeat,
+    UNREGISTER_CLIENT: RemotingConnection._unregister,
+    GET_CONSUMER_LIST_BY_GROUP: RemotingConnection._consumer_list,
+    QUERY_CONSUMER_OFFSET: RemotingConnection._query_offset,
+    UPDATE_CONSUMER_OFFSET: RemotingConnection._update_offset,
+    GET_MAX_OFFSET: RemotingConnection._max_offset,
+    GET_MIN_OFFSET: RemotingConnection._min_offset,
+    SEARCH_OFFSET_BY_TIMESTAMP: RemotingConnection._search_offset,
+    GET_EARLIEST_MSG_STORETIME: RemotingConnection._earliest_time,
+    PULL_MESSAGE: RemotingConnection._pull,
+    LITE_PULL_MESSAGE: RemotingConnection._pull,
+    CONSUMER_SEND_MSG_BACK: RemotingConnection._send_back,
+    LOCK_BATCH_MQ: RemotingConnection._lock,
+    UNLOCK_BATCH_MQ: RemotingConnection._unlock,
+    END_TRANSACTION: RemotingConnection._end_transaction,
+    VIEW_MESSAGE_BY_ID: RemotingConnection._view_by_id,
+    QUERY_MESSAGE: RemotingConnection._query_message,
+    CHECK_CLIENT_CONFIG: RemotingConnection._check_client_config,
+    GET_BROKER_RUNTIME_INFO: RemotingConnection._runtime_info,
+    GET_ALL_TOPIC_CONFIG: RemotingConnection._all_topic_config,
+    GET_TOPIC_STATS_INFO: RemotingConnection._topic_stats,
+    GET_CONSUME_STATS: RemotingConnection._consume_stats,
+})

@@ -1,0 +1,46 @@
+"""Where the Java RocketMQ 4.9.7 harness is (../shared/java-broker, its prebuilt.sh: Debian's jars only) and its
+build, shared by the tests that run real Java clients and brokers (test_remoting_java, test_ha_java).
+
+The harness: $RMQCORE_JAVA_BROKER, else ../shared/java-broker or ../../shared/java-broker beside the repository.
+Its build: $RMQCORE_JBROKER_BUILD (default ~/.cache/rmqcore/jbroker), made once with ``NO_APT=1 prebuilt.sh``
+(CI apt-gets the Debian jars in .ci/run). Without a JDK, the harness or its jars, ``ensure_build`` skips the
+calling test saying which is missing."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def harness() -> str | None:
+    env = os.environ.get("RMQCORE_JAVA_BROKER")
+    for d in ([env] if env else []) + [os.path.join(ROOT, "..", "shared", "java-broker"),
+                                       os.path.join(ROOT, "..", "..", "shared", "java-broker")]:
+        if d and os.path.exists(os.path.join(d, "prebuilt.sh")):
+            return os.path.abspath(d)
+    return None
+
+
+def build_dir() -> str:
+    return os.environ.get("RMQCORE_JBROKER_BUILD", os.path.expanduser("~/.cache/rmqcore/jbroker"))
+
+
+def ensure_build() -> str:
+    """The harness's build directory (cp.txt, classes/, src/distribution), made if missing; skips without it."""
+    if not shutil.which("java") or not shutil.which("javac"):
+        pytest.skip("no JDK (java and javac): apt-get install default-jdk-headless")
+    h = harness()
+    if h is None:
+        pytest.skip("the java-broker harness is not here (set RMQCORE_JAVA_BROKER to ../shared/java-broker)")
+    build = build_dir()
+    cp_file = os.path.join(build, "cp.txt")
+    if not os.path.exists(cp_file):
+        r = subprocess.run(["bash", os.path.join(h, "prebuilt.sh")], env={**os.environ, "BUILD": build,
+                           "NO_APT": "1"}, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0 or not os.path.exists(cp_file):
+            pytest.skip(f"the java-broker harness did not set up (Debian's jars missing?): {r.stderr[-500:]}")
+    return build
