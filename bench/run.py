@@ -728,6 +728,13 @@ def case_serve(ctx: Ctx) -> None:
     ctx.r["serve_rows"] = serve_bench.run(ctx.quick)
 
 
+def case_abuse(ctx: Ctx) -> None:
+    """A normal client's send p50/p99 while `rmqcore serve` is abused: topic-creation storms, an idle-connection
+    flood (bench/abuse_bench.py); needs rmqcore[server]."""
+    from bench import abuse_bench
+    ctx.r["abuse_rows"] = abuse_bench.run(ctx.quick)
+
+
 CASES = [
     ("memcpy", case_memcpy),
     ("crc", case_crc),
@@ -744,6 +751,7 @@ CASES = [
     ("footprint", case_footprint),
     ("peers", case_peers),
     ("serve", case_serve),
+    ("abuse", case_abuse),
 ]
 
 
@@ -865,6 +873,7 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
                      f"apparent size 1 GiB commitlog + 420 MB index (sparse); resident "
                      f"+{r['foot_rss_mb']:.0f} MiB"))
     rows.extend(r.get("serve_rows", []))
+    rows.extend(r.get("abuse_rows", []))
     for row in r.get("peers_rows", []):
         vals = row["values"]
         me = vals.get("rmqcore")

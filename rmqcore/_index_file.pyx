@@ -33,8 +33,8 @@ cdef extern from *:
 cdef enum:
     PREFETCH_AHEAD = 8      # keys ahead whose slot put_hashes prefetches
 
-from rmqcore._c cimport (rmq_java_hash_utf8, rmq_load_be32, rmq_load_be64, rmq_runway_extend, rmq_store_be32,
-                         rmq_store_be64)
+from rmqcore._c cimport (rmq_java_hash_utf8, rmq_load_be32, rmq_load_be64, rmq_runway_discard, rmq_runway_extend,
+                         rmq_store_be32, rmq_store_be64)
 
 from rmqcore.errors import StoreClosedError, StoreLayoutError
 
@@ -432,14 +432,22 @@ cdef class IndexFile:
                 raise OSError(err, f"mmap of {size} bytes: {os.strerror(err)}", name)
             if runway > 0 and not read_only:
                 # Allocate the header, the slots and the items written so far (a file of another writer may be
-                # sparse anywhere), then a runway past them: ENOSPC here, never a SIGBUS on a later put.
+                # sparse anywhere: RocketMQ's are), so a put never writes into a hole (SIGBUS on a full disk):
+                # ENOSPC here names what the file needs. The runway past them is best effort (issue 36: opening
+                # must not need more space than it gives back): without room for it the puts extend it as they
+                # come, and a full disk fails a put, not the open; a partly made runway is punched out again.
                 self._allocated = _HEADER + hash_slot_num * _SLOT + (
                     0 if created else <int64_t>max(1, <int32_t>rmq_load_be32(<unsigned char *>p + 36)) * _ITEM)
-                err = rmq_runway_extend(fd, <unsigned char *>p, size, 0, self._allocated + runway, 0)
+                err = rmq_runway_extend(fd, <unsigned char *>p, size, 0, self._allocated, 0)
                 if err != 0:
                     munmap(p, <size_t>size)
-                    raise OSError(err, f"allocate: {os.strerror(err)}", name)
-                self._allocated = min(size, self._allocated + runway)
+                    raise OSError(err, f"allocate {self._allocated} bytes (header, hash slots and items written): "
+                                       f"{os.strerror(err)}", name)
+                if rmq_runway_extend(fd, <unsigned char *>p, size, self._allocated, self._allocated + runway,
+                                     0) == 0:
+                    self._allocated = min(size, self._allocated + runway)
+                else:
+                    rmq_runway_discard(fd, size, self._allocated)
         except BaseException:
             c_close(fd)
             if created:
@@ -522,6 +530,10 @@ cdef class IndexFile:
             munmap(self.base, <size_t>self.file_size)
             self.base = NULL
         if self._fd >= 0:
+            # The runway past the items written goes back to the filesystem, as the commitlog's does at close: a
+            # store closed on a nearly full disk gives back what its open took (the next open makes it again).
+            rmq_runway_discard(self._fd, self.file_size,
+                               _HEADER + <int64_t>self.hash_slot_num * _SLOT + <int64_t>self._index_count * _ITEM)
             c_close(self._fd)
             self._fd = -1
 

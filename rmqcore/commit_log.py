@@ -22,7 +22,7 @@ from ._pull import look_record
 from ._mapped_file import WriteRing
 from .config import StoreConfig
 from .errors import CorruptRecordError, StoreClosedError
-from .mapped_file_queue import TMP_DIR, MappedFileQueue
+from .mapped_file_queue import TMP_DIR, MappedFileQueue, data_extents
 from .status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -186,14 +186,19 @@ class CommitLog:
             if start >= mf.file_size:
                 continue
             arr = np.frombuffer(mf.view(), dtype=np.uint8)
-            end = mf.file_size
-            while end > start:
-                lo = max(start, end - chunk)
-                part = arr[lo:end]
-                if part.any():
-                    out.append((mf, start, lo + int(np.flatnonzero(part)[-1]) + 1 - start))
+            # only the stretches that have blocks, newest first: holes read as zeros, and reading one through the
+            # mapping would allocate it on tmpfs (SIGBUS on a full one: issue 36)
+            found = False
+            for lo_extent, end in reversed(data_extents(mf.file_name, start, mf.file_size)):
+                while end > lo_extent and not found:
+                    lo = max(lo_extent, end - chunk)
+                    part = arr[lo:end]
+                    if part.any():
+                        out.append((mf, start, lo + int(np.flatnonzero(part)[-1]) + 1 - start))
+                        found = True
+                    end = lo
+                if found:
                     break
-                end = lo
             del arr
         return out
 

@@ -142,6 +142,16 @@ class ConfigManager:
         self.root_dir = root_dir
         self._persist_lock = threading.Lock()
         self.loaded_from: str | None = None       # the file the state came from: the main file, the .bak, or None
+        # The background writer (persist_later): changes asked to be written are numbered (tickets); a write
+        # covers every ticket issued before it encoded the state. _cond guards the numbers and the waiters.
+        self._cond = threading.Condition()
+        self._requested = 0                       # the last ticket issued
+        self._written = 0                         # every ticket up to this one is on disk
+        self._write_error: Exception | None = None    # the last write's error (None after a good write) ...
+        self._failed_through = 0                  # ... and the last ticket it was meant to cover
+        self._waiters: list = []                  # (ticket, fn) for when_persisted
+        self._writer: threading.Thread | None = None
+        self._writer_stop = False
 
     def config_file_path(self) -> str:
         return os.path.join(config_dir(self.root_dir), self.FILE_NAME)
@@ -204,6 +214,112 @@ class ConfigManager:
         return False
 
     def persist(self) -> None:
-        """Write the current state (pretty, as RocketMQ's persist does) crash-safely."""
+        """Write the current state (pretty, as RocketMQ's persist does) crash-safely, now, in the caller's thread;
+        it covers every change persist_later was asked for before."""
         with self._persist_lock:
-            string2file(self.encode(True), self.config_file_path())
+            with self._cond:
+                covers = self._requested
+            try:
+                string2file(self.encode(True), self.config_file_path())
+            except Exception as e:
+                self._done(covers, e)          # the waiters of what this write was to cover are told
+                raise
+        self._done(covers, None)
+
+    # -- the background writer --------------------------------------------------------------------------------
+    #
+    # RocketMQ rewrites the whole file inside every change (TopicConfigManager.createTopicInSendMessageMethod calls
+    # persist() under its table lock, 4.9.7 and 5.x alike; string2File, no fsync), so a change costs a write of
+    # every entry: at thousands of auto-created topics that is tens of ms each, serialised. Here a change made in
+    # memory asks for a write (persist_later, O(1)) and one thread writes the file for every change asked since
+    # its last write, so a burst of changes costs one write, and nobody's thread waits for it unless it asks to
+    # (wait_persisted, when_persisted): a caller that needs RocketMQ's "on disk before the answer" waits for its
+    # ticket, sharing the write with everyone else's (and, unlike RocketMQ, the write is fsynced).
+
+    def persist_later(self) -> int:
+        """Ask the writer thread to write the current state; returns the ticket to wait for. Call after the
+        change is made in memory."""
+        with self._cond:
+            self._requested += 1
+            ticket = self._requested
+            stopped = self._writer_stop
+            if self._writer is None and not stopped:
+                self._writer = threading.Thread(target=self._write_loop, daemon=True,
+                                                name=f"ConfigPersist-{self.FILE_NAME}")
+                self._writer.start()
+            self._cond.notify_all()
+        if stopped:
+            self.persist()           # after close_writer: nobody else will write it
+        return ticket
+
+    def persisted(self, ticket: int) -> bool:
+        return ticket <= self._written
+
+    def wait_persisted(self, ticket: int, timeout: float | None = None) -> None:
+        """Wait until ``ticket``'s change is on disk; raises the write's error (OSError, ConfigFileError) if the
+        write meant to cover it failed, TimeoutError after ``timeout`` s."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: ticket <= self._written or self._write_error is not None
+                                       and self._failed_through >= ticket, timeout):
+                raise TimeoutError(f"{self.config_file_path()} not written within {timeout} s")
+            if ticket > self._written:
+                raise self._write_error
+
+    def when_persisted(self, ticket: int, fn) -> None:
+        """Call ``fn(error)`` once ``ticket``'s change is on disk (error None) or its write failed (the error; the
+        writer tries again later): at once when it already is, else in the writer's thread."""
+        with self._cond:
+            if ticket > self._written:
+                self._waiters.append((ticket, fn))
+                return
+        fn(None)
+
+    def close_writer(self) -> None:
+        """Stop the writer thread (after a last persist(), which covers whatever it had left)."""
+        with self._cond:
+            self._writer_stop = True
+            self._cond.notify_all()
+            writer = self._writer
+        if writer is not None and writer is not threading.current_thread():
+            writer.join()
+
+    def _done(self, covers: int, error: Exception | None) -> None:
+        with self._cond:
+            if error is None:
+                self._written = max(self._written, covers)
+                self._write_error = None
+            else:
+                self._write_error = error
+                self._failed_through = max(self._failed_through, covers)
+            ready = [w for w in self._waiters if w[0] <= covers]
+            if ready:
+                self._waiters = [w for w in self._waiters if w[0] > covers]
+            self._cond.notify_all()
+        for _ticket, fn in ready:
+            try:
+                fn(error)
+            except Exception:
+                log.exception("a waiter of %s failed", self.FILE_NAME)
+
+    def _write_loop(self) -> None:
+        retry = 0.0
+        last_error = ""
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._requested > self._written and not (
+                    self._write_error is not None and self._failed_through >= self._requested)
+                    or self._writer_stop, retry or None)
+                if self._writer_stop:
+                    return
+                if self._requested <= self._written:
+                    continue
+            try:
+                self.persist()
+                retry, last_error = 0.0, ""
+            except Exception as e:
+                # said once per distinct error, then tried again every second (a full disk may free up); the
+                # waiters of the failed write were told by persist
+                if str(e) != last_error:
+                    log.error("persist %s failed, will retry: %s", self.config_file_path(), e)
+                last_error = str(e)
+                retry = 1.0

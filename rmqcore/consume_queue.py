@@ -13,7 +13,7 @@ import numpy as np
 
 from ._codec import topic_is_dispatchable
 from ._pull import check_units, offset_in_queue_by_time, pickup_store_timestamp
-from .mapped_file_queue import TMP_DIR, MappedFileQueue
+from .mapped_file_queue import TMP_DIR, MappedFileQueue, data_end
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +105,17 @@ class ConsumeQueue:
         process_offset = files[index].file_from_offset
         self.damaged = False
         for mf in files[index:]:
-            units = np.frombuffer(mf.view(), dtype=CQ_DTYPE)
+            # Only as far as the file has blocks: the sparse rest reads as zeros (the end of the units), and
+            # reading it through the mapping would allocate it on tmpfs, or SIGBUS on a full one (issue 36).
+            limit = data_end(mf.file_name, mf.file_size)
+            n = min(mf.file_size // CQ_STORE_UNIT_SIZE, -(-limit // CQ_STORE_UNIT_SIZE))
+            units = np.frombuffer(mf.view(), dtype=CQ_DTYPE, count=n)
             valid = (units["offset"] >= 0) & (units["size"] > 0)
             bad = np.flatnonzero(~valid)
             count = int(bad[0]) if len(bad) else len(units)
             # Units after the first invalid one: a damaged queue, not its end (zeros). Recovery rebuilds them.
-            if count < len(units) and np.frombuffer(mf.view(), dtype=np.uint8)[count * CQ_STORE_UNIT_SIZE:].any():
+            if count < len(units) and np.frombuffer(mf.view(), dtype=np.uint8,
+                                                    count=n * CQ_STORE_UNIT_SIZE)[count * CQ_STORE_UNIT_SIZE:].any():
                 self.damaged = True
             real = np.flatnonzero(units["size"][:count] != 0x7FFFFFFF)
             if len(real):

@@ -1,4 +1,6 @@
 """Exceptions. Every one names what was wrong (the field, the file, the offset) and the limit it broke."""
+import errno
+
 from .status import PutStatus
 
 
@@ -37,6 +39,19 @@ class CorruptRecordError(RmqStoreError):
 
 class StoreLayoutError(RmqStoreError):
     """A store directory that does not hold what RocketMQ would have written there (foreign files, gaps, sizes)."""
+
+
+class StoreSpaceError(RmqStoreError, OSError):
+    """Not enough free space on the store's filesystem for what an open must allocate; ``needed`` and ``free``
+    are bytes (errno ENOSPC, so it is an OSError too)."""
+
+    def __init__(self, message: str, needed: int, free: int):
+        super().__init__(errno.ENOSPC, message)
+        self.needed = needed
+        self.free = free
+
+    def __str__(self) -> str:
+        return self.strerror
 
 
 class StoreClosedError(RmqStoreError):

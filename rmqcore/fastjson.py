@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["FastjsonDecodeError", "FieldError", "loads", "dumps", "Bean", "JAVA_INT", "JAVA_LONG"]
+__all__ = ["FastjsonDecodeError", "FieldError", "loads", "dumps", "dumps_map", "map_entry", "Raw", "Bean", "JAVA_INT", "JAVA_LONG"]
 
 JAVA_INT = (-(1 << 31), (1 << 31) - 1)
 JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
@@ -136,15 +136,40 @@ _INT_ONLY = {int}
 _STR_ONLY = {str}
 
 
-def dumps(value, pretty: bool = False) -> str:
-    """Write ``value`` (dicts with str or int keys, lists, str, int, bool, None) as fastjson writes it."""
+class Raw(str):
+    """Text already in fastjson's form, written as it is (a part of a document rendered once and kept, such as
+    one topic's entry of topics.json: see ``dumps_map``)."""
+
+
+def dumps(value, pretty: bool = False, level: int = 0) -> str:
+    """Write ``value`` (dicts with str or int keys, lists, str, int, bool, None, Raw) as fastjson writes it;
+    ``level``: the nesting depth the value sits at in its document (pretty format indents by it)."""
     out: list[str] = []
-    _write(value, pretty, 0, out)
+    _write(value, pretty, level, out)
     return "".join(out)
 
 
+def map_entry(key: str, value_text: str, pretty: bool, level: int) -> tuple[bytes, str]:
+    """One entry of a string-keyed map at ``level`` whose value is already written (``dumps(v, pretty, level +
+    1)``), for ``dumps_map``: (its sort key, its text)."""
+    inner = "\n" + "\t" * (level + 1) if pretty else ""
+    return _utf16_key(key), inner + _string(key) + ":" + value_text
+
+
+def dumps_map(entries, pretty: bool, level: int) -> Raw:
+    """A string-keyed map at ``level`` from its entries (``map_entry``), in any order: the same text ``dumps`` gives
+    for the map itself, so a caller that keeps each entry's text renders a large map without writing every value
+    again."""
+    if not entries:
+        return Raw("{}")
+    body = ",".join([text for _key, text in sorted(entries)])
+    return Raw("{" + body + ("\n" + "\t" * level + "}" if pretty else "}"))
+
+
 def _write(value, pretty: bool, level: int, out: list) -> None:
-    if isinstance(value, dict):
+    if type(value) is Raw:
+        out.append(value)
+    elif isinstance(value, dict):
         if not value:
             out.append("{}")
             return

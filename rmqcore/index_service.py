@@ -8,6 +8,7 @@ has a single reput thread).
 from __future__ import annotations
 
 import datetime
+import errno
 import logging
 import os
 import threading
@@ -16,11 +17,12 @@ import time
 import numpy as np
 
 from ._dispatch import index_batch
-from ._index_file import IndexFile, index_key_hash, query_files
-from .errors import StoreLayoutError
-from .mapped_file_queue import TMP_DIR
+from ._index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE, IndexFile, index_key_hash, query_files
+from .errors import StoreLayoutError, StoreSpaceError
+from .mapped_file_queue import TMP_DIR, free_bytes, holes
 
 log = logging.getLogger(__name__)
+
 
 MAX_TRY_IDX_CREATE = 3            # IndexService.MAX_TRY_IDX_CREATE
 MAX_MSGS_NUM_BATCH = 64           # MessageStoreConfig.maxMsgsNumBatch
@@ -100,8 +102,9 @@ class IndexService:
         try:
             for name in names:
                 path = os.path.join(self.store_path, name)
-                f = IndexFile(path, self.hash_slot_num, self.index_num, 0, 0, read_only=self.read_only,
-                              runway=self.runway)
+                # Read-only first (issue 36): only the newest file is ever written, and a writable open allocates
+                # what the file holds (RocketMQ's are sparse); that one is reopened for writing below.
+                f = IndexFile(path, self.hash_slot_num, self.index_num, 0, 0, read_only=True)
                 if not last_exit_ok and f.end_timestamp > index_msg_timestamp:
                     if self.read_only:
                         f.close()
@@ -112,6 +115,11 @@ class IndexService:
                     continue
                 log.info("load index file OK, %s", path)
                 loaded.append(f)
+            if loaded and not self.read_only and not loaded[-1].is_write_full():
+                last = loaded.pop()
+                last.close()
+                used = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE + last.index_count * INDEX_SIZE
+                loaded.append(self._open_writable(last.file_name, used))
         except BaseException:
             for f in loaded:
                 f.close()
@@ -119,6 +127,22 @@ class IndexService:
         with self.lock:
             self.index_file_list.extend(loaded)
         return True
+
+    def _open_writable(self, path: str, used: int) -> IndexFile:
+        """The newest index file, for the puts to come. Without the space to allocate what it holds: one line
+        naming the bytes it needs and those free (StoreSpaceError); nothing stays allocated."""
+        try:
+            return IndexFile(path, self.hash_slot_num, self.index_num, 0, 0, runway=self.runway)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            need = holes(path, used)
+            free = free_bytes(self.store_path)
+            raise StoreSpaceError(
+                f"not enough free space to open the store: index file {path} needs {need} more bytes "
+                f"({need / 2**20:.1f} MiB) allocated for its header, hash slots and items (the file is sparse, as "
+                f"the broker that wrote it left it); {free} bytes ({free / 2**20:.1f} MiB) are free", need,
+                free) from None
 
     def _join_flushers(self) -> None:
         for t in self._flush_threads:

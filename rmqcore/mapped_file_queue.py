@@ -11,6 +11,7 @@ is nearly full; without it, appends extend the runway themselves.
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -42,6 +43,87 @@ def clear_tmp_dir(store_root: str) -> int:
             os.unlink(p)
             n += 1
     return n
+
+
+
+def holes(path: str, end: int) -> int:
+    """Bytes of ``path`` before ``end`` that hold no block (SEEK_HOLE / SEEK_DATA): what allocating them costs."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        total, pos = 0, 0
+        while pos < end:
+            try:
+                hole = os.lseek(fd, pos, os.SEEK_HOLE)
+            except OSError:
+                return max(0, end - pos) + total
+            if hole >= end:
+                break
+            try:
+                data = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError:                  # ENXIO: no data after the hole
+                data = end
+            total += min(data, end) - hole
+            pos = data
+        return total
+    finally:
+        os.close(fd)
+
+
+def free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def data_extents(path: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The stretches of ``path`` within [start, end) that have blocks (SEEK_DATA / SEEK_HOLE); the rest are holes,
+    which read as zeros. [(start, end)] where the filesystem cannot say."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return [(start, end)]
+    out = []
+    try:
+        pos = start
+        while pos < end:
+            try:
+                lo = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:       # only a hole from here
+                    break
+                return [(start, end)]
+            if lo >= end:
+                break
+            hi = min(end, os.lseek(fd, lo, os.SEEK_HOLE))
+            out.append((lo, hi))
+            pos = hi
+        return out
+    except OSError:
+        return [(start, end)]
+    finally:
+        os.close(fd)
+
+
+def data_end(path: str, size: int) -> int:
+    """Where the blocks of ``path`` end when all of them come before its first hole (a file written front to back,
+    its preallocated tail sparse), else ``size``: the bytes past it read as zeros without being read. Reading a
+    hole through a shared mapping allocates a page on tmpfs (and SIGBUS on a full one), so a scan stops there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return size
+    try:
+        hole = os.lseek(fd, 0, os.SEEK_HOLE)
+        if hole >= size:
+            return size
+        try:
+            os.lseek(fd, hole, os.SEEK_DATA)
+            return size                      # blocks after a hole: read the file whole
+        except OSError:
+            return hole                      # ENXIO: nothing but the hole after it
+    except OSError:
+        return size                          # no SEEK_HOLE here
+    finally:
+        os.close(fd)
 
 
 class MappedFileQueue:

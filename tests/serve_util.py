@@ -28,7 +28,7 @@ FAST_CONF = {
 
 
 class ServerProcess:
-    def __init__(self, store: str, conf: dict | None = None, args=(), env=None):
+    def __init__(self, store: str, conf: dict | None = None, args=(), env=None, preexec_fn=None):
         self.store = store
         self.conf_path = None
         cmd = [sys.executable, "-m", "rmqcore", "serve", store, "--listen", "127.0.0.1:0", *args]
@@ -40,7 +40,7 @@ class ServerProcess:
             cmd += ["--config", self.conf_path]
         self.started = time.monotonic()
         self.proc = subprocess.Popen(cmd, cwd=PKG_PARENT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)
         line = self.proc.stdout.readline()
         self.console_url = None
         if line.startswith("console on "):     # --http: the console's address comes first

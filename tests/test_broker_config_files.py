@@ -449,3 +449,114 @@ def test_quoted_json_reads_as_pythons_json(doc):
     import json
     text = json.dumps(doc)
     assert fastjson.loads(text) == json.loads(text)
+
+
+# -- topics.json written by a background writer (issue 36, item 6) -------------------------------------------------
+
+def test_topics_file_from_kept_entries_is_fastjsons_text(tmp_path):
+    """encode renders each topic's entry once and keeps it: its text must stay exactly what fastjson writes for the
+    whole table, through creations, changes in place, replacements and deletions."""
+    from rmqcore.broker import TopicConfig
+    m = TopicConfigManager(str(tmp_path), BrokerConfig())
+
+    def whole():
+        doc = dict(m.extra)
+        doc["dataVersion"] = m.data_version.to_json()
+        doc["topicConfigTable"] = {n: tc.to_json() for n, tc in m.topic_config_table.items()}
+        return fastjson.dumps(doc, True)
+    for name in ("b", "A", "支付", "z\u00e9", "%RETRY%g", "0", "𝔘x"):
+        m.update_topic_config(TopicConfig(name, read_queue_nums=3, write_queue_nums=3))
+        assert m.encode(True) == whole()
+    with m._lock:
+        m.topic_config_table["A"].perm = 2             # changed in place, as the default topic's perm is ...
+        m._changed()                                   # ... which says so
+    assert m.encode(True) == whole()
+    kept = m.encode(True)
+    m.topic_config_table["A"] = m.topic_config_table["A"].copy()     # another object: rendered again
+    assert m.encode(True) == kept == whole()
+    m.update_topic_config(TopicConfig("b", attributes={"message.type": "FIFO"}))
+    assert m.encode(True) == whole()
+    m.delete_topic_config("支付")
+    assert m.encode(True) == whole() == (tmp_path / "config" / "topics.json").read_text()
+    assert fastjson.loads(m.encode(True))["topicConfigTable"].keys() == m.topic_config_table.keys()
+
+
+def _stuck_write(tmp_path):
+    """A FIFO where topics.json's new text goes: the writer blocks opening it until the test reads it."""
+    cfg = tmp_path / "config"
+    cfg.mkdir(exist_ok=True)
+    fifo = cfg / "topics.json.tmp"
+    os.mkfifo(fifo)
+
+    def release():
+        fd = os.open(fifo, os.O_RDONLY)        # meets the blocked writer; the file goes, so the retry writes a file
+        os.unlink(fifo)
+        while os.read(fd, 1 << 16):
+            pass
+        os.close(fd)
+    return release
+
+
+def test_auto_created_topic_does_not_wait_for_the_file_unless_asked(tmp_path):
+    """A topic created on a send is in the table at once and written by the manager's writer thread: with
+    wait_created off (the gRPC server) the creation returns while the file cannot be written; wait_persisted
+    and when_persisted then say when it is on disk."""
+    import threading
+    m = TopicConfigManager(str(tmp_path), BrokerConfig())
+    release = _stuck_write(tmp_path)
+    m.wait_created = False
+    done = threading.Event()
+
+    def create():
+        m.create_topic_in_send_message_method("new_t", "TBW102", 4)
+        done.set()
+    t = threading.Thread(target=create, daemon=True)
+    t.start()
+    # before: the creation wrote the file itself, so it waited on the FIFO until the test read it
+    assert done.wait(30), "the creation waited for topics.json"
+    assert m.select_topic_config("new_t").write_queue_nums == 4
+    ticket = m.last_created
+    assert not m.persisted(ticket)
+    told = []
+    m.when_persisted(ticket, told.append)
+    release()
+    # the FIFO cannot be fsynced: that write fails (its waiters are told), the next one writes the file
+    with pytest.raises(OSError):
+        m.wait_persisted(ticket, timeout=30)
+    assert len(told) == 1 and isinstance(told[0], OSError)
+    m.wait_created = True
+    m.create_topic_in_send_message_method("second_t", "TBW102", 4)        # waits for its write this time
+    assert m.persisted(m.last_created) and m.persisted(ticket)
+    table = fastjson.loads((tmp_path / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert {"new_t", "second_t"} <= table.keys()
+    m.close_writer()
+
+
+def test_a_burst_of_creations_shares_writes(tmp_path, monkeypatch):
+    """Creations made while a write is under way are covered by the next write, not one write each."""
+    import threading
+    from rmqcore import config_manager
+    writes = []
+    real = config_manager.string2file
+    monkeypatch.setattr(config_manager, "string2file", lambda text, path: (writes.append(path), real(text, path)))
+    m = TopicConfigManager(str(tmp_path), BrokerConfig())
+    release = _stuck_write(tmp_path)
+    m.wait_created = False
+
+    def burst():
+        m.create_topic_in_send_message_method("t_first", "TBW102", 4)    # the writer takes it, blocks on the FIFO
+        for i in range(200):
+            m.create_topic_in_send_message_method(f"t_{i}", "TBW102", 4)
+    t = threading.Thread(target=burst, daemon=True)
+    t.start()
+    t.join(30)
+    stuck = t.is_alive()        # before: the first creation wrote the file itself, and waited on the FIFO
+    threading.Thread(target=release, daemon=True).start()
+    assert not stuck, "the creations waited for topics.json"
+    m.wait_created = True
+    m.create_topic_in_send_message_method("t_last", "TBW102", 4)
+    # the FIFO's failed write, then at most a write for the 200 and one for the last (202 before: one each)
+    assert len(writes) <= 3, len(writes)
+    table = fastjson.loads((tmp_path / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert {f"t_{i}" for i in range(200)} | {"t_first", "t_last"} <= table.keys()
+    m.close_writer()

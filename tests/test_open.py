@@ -113,3 +113,122 @@ def test_new_files_are_made_under_a_temporary_name_and_leftovers_are_removed_at_
     with MessageStore.open(str(path), cfg) as s:
         assert os.listdir(path / "rmqcore-tmp") == []
         assert s.verify()["ok"]
+
+
+# -- a nearly full disk (issue 36, item 8) -------------------------------------------------------------------------
+
+DISK_CHILD = r"""
+import json, os, sys
+from rmqcore import Message, MessageStore, StoreConfig
+mode, path, conf = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+if mode == "fill":
+    s = MessageStore.open(path, StoreConfig(**conf))
+    for i in range(int(sys.argv[4])):
+        assert s.put(Message("full_t", b"b" * 1000, queue_id=i % 4, keys=[f"k{i}"])).ok
+    s.wait_dispatched()
+    if sys.argv[5] == "kill":
+        os._exit(0)                     # no close: the abort file stays, as after kill -9
+    s.close()
+else:
+    try:
+        s = MessageStore.open(path, StoreConfig(**conf))
+    except Exception as e:
+        print(json.dumps({"opened": False, "type": type(e).__name__, "error": str(e)}))
+        sys.exit(0)
+    n = sum(s.max_offset("full_t", q) for q in range(4))
+    s.close()
+    print(json.dumps({"opened": True, "messages": n}))
+"""
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 40 MiB tmpfs of its own (needs root and mount; skipped otherwise)."""
+    import shutil
+    import subprocess
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(fs)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"mount is not permitted here: {r.stderr.strip()}")
+    try:
+        yield fs
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], capture_output=True)
+
+
+def _disk_child(*args):
+    import json
+    import subprocess
+    import sys
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__import__("rmqcore").__file__)))
+    r = subprocess.run([sys.executable, "-c", DISK_CHILD, *map(str, args)], capture_output=True, text=True,
+                       cwd=pkg, timeout=120)
+    # a SIGBUS (reading a hole of a mapped file on a full tmpfs) is -7 here
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    return json.loads(r.stdout.splitlines()[-1]) if args[0] == "open" else None
+
+
+def _leave_free(fs, nbytes: int) -> int:
+    """Fill the filesystem with a file of its own until ``nbytes`` are free; returns the bytes free then."""
+    import shutil
+    filler = fs / "filler"
+    if filler.exists():
+        filler.unlink()
+    free = shutil.disk_usage(fs).free
+    with open(filler, "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, max(4096, free - nbytes))
+    return shutil.disk_usage(fs).free
+
+
+DISK_CONF = {"mapped_file_size_commit_log": 64 << 20, "mapped_file_runway_commit_log": 4 << 20,
+             "max_hash_slot_num": 2_500_000, "max_index_num": 200_000, "index_file_runway": 1 << 20}
+
+
+@pytest.mark.parametrize("how", ["close", "kill"])
+def test_open_on_a_nearly_full_disk_opens_without_crashing(small_fs, how):
+    """A store on a tmpfs with half a MiB free opens (or refuses in one line) and never dies of SIGBUS: before, the
+    open read the sparse tails of the consume queues (and, after a kill, of the commitlog) through their mappings,
+    which on tmpfs allocates each page read, so a full one killed the process."""
+    import json
+    import shutil
+    store = small_fs / "store"
+    conf = json.dumps(DISK_CONF)
+    _disk_child("fill", store, conf, 2000, how)
+    before = _leave_free(small_fs, 512 << 10)
+    out = _disk_child("open", store, conf)
+    if out["opened"]:
+        assert out["messages"] == 2000
+    else:
+        assert out["type"] == "StoreSpaceError" and "\n" not in out["error"], out
+    assert shutil.disk_usage(small_fs).free >= before
+    (small_fs / "filler").unlink()
+    assert _disk_child("open", store, conf) == {"opened": True, "messages": 2000}
+
+
+def test_open_that_cannot_allocate_the_index_says_what_it_needs_and_takes_nothing(small_fs):
+    """An index file left sparse (RocketMQ's are; here a sparse copy of ours) must have its hash slots allocated to
+    be written: with less free than that, the open fails with one line naming the bytes needed and those free,
+    and leaves the free space as it found it (before: "[Errno 28] allocate: No space left on device" naming the
+    index file and nothing else); with the space, it opens."""
+    import json
+    import shutil
+    import subprocess
+    store = small_fs / "store"
+    conf = json.dumps(DISK_CONF)
+    _disk_child("fill", store, conf, 2000, "close")
+    (index,) = (store / "index").iterdir()
+    sparse = small_fs / "index.sparse"
+    subprocess.run(["cp", "--sparse=always", str(index), str(sparse)], check=True)
+    os.replace(sparse, index)
+    before = _leave_free(small_fs, 4 << 20)
+    out = _disk_child("open", store, conf)
+    assert out["opened"] is False and out["type"] == "StoreSpaceError", out
+    assert "\n" not in out["error"] and "needs" in out["error"] and "are free" in out["error"]
+    needed = int(out["error"].split(" needs ")[1].split()[0])
+    assert 4 << 20 < needed <= 2_500_000 * 4 + 40 + 200_000 * 20
+    assert shutil.disk_usage(small_fs).free == before
+    (small_fs / "filler").unlink()
+    assert _disk_child("open", store, conf) == {"opened": True, "messages": 2000}

@@ -165,6 +165,7 @@ class Broker:
                 except Exception as e:
                     log.error("closing the broker: %s", e)
                     error = error or e
+            self.topic_config_manager.close_writer()      # the persist above covered what it had left
             if error is not None:
                 raise error
         finally:
@@ -211,12 +212,17 @@ class Broker:
         self.config.broker_permission = perm
         self._invalidate_sends()
 
-    def _invalidate_sends(self) -> None:
-        """Forget every topic's send checks: the topic table or the broker's permission changed (the topic config
-        manager calls this under its lock after each change of its table)."""
+    def _invalidate_sends(self, topic: str | None = None) -> None:
+        """Forget the send checks of ``topic``, or of every topic (None): the topic table or the broker's permission
+        changed (the topic config manager calls this under its lock after each change of its table). A topic's
+        checks read only its own config, so creating one topic keeps every other topic's sends on the cached path
+        (a storm of creations would otherwise send every client down the full checks after each)."""
         with self._send_lock:
             self._send_generation += 1
-            self._send_cache.clear()
+            if topic is None:
+                self._send_cache.clear()
+            else:
+                self._send_cache.pop(topic, None)
 
     def _send_entry(self, topic: str) -> SendEntry:
         """The checks of a send that depend on the topic alone (the broker's permission, the topic's name, its

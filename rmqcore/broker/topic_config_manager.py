@@ -36,6 +36,18 @@ class TopicConfigManager(ConfigManager):
         # empties the send checks it caches per topic.
         self.version = 0
         self._change_listeners: list = []
+        # Each topic's entry as last written (name -> (its TopicConfig, the entry's sort key and text)): a write
+        # renders only the entries of topics changed since (another object in the table, or named by _changed), so
+        # rewriting topics.json costs a sort and a join, not fastjson's writer over every field of every topic
+        # (173 ms at 3,000 topics on the development VM). The table's configs are replaced, never changed in
+        # place, as the broker's send cache already requires; a change in place calls _changed() (all rendered).
+        self._fragments: dict[str, tuple] = {}
+        # A topic created on a send or send-back (auto-creation) is in the table at once and written by the
+        # background writer (ConfigManager.persist_later); with wait_created the creating call waits until it is on
+        # disk (as RocketMQ's persist inside the creation), sharing the write with concurrent creations. A caller
+        # that waits elsewhere (the gRPC server, in its event loop: last_created) turns it off.
+        self.wait_created = True
+        self.last_created = 0                 # the ticket of the last auto-creation's write
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -69,8 +81,22 @@ class TopicConfigManager(ConfigManager):
         with self._lock:
             doc = dict(self.extra)
             doc["dataVersion"] = self.data_version.to_json()
-            doc["topicConfigTable"] = {name: tc.to_json() for name, tc in self.topic_config_table.items()}
-        return fastjson.dumps(doc, pretty)
+            if not pretty:
+                doc["topicConfigTable"] = {name: tc.to_json() for name, tc in self.topic_config_table.items()}
+                return fastjson.dumps(doc, False)
+            fragments = self._fragments
+            entries = []
+            for name, tc in self.topic_config_table.items():
+                kept = fragments.get(name)
+                if kept is None or kept[0] is not tc:
+                    kept = fragments[name] = (tc, fastjson.map_entry(name, fastjson.dumps(tc.to_json(), True, 2),
+                                                                     True, 1))
+                entries.append(kept[1])
+            if len(fragments) > len(entries):
+                for name in [n for n in fragments if n not in self.topic_config_table]:
+                    del fragments[name]
+            doc["topicConfigTable"] = fastjson.dumps_map(entries, True, 1)
+        return fastjson.dumps(doc, True)
 
     def decode(self, text: str):
         doc = check_map(fastjson.loads(text), "(document)")
@@ -99,15 +125,18 @@ class TopicConfigManager(ConfigManager):
     # -- queries and changes ----------------------------------------------------------------------------------
 
     def add_change_listener(self, listener) -> None:
-        """Call ``listener()`` after every change of the topic table (under the manager's lock, so it must not
-        wait for another thread holding it)."""
+        """Call ``listener(topic)`` after every change of the topic table (under the manager's lock, so it must not
+        wait for another thread holding it): ``topic`` names the one topic changed, None any of them."""
         self._change_listeners.append(listener)
 
-    def _changed(self) -> None:
-        # Callers hold self._lock.
+    def _changed(self, topic: str | None = None) -> None:
+        # Callers hold self._lock. ``topic``: the one topic whose config object was put in or taken out of the
+        # table; None: any config may have changed in place (every entry is rendered again at the next write).
+        if topic is None:
+            self._fragments.clear()
         self.version += 1
         for listener in self._change_listeners:
-            listener()
+            listener(topic)
 
     def select_topic_config(self, topic: str) -> TopicConfig | None:
         return self.topic_config_table.get(topic)
@@ -128,7 +157,7 @@ class TopicConfigManager(ConfigManager):
         with self._lock:
             old = self.topic_config_table.get(topic_config.topic_name)
             self.topic_config_table[topic_config.topic_name] = topic_config
-            self._changed()
+            self._changed(topic_config.topic_name)
             self.data_version.next_version()
             log.info("%s topic config %s", "update" if old else "create new", topic_config)
         self.persist()
@@ -138,7 +167,7 @@ class TopicConfigManager(ConfigManager):
             old = self.topic_config_table.pop(topic, None)
             if old is None:
                 return False
-            self._changed()
+            self._changed(topic)
             self.data_version.next_version()
         self.persist()
         return True
@@ -169,9 +198,9 @@ class TopicConfigManager(ConfigManager):
                              topic_filter_type=default.topic_filter_type)
             log.info("create new topic by default topic:[%s] config:[%s]", default_topic, tc)
             self.topic_config_table[topic] = tc
-            self._changed()
+            self._changed(topic)
             self.data_version.next_version()
-        self.persist()
+        self._persist_created()
         return tc
 
     def create_topic_in_send_message_back_method(self, topic: str, client_default_topic_queue_nums: int, perm: int,
@@ -189,10 +218,16 @@ class TopicConfigManager(ConfigManager):
                              topic_sys_flag=topic_sys_flag)
             log.info("create new topic %s", tc)
             self.topic_config_table[topic] = tc
-            self._changed()
+            self._changed(topic)
             self.data_version.next_version()
-        self.persist()
+        self._persist_created()
         return tc
+
+    def _persist_created(self) -> None:
+        """An auto-created topic: written by the background writer, waited for here under wait_created."""
+        self.last_created = ticket = self.persist_later()
+        if self.wait_created:
+            self.wait_persisted(ticket)
 
 
 def _check_topic_config(tc: TopicConfig, where: str) -> None:

@@ -49,6 +49,13 @@ def add_parser(sub) -> None:
     s.add_argument("--http", metavar="HOST:PORT", help="also serve the console (rmqcore.console) here, over TLS with "
                                                        "--tls-cert")
     add_console_access_args(s)
+    s.add_argument("--max-connections", type=int, metavar="N",
+                   help="connections accepted in all (default: the open-file limit, raised to its hard limit at "
+                        "start, less 256); past it a new connection is closed at once")
+    s.add_argument("--max-connections-per-peer", type=int, metavar="N",
+                   help="connections from one host (default 256; 0: no cap); its newest past the cap are closed")
+    s.add_argument("--idle-timeout", type=float, metavar="S",
+                   help="close a connection that made no RPC for S seconds (default 120)")
     s.add_argument("--ha-listen", metavar="HOST:PORT",
                    help="a master (brokerRole ASYNC_MASTER or SYNC_MASTER): serve slaves RocketMQ's HA replication "
                         "here (port 0 picks a free one; printed as 'ha on HOST:PORT'). Default: on --listen's host "
@@ -129,6 +136,18 @@ def run(args: argparse.Namespace) -> int:
         conf_keys = set(parse_properties(file2string(args.config) or "", args.config))
         if unknown:
             log.warning("%s: keys not used by rmqcore: %s", args.config, ", ".join(sorted(unknown)))
+    for flag, name in (("max_connections", "max_connections"), ("max_connections_per_peer",
+                                                                  "max_connections_per_peer"),
+                       ("idle_timeout", "connection_idle_s")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            if value < 0:
+                raise ValueError(f"--{flag.replace('_', '-')} must be >= 0, got {value}")
+            setattr(srv, name, value)
+    from .connections import raise_descriptor_limit
+    before, after = raise_descriptor_limit()
+    if after > before:
+        log.info("open-file limit raised from %d to %d (the hard limit)", before, after)
     remoting = None
     if args.remoting is not None:
         r_host, r_port = _host_port(args.remoting, "--remoting")

@@ -56,6 +56,15 @@ class ServerConfig:
     # with accounts: a signature's x-mq-date-time must be this near the server's clock (s), else UNAUTHORIZED
     # (rmqcore: the proxy takes any date, so a captured signature replays forever; see server/auth.py)
     auth_clock_skew_s: int = 300
+    # topics one client host may auto-create (QueryRoute, SendMessage): this many at once, then this many a second
+    # (0 a second: no limit); past it TOO_MANY_REQUESTS (service.TopicCreationLimiter)
+    topic_create_burst: int = 100
+    topic_create_per_second: float = 10.0
+    # connections (connections.py): in all (0: the open-file limit less connections.DESCRIPTOR_RESERVE), per peer
+    # host (0: no cap), and the time a connection without an RPC is kept (s; a client's Telemetry stream is an RPC)
+    max_connections: int = 0
+    max_connections_per_peer: int = 256
+    connection_idle_s: float = 120.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -118,6 +127,8 @@ class MessagingServer:
         self._closed = asyncio.Event()
         self._started_check = False
         self._expiry_task = None
+        self._guard = None
+        self.max_connections = 0
 
     # -- the console's accessors ------------------------------------------------------------------------------
 
@@ -132,13 +143,25 @@ class MessagingServer:
         self.loop = asyncio.get_running_loop()
         self.pop.load()
         self._service = MessagingService(self)
+        # an auto-created topic is awaited in the loop (MessagingService._topic_config_or_create), never written
+        # nor waited for by a handler's thread
+        self.broker.topic_config_manager.wait_created = False
         limit = self.config.max_request_bytes
+        from .connections import HANDSHAKE_TIMEOUT_MS, default_max_connections
+        cfg = self.config
+        self.max_connections = cfg.max_connections or default_max_connections()
+        idle_ms = max(1, int(cfg.connection_idle_s * 1000))
         self._grpc = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            # connections.py: past the total a connection is closed as it is accepted (its descriptor back at
+            # once); idle ones and ones that never finish the handshake are closed
+            ("grpc.max_allowed_incoming_connections", self.max_connections),
+            ("grpc.max_connection_idle_ms", idle_ms),
+            ("grpc.server_handshake_timeout_ms", min(HANDSHAKE_TIMEOUT_MS, idle_ms)),
         ])
         self._grpc.add_generic_rpc_handlers((self._service.handler(),))
         address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
@@ -156,6 +179,10 @@ class MessagingServer:
             raise OSError(f"cannot listen on {address}")
         self.port = bound
         await self._grpc.start()
+        from .connections import ConnectionGuard
+        self._guard = ConnectionGuard(bound, cfg.max_connections_per_peer).start()
+        log.info("connections: at most %d in all and %s per peer host, closed after %g s without an RPC",
+                 self.max_connections, cfg.max_connections_per_peer or "no cap", cfg.connection_idle_s)
         if self.broker.store.reput is not None:
             # the loop runs the dispatch passes after its sends (MessagingService._wake)
             self.broker.store.reput.drive_externally(True)
@@ -183,6 +210,8 @@ class MessagingServer:
             for tel in list(self._service.telemetry.values()):
                 tel.outbox.put_nowait(None)
             await self._grpc.stop(self.config.grace_s if grace is None else grace)
+            if self._guard is not None:
+                self._guard.stop()
             if self.broker.store.reput is not None:
                 self.broker.store.reput.drive_externally(False)
             if self._started_check:
@@ -190,6 +219,7 @@ class MessagingServer:
             if self.broker.transactions is not None:
                 self.broker.transactions.checker = None
             self.executor.shutdown(wait=True)
+            self.broker.topic_config_manager.wait_created = True
             self.pop.close()
         finally:
             self._closed.set()

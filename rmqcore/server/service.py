@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections import OrderedDict
 
 import grpc
 
@@ -149,6 +150,7 @@ class MessagingService:
         self._last_dispatch = 0.0           # loop time of the last dispatch pass
         self._seen: dict[str, tuple[float, dict]] = {}      # client id -> (last told ServerEvents, what an RPC said)
         self._topics_ok: set[str] = set()
+        self.creations = TopicCreationLimiter(self.config.topic_create_per_second, self.config.topic_create_burst)
         # SYNC_FLUSH with a group commit: a send's answer waits for the flush that covers it (see _put)
         self._sync = (self.broker.store_config.flush_disk_type == "SYNC_FLUSH"
                       and self.broker.store.group_commit is not None)
@@ -311,6 +313,34 @@ class MessagingService:
                              " (auto_create_topic_enable is off: rmqcore topic create first)"))
         return tc
 
+    async def _topic_config_or_create(self, topic: str, context):
+        """_topic_config(create=True) for a QueryRoute or a send. A topic auto-created here is counted against the
+        client's creation budget (TopicCreationLimiter) and answered once topics.json holds it, as RocketMQ
+        persists a created topic before answering; the file is written by the topic config manager's writer
+        thread, for every creation since its last write, so the loop never writes it."""
+        tcm = self.broker.topic_config_manager
+        tc = tcm.select_topic_config(topic)
+        if tc is not None:
+            return tc
+        if self.broker.config.auto_create_topic_enable \
+                and not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            refusal = self.creations.take(context.peer())
+            if refusal is not None:
+                raise Refusal(pb.TOO_MANY_REQUESTS, f"topic {topic!r} not created: {refusal}")
+        tc = self._topic_config(topic, create=True)
+        ticket = tcm.last_created
+        if not tcm.persisted(ticket):
+            loop = asyncio.get_running_loop()
+            written = loop.create_future()
+
+            def done(error):
+                # the writer's thread (or this one, when the write was already done); a failed write was logged by
+                # the writer, which tries again: the topic exists in memory, so the answer is the same
+                loop.call_soon_threadsafe(lambda: written.done() or written.set_result(error))
+            tcm.when_persisted(ticket, done)
+            await written
+        return tc
+
     def _group_config(self, group: str):
         try:
             gc = self.broker.subscription_group_manager.find_subscription_group_config(group)
@@ -347,7 +377,18 @@ class MessagingService:
     async def QueryRoute(self, req, resp, md, context, account):
         self._client(md, context)
         topic = self._topic_name(req.topic)
-        tc = self._topic_config(topic, create=True)
+        if account is not None:
+            # before anything is created: a route is for publishing or subscribing, so either permission will do
+            # (RocketMQ's ACL asks Permission.ANY of a QueryRoute's topic)
+            try:
+                self.acl.check(account, topic=topic, need=PUB)
+            except AuthError:
+                try:
+                    self.acl.check(account, topic=topic, need=SUB)
+                except AuthError:
+                    raise AuthError(True, f"access key {account.access_key!r} has neither PUB nor SUB permission "
+                                          f"on topic {topic!r}") from None
+        tc = await self._topic_config_or_create(topic, context)
         for mq in self._queues(tc, req.endpoints):
             mq.topic.CopyFrom(req.topic)
             resp.message_queues.append(mq)
@@ -628,7 +669,7 @@ class MessagingService:
                             if int(deliver) // 1000 - now <= max_delay else "")
                     raise Refusal(pb.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {int(deliver) // 1000} s since "
                                   f"the epoch is more than timer_max_delay_sec ({max_delay // 1000} s) ahead{hint}")
-        tc = self._topic_config(topic, create=True)
+        tc = await self._topic_config_or_create(topic, context)
         if not is_writeable(tc.perm):
             raise Refusal(pb.FORBIDDEN, f"topic {topic!r} is not writeable (perm {tc.perm})")
         if self.config.enable_topic_message_type_check:
@@ -1022,6 +1063,51 @@ class _Deliveries:
     def untaken(self) -> list:
         """The handles of the messages not looked at yet (and of FIFO ones held behind), to release."""
         return self.behind + [p.handle for p in self.popped[self.i:]]
+
+
+class TopicCreationLimiter:
+    """Topics one client may auto-create (QueryRoute, SendMessage): a token bucket per client host of ``burst``
+    creations refilled at ``per_second`` (ServerConfig.topic_create_per_second, topic_create_burst; 0 per second:
+    no limit). Keyed by the peer's host, not its client id: a client names its own id, not the address its
+    connection comes from. RocketMQ's proxy has no such limit (its creations go to a broker's thread pool, and its
+    name server's routes); here every creation is a change of the one table every send reads."""
+
+    MAX_HOSTS = 4096          # buckets kept; the least recently used goes first (a full bucket loses nothing)
+
+    def __init__(self, per_second: float, burst: int):
+        self.per_second = per_second
+        self.burst = burst
+        self._buckets: OrderedDict[str, list] = OrderedDict()      # host -> [tokens, monotonic time]
+
+    @staticmethod
+    def host(peer: str) -> str:
+        """``ipv4:1.2.3.4:5678`` / ``ipv6:[::1]:5678`` -> the host part."""
+        kind, _, rest = (peer or "").partition(":")
+        if kind in ("ipv4", "ipv6"):
+            rest = rest.rsplit(":", 1)[0]
+            return rest.strip("[]")
+        return peer or ""
+
+    def take(self, peer: str) -> str | None:
+        """Count one creation for ``peer``: None when allowed, else the text of the refusal."""
+        if self.per_second <= 0:
+            return None
+        host = self.host(peer)
+        now = time.monotonic()
+        b = self._buckets.get(host)
+        if b is None:
+            b = self._buckets[host] = [float(self.burst), now]
+            if len(self._buckets) > self.MAX_HOSTS:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(host)
+            b[0] = min(float(self.burst), b[0] + (now - b[1]) * self.per_second)
+            b[1] = now
+        if b[0] < 1.0:
+            return (f"client {host} may auto-create {self.burst} topics at once and {self.per_second:g} a second "
+                    "after (topicCreateBurst, topicCreatePerSecond)")
+        b[0] -= 1.0
+        return None
 
 
 def wrap_namespace(namespace: str, name: str) -> str:

@@ -1,0 +1,203 @@
+"""`rmqcore serve` under abuse that costs the server, not the data (issue 36, items 6 and 7): topic creation that
+no longer stalls every client nor creates what an account may not touch, and is limited per client; connections
+capped per peer and in all, idle ones closed, the descriptor limit raised."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+
+import pytest
+
+pytest.importorskip("rocketmq")
+grpc = pytest.importorskip("grpc")
+
+from rocketmq import Producer  # noqa: E402
+from rocketmq.grpc_protocol import definition_pb2 as d  # noqa: E402
+from rocketmq.grpc_protocol import service_pb2 as s  # noqa: E402
+
+from serve_util import FAST_CONF, ServerProcess, config, message, prepare  # noqa: E402
+
+SERVICE = "/apache.rocketmq.v2.MessagingService/"
+MD = (("x-mq-client-id", "limits-client"),)
+
+
+def _route(endpoint, topic, md=MD, timeout=10):
+    with grpc.insecure_channel(endpoint) as ch:
+        call = ch.unary_unary(SERVICE + "QueryRoute", request_serializer=s.QueryRouteRequest.SerializeToString,
+                              response_deserializer=s.QueryRouteResponse.FromString)
+        return call(s.QueryRouteRequest(topic=d.Resource(name=topic)), metadata=md, timeout=timeout)
+
+
+def _topics(store) -> set:
+    with open(os.path.join(store, "config", "topics.json")) as f:
+        from rmqcore import fastjson
+        return set(fastjson.loads(f.read())["topicConfigTable"])
+
+
+def test_query_route_checks_permission_before_creating(tmp_path):
+    """An account denied every topic gets FORBIDDEN from QueryRoute, and no topic is created (before, the route
+    query created the topic, then nothing else checked)."""
+    acl = str(tmp_path / "acl.json")
+    with open(acl, "w") as f:
+        json.dump({"accounts": [{"accessKey": "deny", "secretKey": "deny-secret", "defaultTopicPerm": "DENY",
+                                 "defaultGroupPerm": "DENY"},
+                                {"accessKey": "sub", "secretKey": "sub-secret", "defaultTopicPerm": "DENY",
+                                 "topicPerms": ["sub_t=SUB"]}]}, f)
+    store = str(tmp_path / "store")
+    with ServerProcess(store, FAST_CONF, args=["--acl", acl]) as srv:
+        from rocketmq.v5.util.signature import Signature
+        r = _route(srv.endpoint, "denied_t", Signature.metadata(config(srv.endpoint, "deny", "deny-secret"), "c1"))
+        assert r.status.code == d.FORBIDDEN, r.status
+        assert "neither PUB nor SUB" in r.status.message
+        # SUB alone is enough to route (RocketMQ's ACL: Permission.ANY for a QueryRoute)
+        r = _route(srv.endpoint, "sub_t", Signature.metadata(config(srv.endpoint, "sub", "sub-secret"), "c2"))
+        assert r.status.code == d.OK, r.status
+        assert srv.terminate() == 0
+    topics = _topics(store)
+    assert "denied_t" not in topics and "sub_t" in topics
+
+
+def test_topic_creation_is_limited_per_client(tmp_path):
+    """Past its burst a client's creations are refused with TOO_MANY_REQUESTS naming the setting; topics that exist
+    still route, and what was refused was not created."""
+    store = str(tmp_path / "store")
+    prepare(store, topics={"old_t": ("NORMAL", 4)})
+    conf = dict(FAST_CONF, topicCreateBurst="3", topicCreatePerSecond="0.0001")
+    with ServerProcess(store, conf) as srv:
+        codes = [_route(srv.endpoint, f"new_{i}").status for i in range(5)]
+        assert [c.code for c in codes] == [d.OK] * 3 + [d.TOO_MANY_REQUESTS] * 2, codes
+        assert "topicCreateBurst" in codes[3].message and "new_3" in codes[3].message
+        assert _route(srv.endpoint, "old_t").status.code == d.OK
+        assert _route(srv.endpoint, "new_0").status.code == d.OK           # created already: no budget needed
+        assert srv.terminate() == 0
+    topics = _topics(store)
+    assert {"new_0", "new_1", "new_2"} <= topics and not {"new_3", "new_4"} & topics
+
+
+def test_creating_a_topic_does_not_stall_other_clients(tmp_path):
+    """While topics.json cannot be written (its new text goes to a FIFO nobody reads), a QueryRoute creating a
+    topic waits for the file, but another client's send to an existing topic is answered: the file is written by
+    the topic manager's thread, not the event loop (before, the loop blocked in the write and the send timed
+    out). Once the write goes through, the route is answered and the topic is in the file."""
+    store = str(tmp_path / "store")
+    prepare(store, topics={"live_t": ("NORMAL", 4)})
+    with ServerProcess(store, FAST_CONF) as srv:
+        fifo = os.path.join(store, "config", "topics.json.tmp")
+        os.mkfifo(fifo)
+        ch = grpc.insecure_channel(srv.endpoint)
+        call = ch.unary_unary(SERVICE + "QueryRoute", request_serializer=s.QueryRouteRequest.SerializeToString,
+                              response_deserializer=s.QueryRouteResponse.FromString)
+        pending = call.future(s.QueryRouteRequest(topic=d.Resource(name="created_t")), metadata=MD, timeout=60)
+        released = threading.Event()
+        try:
+            p = Producer(config(srv.endpoint), ("live_t",))
+            p.startup()
+            try:
+                receipt = p.send(message("live_t", b"while the topic file is stuck"))
+                assert receipt.message_id
+            finally:
+                p.shutdown()
+            assert not pending.done()                  # the creating route waits for the file
+        finally:
+            def release():
+                fd = os.open(fifo, os.O_RDONLY)
+                os.unlink(fifo)
+                while os.read(fd, 1 << 16):
+                    pass
+                os.close(fd)
+                released.set()
+            threading.Thread(target=release, daemon=True).start()
+        assert released.wait(30)
+        assert pending.result().status.code == d.OK
+        ch.close()
+        assert srv.terminate() == 0
+    assert "created_t" in _topics(store)
+
+
+FLOOD = r"""
+import socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+socks = []
+for i in range(n):
+    s = socket.socket()
+    s.bind(("127.0.0.2", 0))          # another peer than the real client's 127.0.0.1
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        continue
+    s.setblocking(False)
+    socks.append(s)
+print("connected", len(socks), flush=True)
+for line in sys.stdin:                # "count": how many the server has not closed yet
+    alive = 0
+    for s in socks:
+        try:
+            alive += s.recv(1) != b""
+        except BlockingIOError:
+            alive += 1
+        except OSError:
+            pass
+    print("alive", alive, flush=True)
+"""
+
+
+def test_idle_connection_flood_from_one_peer_leaves_room_for_others(tmp_path):
+    """1,000 connections that never speak, from one peer, against a server whose open-file limit is 400: the
+    per-peer cap closes that peer's excess, the total cap keeps descriptors free, so a real client on another
+    address still sends; the flood's connections are closed when they stay silent (before: the descriptors ran
+    out, gRPC logged "File descriptor limit reached. Retrying." and the client timed out)."""
+    import resource
+    import subprocess
+    import sys
+    import time
+    try:
+        socket.create_connection(("127.0.0.2", 9), timeout=1).close()
+    except ConnectionRefusedError:
+        pass
+    except OSError as e:
+        pytest.skip(f"127.0.0.2 is not a loopback address here: {e}")
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))
+    store = str(tmp_path / "store")
+    prepare(store, topics={"flood_t": ("NORMAL", 4)})
+    with ServerProcess(store, FAST_CONF, args=["--max-connections", "150", "--max-connections-per-peer", "20"],
+                       preexec_fn=low_limit) as srv:
+        flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(srv.port), "1000"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+
+        def alive_until(done, deadline_s=60):
+            deadline = time.monotonic() + deadline_s
+            while True:
+                flood.stdin.write("count\n")
+                flood.stdin.flush()
+                alive = int(flood.stdout.readline().split()[1])
+                if done(alive) or time.monotonic() > deadline:
+                    return alive
+                time.sleep(0.2)
+        try:
+            assert flood.stdout.readline().startswith("connected")
+            # the total cap closed what came past 150 as it was accepted, the guard that peer's excess over 20
+            # (well before the handshake timeout, 10 s, closes the rest)
+            assert alive_until(lambda n: n <= 20) == 20
+            p = Producer(config(srv.endpoint), ("flood_t",))
+            p.startup()
+            try:
+                assert p.send(message("flood_t", b"still served")).message_id
+            finally:
+                p.shutdown()
+            # connections that never complete the handshake are closed
+            assert alive_until(lambda n: n == 0) == 0
+        finally:
+            flood.kill()
+            flood.wait()
+        srv.proc.send_signal(signal.SIGTERM)
+        _out, err = srv.proc.communicate(timeout=30)
+        assert srv.proc.returncode == 0, err[-2000:]
+    assert "File descriptor limit reached" not in err
+    assert err.count("over its cap of 20") == 1, err[-2000:]
