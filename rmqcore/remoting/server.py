@@ -652,9 +652,7 @@ class RemotingConnection(asyncio.Protocol):
                 # past the queue's max offset: the messages may be written and not dispatched yet (the client
                 # commits right after it consumed what it pulled, a send earlier): dispatch what is written, then
                 # look again
-                store = self.broker.store
-                if store.reput is None or store.reput.try_reput() < 0:
-                    store.wait_dispatched(1.0)
+                self._dispatch_written()
                 self.broker.commit_offset(group, topic, queue_id, offset)
         except (OffsetIllegalError, TopicNotExistError, QueueIdIllegalError, SubscriptionGroupNotExistError,
                 IllegalNameError) as e:
@@ -719,12 +717,25 @@ class RemotingConnection(asyncio.Protocol):
         wait_ms = min(suspend_ms, MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
         args = (group, topic, queue_id, offset, max(1, min(max_nums, 32 * 1024)), tags)
         r = self._get(*args)
+        if r is not None and r.status is not GetStatus.FOUND:
+            # Nothing at ``offset`` may mean written and not yet dispatched (the client's own answered send): an
+            # answer from the undispatched queue would move the consumer's offset (PULL_OFFSET_MOVED), so what is
+            # written is dispatched first.
+            self._dispatch_written()
+            r = self._get(*args)
         if r is not None and (r.status is GetStatus.FOUND or wait_ms <= 0 or not self._waitable(r, offset)):
             self._answer_pull(cmd, r, offset, matcher, group, topic)
             return
         task = asyncio.ensure_future(self._park(cmd, args, wait_ms, matcher))
         self.pulls.add(task)
         task.add_done_callback(self.pulls.discard)
+
+    def _dispatch_written(self) -> None:
+        """Dispatch what is written now (the loop's pass after a send may still be pending), waiting for the
+        dispatcher thread if its pass holds the lock."""
+        store = self.broker.store
+        if store.reput is None or store.reput.try_reput() < 0:
+            store.wait_dispatched(1.0)
 
     def _get(self, group, topic, queue_id, offset, max_nums, tags):
         try:
@@ -897,12 +908,9 @@ class RemotingConnection(asyncio.Protocol):
         begin, end = _int(ext, "beginTimestamp"), _int(ext, "endTimestamp")
         if ext.get("_UNIQUE_KEY_QUERY") == "true":
             max_num = 32     # QueryMessageProcessor: a unique-key query asks defaultQueryMaxNum
-        store = self.broker.store
-        # The index is built by dispatch: what a client sent just before (its own send, answered) must be found,
-        # so what is written is dispatched first (the loop's pass may not have run yet).
-        if store.reput is None or store.reput.try_reput() < 0:
-            store.wait_dispatched(1.0)
-        found = store.query_message(topic, key, max(1, min(max_num, 64)), begin, end)
+        # The index is built by dispatch: what a client sent just before (its own send, answered) must be found.
+        self._dispatch_written()
+        found = self.broker.store.query_message(topic, key, max(1, min(max_num, 64)), begin, end)
         ext_out = {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
         if not found:
             self.reply(cmd, QUERY_NOT_FOUND, ext_out, remark="can not find message, maybe time range not correct")
