@@ -192,28 +192,27 @@ class ReputMessageService(threading.Thread):
             return False
         if readable - pos < 4:
             return True
+        claimed = ReputMessageService._size_at(mf, pos)
+        return claimed is not None and claimed > 0 and readable < pos + claimed <= mf.file_size
+
+    @staticmethod
+    def _size_at(mf, pos: int) -> int | None:
+        """The record size (the first 4 bytes, big-endian) of the record at ``pos`` of ``mf``, None past its data."""
         view = mf.select(pos, 4)
         if view is None:
-            return False
+            return None
         try:
-            claimed = int.from_bytes(view, "big", signed=True)
+            return int.from_bytes(view, "big", signed=True)
         finally:
             view.release()
-        return claimed > 0 and readable < pos + claimed <= mf.file_size
 
     @staticmethod
     def _blank_misfit(mf, pos: int) -> str | None:
         """The end-of-file blank record at ``pos`` must pad the file to its very end: one that ends elsewhere was
         written with another file size (a slave whose mapped_file_size_commit_log differs from its master's), and
         skipping to this file's end would skip records. A message naming both, or None."""
-        view = mf.select(pos, 4)
-        if view is None:
-            return None
-        try:
-            claimed = int.from_bytes(view, "big", signed=True)
-        finally:
-            view.release()
-        if pos + claimed == mf.file_size:
+        claimed = ReputMessageService._size_at(mf, pos)
+        if claimed is None or pos + claimed == mf.file_size:
             return None
         return (f"the blank record at commitlog offset {mf.file_from_offset + pos} pads {claimed} bytes, to "
                 f"{mf.file_from_offset + pos + claimed}, not to its file's end {mf.file_from_offset + mf.file_size}: "
