@@ -1,7 +1,7 @@
 """rmqcore: the admin command line for RocketMQ store directories (also python -m rmqcore).
 
 Commands: demo, inspect, verify, get, query, dump, repair, stats, export, topic, group, dlq; serve
-(rmqcore/server/cli.py). Every command but demo, repair, serve and the admin commands (topic, group, dlq) only
+(rmqcore/serve/cli.py). Every command but demo, repair, serve and the admin commands (topic, group, dlq) only
 reads (files mapped read-only, no lock taken). The admin commands work on a store no server holds (STORE) or on a
 running server (--server URL, through its console's JSON API) alike. Human output by default, --json for scripts.
 
@@ -923,7 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"rmqcore {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    from .server.cli import add_parser as _add_serve_parser
+    from .serve.cli import add_parser as _add_serve_parser
     _add_serve_parser(sub)
 
     d = sub.add_parser("demo", help="put and read back messages on a temporary store, print throughput",

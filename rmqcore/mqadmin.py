@@ -130,7 +130,7 @@ class _LocalHost:
     """The server object ConsoleData reads, over a broker opened here: no RPC, nothing in flight."""
 
     def __init__(self, broker):
-        from .server.events import ServerEvents
+        from .serve.events import ServerEvents
         self.broker = broker
         self.events = ServerEvents()
         self.host, self.port, self.acl = "local", 0, None

@@ -2,11 +2,12 @@
 
 Every import counts, those inside functions too: a lazy import only hides a cycle until a second caller imports
 the other module first, and it still says that one module depends on the other. The faces (cli.py, mqadmin.py,
-server/cli.py, console/) share what they all show through rmqcore.admin_views, below all of them.
+serve/cli.py, console/) share what they all show through rmqcore.admin_views, below all of them.
 """
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import pathlib
 
 import rmqcore
@@ -15,10 +16,12 @@ ROOT = pathlib.Path(rmqcore.__file__).parent
 
 
 def _modules() -> dict[str, pathlib.Path]:
-    """Dotted name -> file, for every Python module and every compiled module (a .pyx: a leaf here)."""
+    """Dotted name -> file, for every Python module and every compiled module (a leaf here: its .pyx in a checkout,
+    only its built extension in an installed wheel or sdist build)."""
     mods = {}
-    for p in sorted(ROOT.rglob("*.py")) + sorted(ROOT.rglob("*.pyx")):
-        parts = ["rmqcore", *p.relative_to(ROOT).with_suffix("").parts]
+    compiled = [p for suffix in importlib.machinery.EXTENSION_SUFFIXES for p in sorted(ROOT.rglob("*" + suffix))]
+    for p in sorted(ROOT.rglob("*.py")) + sorted(ROOT.rglob("*.pyx")) + compiled:
+        parts = ["rmqcore", *p.relative_to(ROOT).parent.parts, p.name.split(".", 1)[0]]
         if parts[-1] == "__init__":
             parts.pop()
         mods.setdefault(".".join(parts), p)
@@ -37,7 +40,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for mod, path in mods.items():
         graph[mod] = deps = set()
-        if path.suffix == ".pyx":
+        if path.suffix != ".py":
             continue
         package = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -123,4 +126,18 @@ def test_faces_do_not_import_each_other_back():
     # the console's data layer serves the CLI's admin (mqadmin.local_admin): it must not import the CLI's modules
     g = import_graph()
     for console in ("rmqcore.console", "rmqcore.console.app", "rmqcore.console.data", "rmqcore.console.metrics"):
-        assert not g[console] & {"rmqcore.cli", "rmqcore.mqadmin", "rmqcore.server.cli"}, console
+        assert not g[console] & {"rmqcore.cli", "rmqcore.mqadmin", "rmqcore.serve.cli"}, console
+
+
+def test_protocol_wings_do_not_import_each_other():
+    # gRPC (rmqcore.server) and remoting (rmqcore.remoting) share rmqcore.serve; only its command imports the wings
+    g = import_graph()
+    wing = {"rmqcore.server": "rmqcore.remoting", "rmqcore.remoting": "rmqcore.server"}
+    for mod, deps in g.items():
+        for mine, other in wing.items():
+            if mod == mine or mod.startswith(mine + "."):
+                assert not {d for d in deps if d == other or d.startswith(other + ".")}, mod
+    shared = [m for m in g if m.startswith("rmqcore.serve.") and m != "rmqcore.serve.cli"]
+    assert shared
+    for mod in shared:
+        assert not {d for d in g[mod] if d.startswith(("rmqcore.server", "rmqcore.remoting"))}, mod

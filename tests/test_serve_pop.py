@@ -9,7 +9,7 @@ import pytest
 
 from rmqcore import Message
 from rmqcore.broker import Broker, TopicConfig
-from rmqcore.server.filter import FilterError, compile_filter
+from rmqcore.serve.filter import FilterError, compile_filter
 from rmqcore.server.pop import JOURNAL, PopService, ReceiptHandle
 
 
@@ -262,7 +262,7 @@ def test_acl_yaml_signatures_and_permissions(tmp_path):
     import hmac
     from hashlib import sha1
 
-    from rmqcore.server.auth import PUB, SUB, Acl, AuthError
+    from rmqcore.serve.auth import PUB, SUB, Acl, AuthError
     path = tmp_path / "plain_acl.yml"
     path.write_text("accounts:\n"
                     "  - accessKey: rocketmq2\n"

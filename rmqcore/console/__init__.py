@@ -5,7 +5,7 @@
     ...
     await runner.close()
 
-``server`` has ``broker``, ``events`` (rmqcore.server.ServerEvents), ``host``, ``port``, ``inflight(group)`` and
+``server`` has ``broker``, ``events`` (rmqcore.serve.events.ServerEvents), ``host``, ``port``, ``inflight(group)`` and
 ``acl`` (None, or an object with ``secret_key(access_key)`` and ``is_admin(access_key)``). Needs the ``console``
 extra (aiohttp, jinja2, prometheus_client, plotly).
 """

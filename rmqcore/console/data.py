@@ -7,7 +7,7 @@ search of store times over each queue's units (by time), and at most ``limit`` m
 an answer costs the same on a store of ten messages and one of ten million.
 
 The server object is the contract with ``rmqcore serve``: ``broker`` (rmqcore.broker.Broker), ``events``
-(rmqcore.server.ServerEvents), ``inflight(group) -> {(topic, queue_id): n}``, ``host``/``port`` and ``acl``.
+(rmqcore.serve.events.ServerEvents), ``inflight(group) -> {(topic, queue_id): n}``, ``host``/``port`` and ``acl``.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ..broker.mix_all import RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_validator import is_system_topic
 from ..broker.transaction import CHECK_MAX_TIME_TOPIC
-from ..server.events import MESSAGE_SIZE_BUCKETS, RPC_LATENCY_BUCKETS
+from ..serve.events import MESSAGE_SIZE_BUCKETS, RPC_LATENCY_BUCKETS
 
 NODE_TYPE = "broker"
 # A consume-queue unit: commitlog offset, size, tags code (big-endian, 20 bytes).

@@ -15,7 +15,7 @@ import sys
 import threading
 
 from ..broker import Broker, BrokerConfig
-from ..server.events import ServerEvents
+from ..serve.events import ServerEvents
 from .access import add_console_access_args, console_ssl_context
 
 

@@ -35,8 +35,8 @@ from ..broker.mix_all import RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_config import TopicConfig
 from ..broker.topic_validator import PERM_READ, PERM_WRITE
 from ..errors import BrokerRoleError, MessageIllegalError, RmqStoreError
-from ..server.events import ServerEvents
-from ..server.filter import FilterError, compile_filter
+from ..serve.events import ServerEvents
+from ..serve.filter import FilterError, compile_filter
 from ..status import GetStatus, PutStatus
 from . import namesrv as _ns
 from ._remoting_codec import FrameDecoder, encode_header

@@ -1,7 +1,5 @@
-"""The network wing: RocketMQ 5's gRPC protocol (``rmqcore serve``) over a Broker, and what watches it.
+"""The gRPC wing: RocketMQ 5's gRPC protocol (``rmqcore serve --listen``) over a Broker.
 
-Imports the broker and the store; neither imports this package.
+Imports the broker, the store and what every protocol shares (``rmqcore.serve``: counters, accounts, the SQL92
+filter, connection limits); never the remoting wing, which never imports this package.
 """
-from .events import ServerEvents
-
-__all__ = ["ServerEvents"]

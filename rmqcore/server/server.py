@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from .events import ServerEvents
+from ..serve.events import ServerEvents
 from .pop import PopService
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class ServerConfig:
     # a client not heard from for this long is gone (the proxy's channel expiry), unless its Telemetry is open
     client_expiry_s: float = 120.0
     # with accounts: a signature's x-mq-date-time must be this near the server's clock (s), else UNAUTHORIZED
-    # (rmqcore: the proxy takes any date, so a captured signature replays forever; see server/auth.py)
+    # (rmqcore: the proxy takes any date, so a captured signature replays forever; see serve/auth.py)
     auth_clock_skew_s: int = 300
     # topics one client host may auto-create (QueryRoute, SendMessage): this many at once, then this many a second
     # (0 a second: no limit); past it TOO_MANY_REQUESTS (service.TopicCreationLimiter)
@@ -147,7 +147,7 @@ class MessagingServer:
         # nor waited for by a handler's thread
         self.broker.topic_config_manager.wait_created = False
         limit = self.config.max_request_bytes
-        from .connections import HANDSHAKE_TIMEOUT_MS, default_max_connections
+        from ..serve.connections import HANDSHAKE_TIMEOUT_MS, default_max_connections
         cfg = self.config
         self.max_connections = cfg.max_connections or default_max_connections()
         idle_ms = max(1, int(cfg.connection_idle_s * 1000))
@@ -179,7 +179,7 @@ class MessagingServer:
             raise OSError(f"cannot listen on {address}")
         self.port = bound
         await self._grpc.start()
-        from .connections import ConnectionGuard
+        from ..serve.connections import ConnectionGuard
         self._guard = ConnectionGuard(bound, cfg.max_connections_per_peer).start()
         log.info("connections: at most %d in all and %s per peer host, closed after %g s without an RPC",
                  self.max_connections, cfg.max_connections_per_peer or "no cap", cfg.connection_idle_s)

@@ -29,11 +29,11 @@ from ..errors import BrokerRoleError, MessageIllegalError
 from ..reference import java_hash_code
 from ..status import PutStatus
 from . import messaging_pb2 as pb
-from .auth import PUB, SUB, AuthError
+from ..serve.auth import PUB, SUB, AuthError
 from ._converter import CommonSend, fill_send_entries, to_store_messages
 from .converter import InvalidMessage, to_proto_message
 from .message_const import GZIP_MAGIC, JAVA_LONG_MAX, JAVA_LONG_MIN
-from .filter import FilterError, compile_filter
+from ..serve.filter import FilterError, compile_filter
 from .pop import ReceiptHandle
 
 log = logging.getLogger(__name__)

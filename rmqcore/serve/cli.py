@@ -83,7 +83,7 @@ def load_config(path: str):
     from ..broker.broker_conf import load_broker_conf, parse_properties
     from ..config_manager import file2string
     from ..errors import ConfigFileError
-    from .server import ServerConfig
+    from ..server.server import ServerConfig
     bc, sc, unknown = load_broker_conf(path)
     props = parse_properties(file2string(path) or "", path)
     srv = ServerConfig()
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_ERROR
     from ..broker import Broker, BrokerConfig
     from ..config import StoreConfig
-    from .server import ServerConfig
+    from ..server.server import ServerConfig
     host, port = _host_port(args.listen, "--listen") if args.listen is not None else (None, None)
     bc, sc, srv = BrokerConfig(), StoreConfig(), ServerConfig()
     conf_keys: set = set()
@@ -231,7 +231,7 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
     server = rserver = None
     events = None
     if host is not None:
-        from .server import MessagingServer
+        from ..server.server import MessagingServer
         server = MessagingServer(broker, host=host, port=port, config=config, acl=acl, tls_cert=tls_cert,
                                  tls_key=tls_key, advertised_host=advertise)
         events = server.events
