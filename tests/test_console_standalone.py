@@ -68,11 +68,13 @@ def test_console_port_in_use_is_one_line_and_leaves_no_store(tmp_path):
 
 @pytest.mark.parametrize("extra", ["jinja2", "aiohttp"])
 def test_console_without_its_extra_names_what_to_install(tmp_path, extra):
+    pytest.importorskip({"jinja2": "aiohttp", "aiohttp": "jinja2"}[extra])   # only the blocked one is missing
     r = run_module("rmqcore.console", str(tmp_path / "s"), "--http", "127.0.0.1:0", block=extra)
     one_line_error(r, CONSOLE, extra, "console extra", "pip install")
     assert not (tmp_path / "s").exists()                    # refused before the store was opened
 
 
 def test_spark_without_pyspark_names_what_to_install(tmp_path):
+    pytest.importorskip("pyarrow")                          # only pyspark is missing (pyarrow is asked first)
     r = run_module("rmqcore.spark", "stats", str(tmp_path), block="pyspark")
     one_line_error(r, "python -m rmqcore.spark", "pyspark", "spark extra", "pip install")

@@ -266,10 +266,11 @@ def test_slave_killed_mid_record_keeps_only_what_it_dispatched(tmp_path, small_c
         f"s = MessageStore.open({path!r}, cfg)\n"
         f"s.append_to_commit_log(0, open({str(tmp_path / 'piece')!r}, 'rb').read())\n"
         "import time; time.sleep(0.5)\n"          # the dispatcher takes the whole records
-
         "os._exit(9)\n")
-    assert subprocess.run([sys.executable, "-c", child], cwd=os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))).returncode == 9
+    import rmqcore                                        # the child imports the rmqcore under test, not the sources
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
+    assert subprocess.run([sys.executable, "-c", child], cwd=str(tmp_path),
+                          env=dict(os.environ, PYTHONPATH=pkg_parent)).returncode == 9
     cfg = small_config.replace(broker_role="SLAVE")
     with MessageStore.open(path, cfg) as s:
         assert not s.recovery["last_exit_ok"]

@@ -353,6 +353,8 @@ def test_halves_of_a_4x_producer_are_not_checked_by_5x_producers_and_are_reporte
     carries the topic as producer group, which the broker would refuse for them). Nobody can answer them under
     serve: after transaction_check_max checks they are in TRANS_CHECK_MAX_TIME_TOPIC, and /metrics, the console's
     overview and `rmqcore inspect` say so. A 5.x producer's own orphan half is still checked and committed."""
+    pytest.importorskip("aiohttp")                          # --http: the console extra
+    pytest.importorskip("jinja2")
     import json
     import signal
     import subprocess

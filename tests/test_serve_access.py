@@ -345,6 +345,8 @@ def _http(url: str, auth: tuple[str, str] | None):
 
 
 def test_console_message_reads_follow_topic_permissions_and_no_system_topic(tmp_path):
+    pytest.importorskip("aiohttp")                          # --http: the console extra
+    pytest.importorskip("jinja2")
     store = str(tmp_path / "store")
     prepare(store, {"secret_t": ("NORMAL", 1), "tx_t": ("TRANSACTION", 1), "auth_t": ("NORMAL", 1)})
     with ServerProcess(store, FAST_CONF, args=["--acl", _acl(tmp_path), "--http", "127.0.0.1:0"]) as srv:
@@ -394,6 +396,8 @@ def test_console_message_reads_follow_topic_permissions_and_no_system_topic(tmp_
 
 
 def test_console_without_accounts_reads_no_system_topic(tmp_path):
+    pytest.importorskip("aiohttp")                          # --http: the console extra
+    pytest.importorskip("jinja2")
     store = str(tmp_path / "store")
     prepare(store, {"tx_t": ("TRANSACTION", 1)})
     with ServerProcess(store, FAST_CONF, args=["--http", "127.0.0.1:0"]) as srv:
