@@ -11,11 +11,8 @@ from __future__ import annotations
 import json
 
 from ..broker.topic_validator import is_writeable
+from .codes import GET_ALL_TOPIC_LIST_FROM_NAMESERVER, GET_BROKER_CLUSTER_INFO, GET_ROUTEINFO_BY_TOPIC
 
-# RequestCode
-GET_ROUTEINFO_BY_TOPIC = 105
-GET_BROKER_CLUSTER_INFO = 106
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
 CODES = (GET_ROUTEINFO_BY_TOPIC, GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
 # FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL), appended to the name server's TOPIC_NOT_EXIST remark
 APPLY_TOPIC_URL = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
