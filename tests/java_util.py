@@ -44,3 +44,24 @@ def ensure_build() -> str:
         if r.returncode != 0 or not os.path.exists(cp_file):
             pytest.skip(f"the java-broker harness did not set up (Debian's jars missing?): {r.stderr[-500:]}")
     return build
+
+
+def java_client(workdir: str) -> list[str]:
+    """The ``java`` command prefix that runs the real 4.9.7 client, mqadmin (MQAdminStartup) and the programs of
+    tests/java (compiled into ``workdir``/classes) on the harness's classpath; skips as ``ensure_build`` does."""
+    build = ensure_build()
+    with open(os.path.join(build, "cp.txt")) as f:
+        cp = f.read().strip()
+    classes = os.path.join(workdir, "classes")
+    home = os.path.join(workdir, "home")
+    os.makedirs(classes, exist_ok=True)
+    os.makedirs(home, exist_ok=True)
+    java_dir = os.path.join(ROOT, "tests", "java")
+    sources = [os.path.join(java_dir, n) for n in sorted(os.listdir(java_dir)) if n.endswith(".java")]
+    r = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", classes, "-cp", cp, *sources],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    # mqadmin reads its logback_tools.xml from rocketmq.home.dir/conf (prebuilt.sh puts it there)
+    return ["java", f"-Drocketmq.home.dir={build}/src/distribution", "-Xmx256m", "-Dfile.encoding=UTF-8",
+            "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+            f"-Duser.home={home}", f"-Drocketmq.client.logRoot={home}/logs", "-cp", f"{classes}:{cp}"]

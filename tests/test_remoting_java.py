@@ -5,35 +5,18 @@ the java-broker harness's classpath (../shared/java-broker, set up by its prebui
 Where the harness and its build are: tests/java_util.py. Without a JDK, the harness or its jars, every test here
 skips and says which is missing.
 """
-import os
 import subprocess
 
 import pytest
 
-from java_util import ensure_build
+from java_util import java_client
 from remoting_util import RemotingProcess
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-JAVA_DIR = os.path.join(ROOT, "tests", "java")
 
 
 @pytest.fixture(scope="module")
 def java(tmp_path_factory):
     """(java command prefix) with the client classpath and the scenarios compiled."""
-    build = ensure_build()
-    cp_file = os.path.join(build, "cp.txt")
-    with open(cp_file) as f:
-        cp = f.read().strip()
-    classes = str(tmp_path_factory.mktemp("java-classes"))
-    r = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", classes, "-cp", cp,
-                        os.path.join(JAVA_DIR, "RemotingScenario.java")], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    home = str(tmp_path_factory.mktemp("java-home"))
-    # mqadmin reads its logback_tools.xml from rocketmq.home.dir/conf (prebuilt.sh puts it there)
-    return ["java", f"-Drocketmq.home.dir={build}/src/distribution", "-Xmx256m", "-Dfile.encoding=UTF-8", "--add-opens", "java.base/java.nio=ALL-UNNAMED",
-            "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED", f"-Duser.home={home}",
-            f"-Drocketmq.client.logRoot={home}/logs", "-cp", f"{classes}:{cp}"]
+    return java_client(str(tmp_path_factory.mktemp("java")))
 
 
 @pytest.fixture(scope="module")

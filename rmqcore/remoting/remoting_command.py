@@ -21,6 +21,8 @@ import json
 import struct
 from dataclasses import dataclass, field
 
+from .codes import SYSTEM_ERROR
+
 JSON = 0
 ROCKETMQ = 1
 # NettyDecoder's default frameMaxLength (-Dcom.rocketmq.remoting.frameMaxLength): 16 MiB
@@ -54,6 +56,38 @@ class RemotingCommand:
     def astuple(self) -> tuple:
         return (self.code, self.language, self.version, self.opaque, self.flag, self.remark, self.ext_fields,
                 self.serialize_type, self.body)
+
+
+class Refusal(Exception):
+    """An answer other than SUCCESS: its response code and remark."""
+
+    def __init__(self, code: int, remark: str):
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def need(ext: dict, name: str) -> str:
+    """A @CFNotNull field of a request's custom header (extFields): Refusal when it is missing."""
+    v = ext.get(name)
+    if v is None:
+        # RemotingCommand.decodeCommandCustomHeader's check of a @CFNotNull field
+        raise Refusal(SYSTEM_ERROR, f"org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom "
+                                    f"field <{name}> is null")
+    return v
+
+
+def header_int(ext: dict, name: str, default: int | None = None) -> int:
+    """An int field of a request's custom header; ``default`` when absent, else it is required."""
+    v = ext.get(name)
+    if v is None:
+        if default is not None:
+            return default
+        need(ext, name)
+    try:
+        return int(v)
+    except ValueError:
+        raise Refusal(SYSTEM_ERROR, f"header field {name}: {v!r} is not a number") from None
 
 
 def _java_string(key: str, value) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import socket
 import struct
 import time
@@ -31,14 +30,14 @@ from concurrent.futures import ThreadPoolExecutor
 from ..broker.errors import (IllegalNameError, MessageNotFoundError, NoPermissionError, OffsetIllegalError,
                              PutFailedError, QueueIdIllegalError, SubscriptionGroupNotExistError,
                              TopicNotExistError)
-from ..broker.mix_all import RETRY_GROUP_TOPIC_PREFIX
+from ..broker.mix_all import PROPERTY_WAIT_STORE_MSG_OK, RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_config import TopicConfig
 from ..broker.topic_validator import PERM_READ, PERM_WRITE
 from ..errors import BrokerRoleError, MessageIllegalError, RmqStoreError
 from ..serve.events import ServerEvents
 from ..serve.filter import FilterError, compile_filter
 from ..status import GetStatus, PutStatus
-from . import namesrv as _ns
+from . import admin, namesrv as _ns
 from ._remoting_codec import FrameDecoder, encode_header
 from .codes import (SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
                     UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO,
@@ -46,11 +45,14 @@ from .codes import (SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, QUERY_CONSUMER_OF
                     GET_EARLIEST_MSG_STORETIME, VIEW_MESSAGE_BY_ID, HEART_BEAT, UNREGISTER_CLIENT,
                     CONSUMER_SEND_MSG_BACK, END_TRANSACTION, GET_CONSUMER_LIST_BY_GROUP, NOTIFY_CONSUMER_IDS_CHANGED,
                     LOCK_BATCH_MQ, UNLOCK_BATCH_MQ, CHECK_CLIENT_CONFIG, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE,
-                    LITE_PULL_MESSAGE, SUCCESS, SYSTEM_ERROR, REQUEST_CODE_NOT_SUPPORTED,
+                    LITE_PULL_MESSAGE, GET_BROKER_CONFIG, GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST,
+                    QUERY_TOPIC_CONSUME_BY_WHO, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP,
+                    SUCCESS, SYSTEM_ERROR, REQUEST_CODE_NOT_SUPPORTED,
                     FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, MESSAGE_ILLEGAL,
                     SERVICE_NOT_AVAILABLE, NO_PERMISSION, TOPIC_NOT_EXIST, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY,
                     PULL_OFFSET_MOVED, QUERY_NOT_FOUND, SUBSCRIPTION_PARSE_FAILED, SUBSCRIPTION_GROUP_NOT_EXIST)
-from .remoting_command import MAX_FRAME, ONEWAY_FLAG, RESPONSE_FLAG, FrameError
+from .remoting_command import MAX_FRAME, ONEWAY_FLAG, RESPONSE_FLAG, FrameError, Refusal
+from .remoting_command import header_int as _int, need as _need
 
 log = logging.getLogger(__name__)
 
@@ -77,36 +79,6 @@ POLL_INTERVAL_S = 0.1
 # the longest suspend a pull may ask (the clients' own timeouts are 30 s)
 MAX_SUSPEND_MS = 30_000
 PEER_WRITE_HIGH = 4 * 1024 * 1024        # a reader this far behind stops this connection's reads (flow control)
-
-
-class Refusal(Exception):
-    """An answer other than SUCCESS: its response code and remark."""
-
-    def __init__(self, code: int, remark: str):
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
-def _need(ext: dict, name: str) -> str:
-    v = ext.get(name)
-    if v is None:
-        # RemotingCommand.decodeCommandCustomHeader's check of a @CFNotNull field
-        raise Refusal(SYSTEM_ERROR, f"org.apache.rocketmq.remoting.exception.RemotingCommandException: the custom "
-                                    f"field <{name}> is null")
-    return v
-
-
-def _int(ext: dict, name: str, default: int | None = None) -> int:
-    v = ext.get(name)
-    if v is None:
-        if default is not None:
-            return default
-        _need(ext, name)
-    try:
-        return int(v)
-    except ValueError:
-        raise Refusal(SYSTEM_ERROR, f"header field {name}: {v!r} is not a number") from None
 
 
 def string_to_properties(text: str | None) -> dict[str, str]:
@@ -144,7 +116,8 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
 
 class _Client:
     """One client connection's registrations (ClientChannelInfo + its groups)."""
-    __slots__ = ("client_id", "language", "version", "producer_groups", "consumer_groups", "conn", "last_seen")
+    __slots__ = ("client_id", "language", "version", "producer_groups", "consumer_groups", "conn", "last_seen",
+                 "consumer_data")
 
     def __init__(self, conn):
         self.conn = conn
@@ -154,6 +127,9 @@ class _Client:
         self.producer_groups: set[str] = set()
         self.consumer_groups: set[str] = set()
         self.last_seen = time.time()
+        # group -> the heartbeat's ConsumerData as sent (consumeType, messageModel, consumeFromWhere,
+        # subscriptionDataSet): what the admin answers (consumer connections) report
+        self.consumer_data: dict[str, dict] = {}
 
 
 class RemotingServer:
@@ -420,6 +396,10 @@ class RemotingConnection(asyncio.Protocol):
         _need(ext, "producerGroup")
         reconsume = _int(ext, "reconsumeTimes", 0)
         props = string_to_properties(ext.get("properties"))
+        if props.get(PROPERTY_WAIT_STORE_MSG_OK) == "true":
+            # SendMessageProcessor.sendMessage stores no "WAIT=true" (9 bytes a message); the store waits for a
+            # message without it as for one with it. WAIT=false stays: the store reads it (no flush wait).
+            del props[PROPERTY_WAIT_STORE_MSG_OK]
         # SendMessageProcessor: code 320, or a header whose batch is Boolean.parseBoolean-true ("true" only:
         # rocketmq-client-cpp 1.x writes "1", which the Java broker, and so this one, reads as false)
         batch = cmd.code == SEND_BATCH_MESSAGE or ext.get("batch", "").lower() == "true"
@@ -546,6 +526,7 @@ class RemotingConnection(asyncio.Protocol):
             changed = members.get(self) is None or members[self] != subs
             members[self] = subs
             c.consumer_groups.add(group)
+            c.consumer_data[group] = cd
             srv.events.on_client(c.client_id, kind="PUSH_CONSUMER", group=group, address=self.peer,
                                  version=str(cmd.version), language=cmd.language)
             if changed:
@@ -561,6 +542,7 @@ class RemotingConnection(asyncio.Protocol):
             members = srv.consumers.get(group)
             if members is not None and members.pop(self, None) is not None:
                 self.client.consumer_groups.discard(group)
+                self.client.consumer_data.pop(group, None)
                 if members:
                     srv.notify_group_changed(group)
                 else:
@@ -622,6 +604,9 @@ class RemotingConnection(asyncio.Protocol):
 
     def _max_offset(self, cmd) -> None:
         topic, queue_id = self._queue_args(cmd)
+        # the consume queue's end counts every answered send, a oneway one of another client's too (its loop pass
+        # may still be pending): a lite pull consumer seeks to it
+        self._dispatch_written()
         self.reply(cmd, SUCCESS, {"offset": str(self.broker.store.max_offset(topic, queue_id))})
 
     def _min_offset(self, cmd) -> None:
@@ -769,7 +754,8 @@ class RemotingConnection(asyncio.Protocol):
                "maxOffset": str(r.max_offset)}
         if code == SUCCESS:
             records = [m.record() for m in msgs]
-            self.reply(cmd, SUCCESS, ext, body=records)
+            # PullMessageProcessor: the remark is the store's GetMessageStatus name on every status, FOUND too
+            self.reply(cmd, SUCCESS, ext, remark=s.name, body=records)
             self.server.events.on_messages_out(topic, group, len(records), sum(len(b) for b in records))
         else:
             self.reply(cmd, code, ext, remark=s.name)
@@ -855,97 +841,14 @@ class RemotingConnection(asyncio.Protocol):
             self.server.wake(self.broker.store.look_message(result.commitlog_offset).topic)
         self.reply(cmd, SUCCESS)
 
-    def _view_by_id(self, cmd) -> None:
-        offset = _int(cmd.ext_fields, "offset")
-        m = self.broker.store.look_message(offset) if offset >= 0 else None
-        if m is None:
-            self.reply(cmd, SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}")
-            return
-        self.reply(cmd, SUCCESS, body=[m.record()])
-
-    def _query_message(self, cmd) -> None:
-        ext = cmd.ext_fields
-        topic, key = _need(ext, "topic"), _need(ext, "key")
-        max_num = _int(ext, "maxNum")
-        begin, end = _int(ext, "beginTimestamp"), _int(ext, "endTimestamp")
-        if ext.get("_UNIQUE_KEY_QUERY") == "true":
-            max_num = 32     # QueryMessageProcessor: a unique-key query asks defaultQueryMaxNum
-        # The index is built by dispatch: what a client sent just before (its own send, answered) must be found.
-        self._dispatch_written()
-        found = self.broker.store.query_message(topic, key, max(1, min(max_num, 64)), begin, end)
-        ext_out = {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
-        if not found:
-            self.reply(cmd, QUERY_NOT_FOUND, ext_out, remark="can not find message, maybe time range not correct")
-            return
-        self.reply(cmd, SUCCESS, ext_out, body=[m.record() for m in found])
-
     def _check_client_config(self, cmd) -> None:
         self.reply(cmd, SUCCESS)
-
-    def _runtime_info(self, cmd) -> None:
-        info = self.broker.runtime_info()
-        store = self.broker.store
-        table = {"brokerVersionDesc": "V4_9_7", "brokerVersion": "407", "commitLogMaxOffset":
-                 str(store.commit_log.max_offset), "commitLogMinOffset": str(store.commit_log.min_offset),
-                 "bootTimestamp": str(int(self.server.events.started * 1000)),
-                 "runtime": f"pid {os.getpid()}"}
-        for k, v in info.items():
-            if isinstance(v, (int, float, str, bool)):
-                table.setdefault(k, str(v))
-        self.reply(cmd, SUCCESS, body=json.dumps({"table": table}, separators=(",", ":")).encode())
 
     def _all_topic_config(self, cmd) -> None:
         body = {"dataVersion": {"counter": 0, "timestamp": int(time.time() * 1000)},
                 "topicConfigTable": {name: tc.to_json() for name, tc in self.broker.topics().items()}}
         self.reply(cmd, SUCCESS, body=json.dumps(body, separators=(",", ":")).encode())
 
-    # mqadmin's stats. TopicStatsTable and ConsumeStats are HashMaps keyed by MessageQueue, which fastjson writes
-    # (and reads) with object keys: {{"brokerName":..,"queueId":0,"topic":..}:{...}}, not standard JSON.
-
-    def _mq_key(self, topic: str, queue_id: int) -> str:
-        return "{" + f'"brokerName":{json.dumps(self.broker.config.broker_name)},"queueId":{queue_id},' \
-                     f'"topic":{json.dumps(topic)}' + "}"
-
-    def _last_time(self, topic: str, queue_id: int, max_offset: int) -> int:
-        if max_offset <= 0:
-            return 0
-        r = self.broker.store.get_messages("", topic, queue_id, max_offset - 1, 1)
-        return r.messages[0].store_timestamp if r.messages else 0
-
-    def _topic_stats(self, cmd) -> None:
-        """AdminBrokerProcessor.getTopicStatsInfo (mqadmin topicStatus)."""
-        topic = _need(cmd.ext_fields, "topic")
-        tc = self.broker.topic_config_manager.select_topic_config(topic)
-        if tc is None:
-            raise Refusal(TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        store = self.broker.store
-        items = []
-        for q in range(tc.write_queue_nums):
-            hi, lo = store.max_offset(topic, q), max(0, store.min_offset(topic, q))
-            items.append(f'{self._mq_key(topic, q)}:{{"lastUpdateTimestamp":{self._last_time(topic, q, hi)},'
-                         f'"maxOffset":{hi},"minOffset":{lo}}}')
-        self.reply(cmd, SUCCESS, body=("{\"offsetTable\":{" + ",".join(items) + "}}").encode())
-
-    def _consume_stats(self, cmd) -> None:
-        """AdminBrokerProcessor.getConsumeStats (mqadmin consumerProgress): per queue of each topic the group has
-        offsets in, the queue's max offset and the group's committed one."""
-        group = _need(cmd.ext_fields, "consumerGroup")
-        only = cmd.ext_fields.get("topic")
-        com = self.broker.consumer_offset_manager
-        topics = [only] if only else sorted(com.which_topic_by_consumer(group))
-        store = self.broker.store
-        items = []
-        for topic in topics:
-            tc = self.broker.topic_config_manager.select_topic_config(topic)
-            if tc is None:
-                continue
-            for q in range(tc.read_queue_nums):
-                hi = store.max_offset(topic, q)
-                mine = max(0, self.broker.query_offset(group, topic, q))
-                last = self._last_time(topic, q, mine) if mine > 0 else 0
-                items.append(f'{self._mq_key(topic, q)}:{{"brokerOffset":{hi},"consumerOffset":{mine},'
-                             f'"lastTimestamp":{last}}}')
-        self.reply(cmd, SUCCESS, body=('{"consumeTps":0.0,"offsetTable":{' + ",".join(items) + "}}").encode())
 
 
 NAMESRV_HANDLERS = {
@@ -974,11 +877,18 @@ HANDLERS.update({
     LOCK_BATCH_MQ: RemotingConnection._lock,
     UNLOCK_BATCH_MQ: RemotingConnection._unlock,
     END_TRANSACTION: RemotingConnection._end_transaction,
-    VIEW_MESSAGE_BY_ID: RemotingConnection._view_by_id,
-    QUERY_MESSAGE: RemotingConnection._query_message,
     CHECK_CLIENT_CONFIG: RemotingConnection._check_client_config,
-    GET_BROKER_RUNTIME_INFO: RemotingConnection._runtime_info,
     GET_ALL_TOPIC_CONFIG: RemotingConnection._all_topic_config,
-    GET_TOPIC_STATS_INFO: RemotingConnection._topic_stats,
-    GET_CONSUME_STATS: RemotingConnection._consume_stats,
+    # query and admin (admin.py)
+    VIEW_MESSAGE_BY_ID: admin.view_message_by_id,
+    QUERY_MESSAGE: admin.query_message,
+    GET_BROKER_RUNTIME_INFO: admin.broker_runtime_info,
+    GET_BROKER_CONFIG: admin.broker_config,
+    GET_TOPIC_STATS_INFO: admin.topic_stats,
+    GET_CONSUME_STATS: admin.consume_stats,
+    GET_CONSUMER_CONNECTION_LIST: admin.consumer_connection_list,
+    GET_PRODUCER_CONNECTION_LIST: admin.producer_connection_list,
+    QUERY_TOPIC_CONSUME_BY_WHO: admin.topic_consume_by_who,
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_subscription_group,
+    DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
 })
