@@ -10,7 +10,8 @@ no Java: it replays every recorded request, in the recorded order and on as many
 ``rmqcore serve --remoting --namesrv`` (a child process named as the Java broker was: cluster BenchCluster,
 broker-a), and compares each answer with the Java one:
 
-* the response code, and the remark where the Java broker set one;
+* the response code, the header's fields (names, JSON types; flag, language and version equal), and the remark
+  where the Java broker set one;
 * the response header's extFields: the same names, each a string, and equal values except ``msgId`` (an offset
   message id: the broker's address and the commitlog offset, which differs by the bytes of each store's records)
   and ``indexLastUpdateTimestamp``/``indexLastUpdatePhyoffset`` (the index file's clock and a commitlog offset);
@@ -178,6 +179,15 @@ def compare(code: int, java: dict, ours: dict, where: str) -> list[str]:
     if jh["code"] != oh["code"]:
         return [f"{where}: code Java {jh['code']} ({jh.get('remark')!r}), rmqcore {oh['code']} "
                 f"({oh.get('remark')!r})"]
+    # the header's own fields: the same names (extFields and remark aside: compared below) and JSON types
+    top_j, top_o = set(jh) - {"extFields", "remark"}, set(oh) - {"extFields", "remark"}
+    if top_j != top_o:
+        diffs.append(f"{where}: header fields Java {sorted(top_j)}, rmqcore {sorted(top_o)}")
+    diffs += [f"{where}: header {k} Java a {type(jh[k]).__name__}, rmqcore a {type(oh[k]).__name__}"
+              for k in top_j & top_o if type(jh[k]) is not type(oh[k])]
+    if (jh["flag"], jh["language"], jh["version"]) != (oh["flag"], oh["language"], oh["version"]):
+        diffs.append(f"{where}: flag/language/version Java {(jh['flag'], jh['language'], jh['version'])}, "
+                     f"rmqcore {(oh['flag'], oh['language'], oh['version'])}")
     if jh.get("remark") is not None and jh["remark"] != oh.get("remark"):
         diffs.append(f"{where}: remark Java {jh['remark']!r}, rmqcore {oh.get('remark')!r}")
     je, oe = jh.get("extFields") or {}, oh.get("extFields") or {}
