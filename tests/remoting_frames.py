@@ -4,13 +4,15 @@ tests/test_remoting_frames.py.
 
 Regenerate them (needs a JDK and the java-broker harness, as tests/test_remoting_java.py does)::
 
-    python tests/remoting_frames.py            # writes tests/data/remoting_frames/NN_<scenario>.json
+    python tests/remoting_frames.py [NAME...]   # writes tests/data/remoting_frames/NN_<scenario>.json (all, or NAMEs)
 
 How: the Java name server and broker (../shared/java-broker's run.sh, a fresh store, cluster BenchCluster, broker-a)
 listen on 127.0.0.2; the broker advertises ``brokerIP1=127.0.0.1`` and registers with 127.0.0.1, where a capture
 proxy (``CaptureProxy`` below) listens on the same two ports and forwards every byte to 127.0.0.2, recording each
 frame. So every client request, routed by the name server to the advertised address, passes the proxy. The clients:
-tests/java/RemotingScenario.java (produce, lite pull, push) and mqadmin (MQAdminStartup); the broker's own
+tests/java/RemotingScenario.java (produce, lite pull, push), mqadmin (MQAdminStartup) and, where no Java client
+would, raw requests of this script's own (an unknown code; a heartbeat held open while mqadmin lists connections,
+its language PYTHON); the broker's own
 REGISTER_BROKER to the name server is left out of the files (another helper's subject).
 
 A file is a list of exchanges in the order the requests reached the proxy:
@@ -162,6 +164,19 @@ class CaptureProxy:
         self.thread.join(5)
 
 
+def call(sock, code: int, ext: dict, body: bytes, opaque: int, language: str = "PYTHON") -> dict:
+    """One request of ours on a raw connection (JSON header, as the clients write it), and its answer."""
+    header = json.dumps({"code": code, "extFields": ext, "flag": 0, "language": language, "opaque": opaque,
+                         "serializeTypeCurrentRPC": "JSON", "version": 407}, separators=(",", ":")).encode()
+    sock.sendall(struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body)
+    buf = b""
+    while True:
+        frames, _ = split_frames(buf)
+        if frames:
+            return frames[0]
+        buf += sock.recv(65536)
+
+
 def free_port_pair() -> tuple[int, int]:
     """Two ports free on both 127.0.0.1 and 127.0.0.2 (the broker also takes port-2 and port+1)."""
     while True:
@@ -172,7 +187,20 @@ def free_port_pair() -> tuple[int, int]:
             return p, p + 10
 
 
+CHAIN = ("01_produce", "02_litepull", "03_push", "04_topic_admin", "05_broker_admin", "06_consumer_admin",
+         "07_subgroup", "08_query")
+ALL = CHAIN + ("09_unknown_code", "10_connections")
+
+
 def main(argv):
+    """Record the files named in ``argv`` (all when none): ``09_unknown_code`` and ``10_connections`` stand alone;
+    naming any of CHAIN records the whole chain."""
+    wanted = set(argv) or set(ALL)
+    unknown = wanted - set(ALL)
+    if unknown:
+        raise SystemExit(f"no such recording: {sorted(unknown)}; known: {', '.join(ALL)}")
+    if wanted & set(CHAIN):
+        wanted |= set(CHAIN)
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     sys.path.insert(0, ROOT)
     from java_util import harness, ensure_build, java_client
@@ -205,43 +233,58 @@ def main(argv):
             return r.stdout
 
         topic = "frames"
-        lines = scenario("produce", topic, "3")
-        files["01_produce"] = proxy.take()
-        msg_id = next(ln.split()[1] for ln in lines if ln.startswith("MSGID "))
-        scenario("litepull", topic, "7")
-        files["02_litepull"] = proxy.take()
-        scenario("push", topic, "7")
-        files["03_push"] = proxy.take()
-        group = next(json.loads(body_bytes(e["request"]["body"]))["consumerDataSet"][0]["groupName"]
-                     for e in files["03_push"] if e["request"]["header"]["code"] == 34
-                     and json.loads(body_bytes(e["request"]["body"])).get("consumerDataSet"))
-        admin("topicRoute", "-n", ns, "-t", topic)
-        admin("topicList", "-n", ns)
-        admin("topicStatus", "-n", ns, "-t", topic)
-        files["04_topic_admin"] = proxy.take()
-        admin("clusterList", "-n", ns)
-        admin("brokerStatus", "-n", ns, "-b", addr)
-        files["05_broker_admin"] = proxy.take()
-        admin("consumerProgress", "-n", ns, "-g", group)
-        admin("consumerProgress", "-n", ns)
-        admin("consumerConnection", "-n", ns, "-g", group)
-        admin("producerConnection", "-n", ns, "-g", "no-such-producer", "-t", topic)
-        files["06_consumer_admin"] = proxy.take()
-        admin("updateSubGroup", "-n", ns, "-b", addr, "-g", "frames-group", "-r", "3", "-q", "2")
-        admin("deleteSubGroup", "-n", ns, "-b", addr, "-g", "frames-group")
-        files["07_subgroup"] = proxy.take()
-        admin("queryMsgByKey", "-n", ns, "-t", topic, "-k", "k2")
-        admin("queryMsgById", "-n", ns, "-i", msg_id)
-        files["08_query"] = proxy.take()
+        if wanted & set(CHAIN):                  # one store's story: each step reads what the ones before left
+            lines = scenario("produce", topic, "3")
+            files["01_produce"] = proxy.take()
+            msg_id = next(ln.split()[1] for ln in lines if ln.startswith("MSGID "))
+            scenario("litepull", topic, "7")
+            files["02_litepull"] = proxy.take()
+            scenario("push", topic, "7")
+            files["03_push"] = proxy.take()
+            group = next(json.loads(body_bytes(e["request"]["body"]))["consumerDataSet"][0]["groupName"]
+                         for e in files["03_push"] if e["request"]["header"]["code"] == 34
+                         and json.loads(body_bytes(e["request"]["body"])).get("consumerDataSet"))
+            admin("topicRoute", "-n", ns, "-t", topic)
+            admin("topicList", "-n", ns)
+            admin("topicStatus", "-n", ns, "-t", topic)
+            files["04_topic_admin"] = proxy.take()
+            admin("clusterList", "-n", ns)
+            admin("brokerStatus", "-n", ns, "-b", addr)
+            files["05_broker_admin"] = proxy.take()
+            admin("consumerProgress", "-n", ns, "-g", group)
+            admin("consumerProgress", "-n", ns)
+            admin("consumerConnection", "-n", ns, "-g", group)
+            admin("producerConnection", "-n", ns, "-g", "no-such-producer", "-t", topic)
+            files["06_consumer_admin"] = proxy.take()
+            admin("updateSubGroup", "-n", ns, "-b", addr, "-g", "frames-group", "-r", "3", "-q", "2")
+            admin("deleteSubGroup", "-n", ns, "-b", addr, "-g", "frames-group")
+            files["07_subgroup"] = proxy.take()
+            admin("queryMsgByKey", "-n", ns, "-t", topic, "-k", "k2")
+            admin("queryMsgById", "-n", ns, "-i", msg_id)
+            files["08_query"] = proxy.take()
         # a code no processor has (RemotingScenario and mqadmin never send one): the broker's exact refusal
-        with socket.create_connection(("127.0.0.1", broker_port)) as s:
-            header = json.dumps({"code": 9999, "extFields": {}, "flag": 0, "language": "JAVA", "opaque": 1,
-                                 "serializeTypeCurrentRPC": "JSON", "version": 407}).encode()
-            s.sendall(struct.pack(">ii", 4 + len(header), len(header)) + header)
-            buf = b""
-            while not split_frames(buf)[0]:
-                buf += s.recv(65536)
-        files["09_unknown_code"] = proxy.take()
+        if "09_unknown_code" in wanted:
+            with socket.create_connection(("127.0.0.1", broker_port)) as s:
+                call(s, 9999, {}, b"", 1)
+            files["09_unknown_code"] = proxy.take()
+        # a live consumer and producer (one raw heartbeat, the connection held open) as mqadmin lists them; of
+        # TBW102, which every broker has, so that this one needs none of the steps before
+        if "10_connections" in wanted:
+            with socket.create_connection(("127.0.0.1", broker_port)) as s:
+                hb = {"clientID": "192.0.2.7@frames#1", "producerDataSet": [{"groupName": "frames-pg"}],
+                      "consumerDataSet": [{
+                          "groupName": "frames-live", "consumeType": "CONSUME_PASSIVELY",
+                          "messageModel": "BROADCASTING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                          "unitMode": False,
+                          "subscriptionDataSet": [{"classFilterMode": False, "codeSet": [], "expressionType": "TAG",
+                                                   "subString": "TagA", "subVersion": 1, "tagsSet": ["TagA"],
+                                                   "topic": "TBW102"}]}]}
+                call(s, 34, {}, json.dumps(hb, separators=(",", ":")).encode(), 1)
+                admin("consumerConnection", "-n", ns, "-g", "frames-live")
+                admin("producerConnection", "-n", ns, "-g", "frames-pg", "-t", "TBW102")
+                call(s, 35, {"clientID": hb["clientID"], "consumerGroup": "frames-live",
+                             "producerGroup": "frames-pg"}, b"", 2)
+            files["10_connections"] = proxy.take()
     finally:
         subprocess.run(["bash", run_sh, "stop"], env=env, timeout=120)
         proxy.close()

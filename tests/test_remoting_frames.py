@@ -291,7 +291,7 @@ def replayed(tmp_path_factory):
             with open(path) as f:
                 exchanges = json.load(f)
             for i, ex in enumerate(exchanges):
-                key = (ex["target"], ex["conn"])
+                key = (name, ex["target"], ex["conn"])       # connection numbers restart in each recording
                 c = conns.get(key)
                 if c is None:
                     c = conns[key] = Conn(srv.namesrv if ex["target"] == "namesrv" else srv.address)
