@@ -102,3 +102,17 @@ def test_connections_and_who_consumes_a_topic(server):
             break
     assert (a.code, a.remark) == (206, "the consumer group[cg-r] not online")
     other.close()
+
+
+def test_a_slave_refuses_subscription_group_changes_as_the_java_broker(tmp_path):
+    store = str(tmp_path / "slave")
+    with RemotingProcess(store, {"brokerRole": "SLAVE", "brokerId": "1", "haMasterAddress": "127.0.0.1:1"}) as s:
+        c = Client(s.address)
+        for code, ext, body in ((200, {}, json.dumps({"groupName": "g-slave"}).encode()),
+                                (207, {"groupName": "g-slave"}, b"")):
+            a = c.call(code, ext, body)
+            assert (a.code, a.remark) == (1, "Can't modify topic or subscription group from slave broker, please "
+                                             "execute it from master broker.")
+        c.close()
+        path = os.path.join(store, "config", "subscriptionGroup.json")
+        assert not os.path.exists(path) or "g-slave" not in open(path).read()

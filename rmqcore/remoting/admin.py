@@ -270,9 +270,17 @@ def topic_consume_by_who(conn, cmd) -> None:
 
 # -- subscription groups (200, 207): mqadmin updateSubGroup / deleteSubGroup -------------------------------------
 
+def validate_slave(conn) -> None:
+    """AdminBrokerProcessor.validateSlave: a slave's groups come from its master (and so do its topics)."""
+    if conn.broker.store_config.broker_role == "SLAVE":
+        raise Refusal(SYSTEM_ERROR, "Can't modify topic or subscription group from slave broker, please execute it "
+                                    "from master broker.")
+
+
 def update_subscription_group(conn, cmd) -> None:
     """AdminBrokerProcessor.updateAndCreateSubscriptionGroup: the body is a SubscriptionGroupConfig; the group is
     created or replaced in subscriptionGroup.json (persisted at once)."""
+    validate_slave(conn)
     try:
         raw = json.loads(cmd.body or b"null")
     except ValueError as e:
@@ -291,6 +299,7 @@ def update_subscription_group(conn, cmd) -> None:
 def delete_subscription_group(conn, cmd) -> None:
     """AdminBrokerProcessor.deleteSubscriptionGroup: the group's config goes; its offsets too when ``removeOffset``
     is true (mqadmin deleteSubGroup -r)."""
+    validate_slave(conn)
     ext = cmd.ext_fields
     group = need(ext, "groupName")
     conn.broker.subscription_group_manager.delete_subscription_group_config(group)
