@@ -29,6 +29,12 @@ def build_dir() -> str:
     return os.environ.get("RMQCORE_JBROKER_BUILD", os.path.expanduser("~/.cache/rmqcore/jbroker"))
 
 
+def _classpath_present(cp_file: str) -> bool:
+    """Every jar cp.txt names is there (a build made where the harness lay elsewhere names jars that are not)."""
+    with open(cp_file) as f:
+        return all(os.path.exists(p) for p in f.read().strip().split(":") if p)
+
+
 def ensure_build() -> str:
     """The harness's build directory (cp.txt, classes/, src/distribution), made if missing; skips without it."""
     if not shutil.which("java") or not shutil.which("javac"):
@@ -38,7 +44,7 @@ def ensure_build() -> str:
         pytest.skip("the java-broker harness is not here (set RMQCORE_JAVA_BROKER to ../shared/java-broker)")
     build = build_dir()
     cp_file = os.path.join(build, "cp.txt")
-    if not os.path.exists(cp_file):
+    if not os.path.exists(cp_file) or not _classpath_present(cp_file):
         r = subprocess.run(["bash", os.path.join(h, "prebuilt.sh")], env={**os.environ, "BUILD": build,
                            "NO_APT": "1"}, capture_output=True, text=True, timeout=600)
         if r.returncode != 0 or not os.path.exists(cp_file):
