@@ -15,6 +15,11 @@ would, raw requests of this script's own (an unknown code; a heartbeat held open
 its language PYTHON); the broker's own
 REGISTER_BROKER to the name server is left out of the files (another helper's subject).
 
+The Java broker runs requests in executors (sends, pulls, heartbeats each in their own), so a recording can catch its
+own races: an async send overtaking the sync one behind it (the queue offsets swap), a pull run before the heartbeat
+that preceded it (SUBSCRIPTION_NOT_LATEST), a route asked before the retry topic's heartbeat made it. The replay is
+strictly in order and reports those as differences: record again (the committed recordings have none).
+
 A file is a list of exchanges in the order the requests reached the proxy:
 ``{"target": "namesrv"|"broker", "conn": n, "request": FRAME, "response": FRAME|null}`` (null for a oneway
 request; ``"compare": false`` on the exchanges of a send the loaded Java broker refused, replayed for the state they
