@@ -18,10 +18,9 @@ from ..broker.broker_conf import KEYS as BROKER_CONF_KEYS
 from ..broker.subscription_group_config import SubscriptionGroupConfig
 from ..fastjson import FieldError
 from .codes import CONSUMER_NOT_ONLINE, QUERY_NOT_FOUND, SUCCESS, SYSTEM_ERROR, TOPIC_NOT_EXIST
-from .remoting_command import Refusal, header_int, need
+from .remoting_command import BROKER_VERSION, Refusal, header_int, need
 
-BROKER_VERSION_DESC = "V4_9_7"          # MQVersion.getVersionDesc(CURRENT_VERSION) of the broker this one answers as
-BROKER_VERSION = 407
+BROKER_VERSION_DESC = "V4_9_7"          # MQVersion.getVersionDesc(BROKER_VERSION): the broker this one answers as
 # BrokerConfig's queue capacities of the Java broker's executors, reported as its runtime info reports them; this
 # broker runs requests on the event loop, so nothing waits in a queue (the sizes and head waits are 0)
 THREAD_POOL_CAPACITIES = {"sendThreadPoolQueueCapacity": 10000, "pullThreadPoolQueueCapacity": 100000,
@@ -38,11 +37,7 @@ def human_bytes(n: int) -> str:
     """MixAll.humanReadableByteCount(bytes, si=false): "512 B", "1.5 KiB", "72.6 GiB"."""
     if n < 1024:
         return f"{n} B"
-    exp = 0
-    v = float(n)
-    while v >= 1024 and exp < 6:
-        v /= 1024
-        exp += 1
+    exp = min(6, (n.bit_length() - 1) // 10)             # (int) (log(bytes) / log(1024))
     return f"{n / 1024 ** exp:.1f} {'KMGTPE'[exp - 1]}iB"
 
 
@@ -65,10 +60,10 @@ def runtime_table(conn) -> dict[str, str]:
     store = broker.store
     cl = store.commit_log
     uptime = max(time.time() - events.started, 1e-3)
-    with events._lock:
-        put_times = sum(events.messages_in.values())
-        put_bytes = sum(events.bytes_in.values())
-        got = sum(events.messages_out.values())
+    counts = events.snapshot()
+    put_times = sum(counts["messages_in"].values())
+    put_bytes = sum(counts["bytes_in"].values())             # body bytes (the Java figure counts whole records)
+    got = sum(counts["messages_out"].values())
     disk = os.statvfs(store.path)
     total, free, usable = disk.f_blocks * disk.f_frsize, disk.f_bfree * disk.f_frsize, disk.f_bavail * disk.f_frsize
     ratio = f"{(total - free) / total:.2f}" if total else "0.0"
