@@ -77,6 +77,46 @@ def test_topic_creation_is_limited_per_client(tmp_path):
     assert {"new_0", "new_1", "new_2"} <= topics and not {"new_3", "new_4"} & topics
 
 
+
+def test_refusals_past_a_hosts_budget_are_answered_late(tmp_path):
+    """A client host refused more than refusalBurst times (and refusalPerSecond after) gets its next refusals
+    refusalDelayMs late, so that a client asking again as soon as it is refused cannot make the loop serve
+    refusals at full speed (before, each was answered at once: the topic-creation storm under the default limit
+    sent ~10x the requests of the storm without one). Here the delay is a minute: the third refusal is still held
+    when its 3 s deadline passes, while a send of the official client from the same host is served meanwhile."""
+    store = str(tmp_path / "store")
+    prepare(store, topics={"ok_t": ("NORMAL", 4)})
+    conf = dict(FAST_CONF, refusalBurst="2", refusalPerSecond="0.0001", refusalDelayMs="60000")
+    with ServerProcess(store, conf) as srv:
+        # a system topic: ILLEGAL_TOPIC, a refusal that creates nothing
+        codes = [_route(srv.endpoint, "TBW102").status.code for _ in range(2)]
+        assert codes == [d.ILLEGAL_TOPIC] * 2
+        with grpc.insecure_channel(srv.endpoint) as ch:
+            call = ch.unary_unary(SERVICE + "QueryRoute", request_serializer=s.QueryRouteRequest.SerializeToString,
+                                  response_deserializer=s.QueryRouteResponse.FromString)
+            held = call.future(s.QueryRouteRequest(topic=d.Resource(name="TBW102")), metadata=MD, timeout=3)
+            p = Producer(config(srv.endpoint), ("ok_t",))
+            p.startup()
+            try:
+                assert p.send(message("ok_t", b"served while a refusal is held")).message_id
+            finally:
+                p.shutdown()
+            with pytest.raises(grpc.RpcError) as e:
+                held.result()
+            assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert _route(srv.endpoint, "ok_t").status.code == d.OK          # what is not refused is never held
+        assert srv.terminate() == 0
+
+
+def test_refusals_are_answered_at_once_with_the_throttle_off(tmp_path):
+    """refusalPerSecond=0 turns the throttle off: every refusal is answered at once (the first that the test
+    above holds comes back within its deadline)."""
+    store = str(tmp_path / "store")
+    conf = dict(FAST_CONF, refusalBurst="2", refusalPerSecond="0", refusalDelayMs="60000")
+    with ServerProcess(store, conf) as srv:
+        assert [_route(srv.endpoint, "TBW102", timeout=10).status.code for _ in range(5)] == [d.ILLEGAL_TOPIC] * 5
+        assert srv.terminate() == 0
+
 def test_creating_a_topic_does_not_stall_other_clients(tmp_path):
     """While topics.json cannot be written (its new text goes to a FIFO nobody reads), a QueryRoute creating a
     topic waits for the file, but another client's send to an existing topic is answered: the file is written by
