@@ -532,6 +532,43 @@ def test_auto_created_topic_does_not_wait_for_the_file_unless_asked(tmp_path):
     m.close_writer()
 
 
+
+def test_a_creation_does_not_wait_for_the_file_being_rendered(tmp_path, monkeypatch):
+    """The writer renders topics.json (a walk of every topic: ms at thousands) outside the table's lock, so a
+    creation on the event loop meanwhile is not held up by it (before, encode held the lock for the whole walk).
+    The render is held inside one topic's to_json by a gate the test opens: what the creation meets does not
+    depend on the machine's pace. The file then holds every topic."""
+    import threading
+    from rmqcore.broker.topic_config import TopicConfig
+    m = TopicConfigManager(str(tmp_path), BrokerConfig())
+    m.wait_created = False
+    entered, gate = threading.Event(), threading.Event()
+    real = TopicConfig.to_json
+
+    def held(self):
+        if self.topic_name == "t_slow" and not gate.is_set():
+            entered.set()
+            assert gate.wait(60), "the test never opened the gate"
+        return real(self)
+    monkeypatch.setattr(TopicConfig, "to_json", held)
+    try:
+        m.create_topic_in_send_message_method("t_slow", "TBW102", 4)      # the writer renders it, and is held
+        assert entered.wait(30), "no write started"
+        created = threading.Event()
+
+        def create():
+            m.create_topic_in_send_message_method("t_meanwhile", "TBW102", 4)
+            created.set()
+        threading.Thread(target=create, daemon=True).start()
+        assert created.wait(30), "the creation waited for the rendering"
+    finally:
+        gate.set()
+    m.wait_created = True
+    m.create_topic_in_send_message_method("t_after", "TBW102", 4)
+    table = fastjson.loads((tmp_path / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert {"t_slow", "t_meanwhile", "t_after"} <= table.keys()
+    m.close_writer()
+
 def test_a_burst_of_creations_shares_writes(tmp_path, monkeypatch):
     """Creations made while a write is under way are covered by the next write, not one write each. The first
     write is held inside string2file (a gate the test opens, no FIFO: the writer's own file is never touched) until
