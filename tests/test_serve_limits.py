@@ -104,6 +104,15 @@ def test_refusals_past_a_hosts_budget_are_answered_late(tmp_path):
             with pytest.raises(grpc.RpcError) as e:
                 held.result()
             assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            # a refused ReceiveMessage (a system topic) is held alike
+            receive = ch.unary_stream(SERVICE + "ReceiveMessage",
+                                      request_serializer=s.ReceiveMessageRequest.SerializeToString,
+                                      response_deserializer=s.ReceiveMessageResponse.FromString)
+            req = s.ReceiveMessageRequest(group=d.Resource(name="g"), batch_size=1,
+                                          message_queue=d.MessageQueue(topic=d.Resource(name="TBW102")))
+            with pytest.raises(grpc.RpcError) as e:
+                list(receive(req, metadata=MD, timeout=3))
+            assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert _route(srv.endpoint, "ok_t").status.code == d.OK          # what is not refused is never held
         assert srv.terminate() == 0
 
@@ -115,6 +124,14 @@ def test_refusals_are_answered_at_once_with_the_throttle_off(tmp_path):
     conf = dict(FAST_CONF, refusalBurst="2", refusalPerSecond="0", refusalDelayMs="60000")
     with ServerProcess(store, conf) as srv:
         assert [_route(srv.endpoint, "TBW102", timeout=10).status.code for _ in range(5)] == [d.ILLEGAL_TOPIC] * 5
+        with grpc.insecure_channel(srv.endpoint) as ch:
+            receive = ch.unary_stream(SERVICE + "ReceiveMessage",
+                                      request_serializer=s.ReceiveMessageRequest.SerializeToString,
+                                      response_deserializer=s.ReceiveMessageResponse.FromString)
+            req = s.ReceiveMessageRequest(group=d.Resource(name="g"), batch_size=1,
+                                          message_queue=d.MessageQueue(topic=d.Resource(name="TBW102")))
+            answers = list(receive(req, metadata=MD, timeout=10))
+        assert [a.status.code for a in answers] == [d.ILLEGAL_TOPIC], answers
         assert srv.terminate() == 0
 
 def test_creating_a_topic_does_not_stall_other_clients(tmp_path):
