@@ -258,3 +258,41 @@ def test_idle_connection_flood_from_one_peer_leaves_room_for_others(tmp_path):
         assert srv.proc.returncode == 0, err[-2000:]
     assert "File descriptor limit reached" not in err
     assert err.count("over its cap of 20") == 1, err[-2000:]
+
+
+def test_the_connection_guard_reads_the_tables_only_when_descriptors_grew(monkeypatch):
+    """The guard runs beside the event loop every 0.5 s; it used to list every descriptor and parse the machine's
+    whole TCP tables in Python on each pass (tens of ms of the loop's GIL with 1,000 sockets). It reads the
+    tables again only when the process's descriptors grew since a pass found no host over its cap, and still
+    shuts down a host's newest connections past the cap."""
+    from rmqcore.serve import connections
+    if not connections.ConnectionGuard.supported():
+        pytest.skip("the per-peer cap needs Linux's /proc")
+    reads = []
+    real = connections.port_connections
+    monkeypatch.setattr(connections, "port_connections", lambda *a: reads.append(1) or real(*a))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        guard = connections.ConnectionGuard(port, max_per_peer=2)
+        assert guard.trim() == 0 and len(reads) == 1           # more descriptors than the cap: one look
+        assert guard.trim() == 0 and len(reads) == 1           # nothing new since: no look
+        clients, accepted = [], []
+        try:
+            for _ in range(5):
+                c = socket.socket()
+                c.bind(("127.0.0.2", 0))
+                c.connect(("127.0.0.1", port))
+                clients.append(c)
+                accepted.append(listener.accept()[0])
+            assert guard.trim() == 3 and len(reads) == 2       # grew: looked, the 3 newest past the cap shut down
+            for c in clients[-3:]:
+                assert c.recv(1) == b""                        # the peer sees the connection end
+            for c in clients[:2]:
+                c.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    c.recv(1)                                  # the oldest two are kept
+        finally:
+            for x in clients + accepted:
+                x.close()
