@@ -263,9 +263,9 @@ class MessagingService:
         except Exception as e:                       # never let a request take the server down
             _internal_error(name, e, resp)
         code = resp.status.code
-        if code != pb.OK:
-            await self._refused(context)
         self.events.on_rpc(name, CODE_NAMES.get(code) or str(code), time.perf_counter() - t0)
+        if code != pb.OK:
+            await self._refused(context)        # (after the count: the RPC's time is the server's work)
         return resp
 
     async def _refused(self, context) -> None:
