@@ -730,7 +730,7 @@ def case_serve(ctx: Ctx) -> None:
 
 def case_abuse(ctx: Ctx) -> None:
     """A normal client's send p50/p99 while `rmqcore serve` is abused: topic-creation storms, an idle-connection
-    flood (bench/abuse_bench.py); needs rmqcore[server]."""
+    flood, gzip bombs (with the server's peak RSS) (bench/abuse_bench.py); needs rmqcore[server]."""
     from bench import abuse_bench
     ctx.r["abuse_rows"] = abuse_bench.run(ctx.quick)
 

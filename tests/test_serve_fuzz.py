@@ -508,7 +508,9 @@ def _acl(path) -> str:
 def test_hostile_grpc_requests_never_crash_hang_or_fail_internally(tmp_path):
     store = str(tmp_path / "store")
     prepare(store, {"fuzz_t": ("NORMAL", 4), "after_t": ("NORMAL", 2)}, {"fuzz_g": {}, "after_g": {}})
-    conf = dict(FAST_CONF, maxMessageSize="65536", maxRequestBytes="1048576")
+    # refusals answered at once: the run sends thousands, each judged by its answer (RefusalThrottle, which would
+    # answer all but the first hundred 200 ms late, is test_serve_limits')
+    conf = dict(FAST_CONF, maxMessageSize="65536", maxRequestBytes="1048576", refusalPerSecond="0")
     rng = random.Random(SEED)
     with ServerProcess(store, conf, args=["--acl", _acl(tmp_path / "acl.json")]) as srv:
         pid = srv.proc.pid

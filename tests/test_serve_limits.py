@@ -77,6 +77,63 @@ def test_topic_creation_is_limited_per_client(tmp_path):
     assert {"new_0", "new_1", "new_2"} <= topics and not {"new_3", "new_4"} & topics
 
 
+
+def test_refusals_past_a_hosts_budget_are_answered_late(tmp_path):
+    """A client host refused more than refusalBurst times (and refusalPerSecond after) gets its next refusals
+    refusalDelayMs late, so that a client asking again as soon as it is refused cannot make the loop serve
+    refusals at full speed (before, each was answered at once: the topic-creation storm under the default limit
+    sent ~10x the requests of the storm without one). Here the delay is a minute: the third refusal is still held
+    when its 3 s deadline passes, while a send of the official client from the same host is served meanwhile."""
+    store = str(tmp_path / "store")
+    prepare(store, topics={"ok_t": ("NORMAL", 4)})
+    conf = dict(FAST_CONF, refusalBurst="2", refusalPerSecond="0.0001", refusalDelayMs="60000")
+    with ServerProcess(store, conf) as srv:
+        # a system topic: ILLEGAL_TOPIC, a refusal that creates nothing
+        codes = [_route(srv.endpoint, "TBW102").status.code for _ in range(2)]
+        assert codes == [d.ILLEGAL_TOPIC] * 2
+        with grpc.insecure_channel(srv.endpoint) as ch:
+            call = ch.unary_unary(SERVICE + "QueryRoute", request_serializer=s.QueryRouteRequest.SerializeToString,
+                                  response_deserializer=s.QueryRouteResponse.FromString)
+            held = call.future(s.QueryRouteRequest(topic=d.Resource(name="TBW102")), metadata=MD, timeout=3)
+            p = Producer(config(srv.endpoint), ("ok_t",))
+            p.startup()
+            try:
+                assert p.send(message("ok_t", b"served while a refusal is held")).message_id
+            finally:
+                p.shutdown()
+            with pytest.raises(grpc.RpcError) as e:
+                held.result()
+            assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            # a refused ReceiveMessage (a system topic) is held alike
+            receive = ch.unary_stream(SERVICE + "ReceiveMessage",
+                                      request_serializer=s.ReceiveMessageRequest.SerializeToString,
+                                      response_deserializer=s.ReceiveMessageResponse.FromString)
+            req = s.ReceiveMessageRequest(group=d.Resource(name="g"), batch_size=1,
+                                          message_queue=d.MessageQueue(topic=d.Resource(name="TBW102")))
+            with pytest.raises(grpc.RpcError) as e:
+                list(receive(req, metadata=MD, timeout=3))
+            assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert _route(srv.endpoint, "ok_t").status.code == d.OK          # what is not refused is never held
+        assert srv.terminate() == 0
+
+
+def test_refusals_are_answered_at_once_with_the_throttle_off(tmp_path):
+    """refusalPerSecond=0 turns the throttle off: every refusal is answered at once (the first that the test
+    above holds comes back within its deadline)."""
+    store = str(tmp_path / "store")
+    conf = dict(FAST_CONF, refusalBurst="2", refusalPerSecond="0", refusalDelayMs="60000")
+    with ServerProcess(store, conf) as srv:
+        assert [_route(srv.endpoint, "TBW102", timeout=10).status.code for _ in range(5)] == [d.ILLEGAL_TOPIC] * 5
+        with grpc.insecure_channel(srv.endpoint) as ch:
+            receive = ch.unary_stream(SERVICE + "ReceiveMessage",
+                                      request_serializer=s.ReceiveMessageRequest.SerializeToString,
+                                      response_deserializer=s.ReceiveMessageResponse.FromString)
+            req = s.ReceiveMessageRequest(group=d.Resource(name="g"), batch_size=1,
+                                          message_queue=d.MessageQueue(topic=d.Resource(name="TBW102")))
+            answers = list(receive(req, metadata=MD, timeout=10))
+        assert [a.status.code for a in answers] == [d.ILLEGAL_TOPIC], answers
+        assert srv.terminate() == 0
+
 def test_creating_a_topic_does_not_stall_other_clients(tmp_path):
     """While topics.json cannot be written (its new text goes to a FIFO nobody reads), a QueryRoute creating a
     topic waits for the file, but another client's send to an existing topic is answered: the file is written by
@@ -201,3 +258,41 @@ def test_idle_connection_flood_from_one_peer_leaves_room_for_others(tmp_path):
         assert srv.proc.returncode == 0, err[-2000:]
     assert "File descriptor limit reached" not in err
     assert err.count("over its cap of 20") == 1, err[-2000:]
+
+
+def test_the_connection_guard_reads_the_tables_only_when_descriptors_grew(monkeypatch):
+    """The guard runs beside the event loop every 0.5 s; it used to list every descriptor and parse the machine's
+    whole TCP tables in Python on each pass (tens of ms of the loop's GIL with 1,000 sockets). It reads the
+    tables again only when the process's descriptors grew since a pass found no host over its cap, and still
+    shuts down a host's newest connections past the cap."""
+    from rmqcore.serve import connections
+    if not connections.ConnectionGuard.supported():
+        pytest.skip("the per-peer cap needs Linux's /proc")
+    reads = []
+    real = connections.port_connections
+    monkeypatch.setattr(connections, "port_connections", lambda *a: reads.append(1) or real(*a))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        guard = connections.ConnectionGuard(port, max_per_peer=2)
+        assert guard.trim() == 0 and len(reads) == 1           # more descriptors than the cap: one look
+        assert guard.trim() == 0 and len(reads) == 1           # nothing new since: no look
+        clients, accepted = [], []
+        try:
+            for _ in range(5):
+                c = socket.socket()
+                c.bind(("127.0.0.2", 0))
+                c.connect(("127.0.0.1", port))
+                clients.append(c)
+                accepted.append(listener.accept()[0])
+            assert guard.trim() == 3 and len(reads) == 2       # grew: looked, the 3 newest past the cap shut down
+            for c in clients[-3:]:
+                assert c.recv(1) == b""                        # the peer sees the connection end
+            for c in clients[:2]:
+                c.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    c.recv(1)                                  # the oldest two are kept
+        finally:
+            for x in clients + accepted:
+                x.close()

@@ -23,7 +23,7 @@ from rmqcore.broker.broker_config import BrokerConfig  # noqa: E402
 from rmqcore.config import StoreConfig  # noqa: E402
 from rmqcore.message import Message  # noqa: E402
 from rmqcore.server import messaging_pb2 as pb  # noqa: E402
-from rmqcore.server.server import MessagingServer  # noqa: E402
+from rmqcore.server.server import MessagingServer, ServerConfig  # noqa: E402
 from rmqcore.server.service import SERVICE, MessagingService  # noqa: E402
 
 from store_util import queue_messages  # noqa: E402
@@ -64,7 +64,8 @@ class Side:
         # One queue a topic: the round robin then picks the same queue on both sides whatever each path consumed.
         self.broker = Broker.open(path, BrokerConfig(client_default_topic_queue_nums=queues),
                                   StoreConfig(**store) if store else None)
-        self.server = MessagingServer(self.broker, port=0)
+        # refusals answered at once (their answers are compared here; RefusalThrottle is test_serve_limits')
+        self.server = MessagingServer(self.broker, port=0, config=ServerConfig(refusal_per_second=0))
         self.service = MessagingService(self.server)
         self.server._service = self.service
         if not common:

@@ -335,6 +335,41 @@ def test_the_gzip_bodies_of_a_request_expand_to_no_more_than_max_message_size_to
         assert len(got) == 64 and all(m.sys_flag == 1 and bytes(m.body) == deflated.body for m, _t in got)
 
 
+
+def test_a_gzip_bomb_is_refused_by_its_trailer_having_inflated_only_a_probe():
+    # The bomb of `python -m bench --only abuse`: ~4 KiB on the wire, one byte past max_message_size inflated. Its
+    # gzip trailer (ISIZE) says so: refused having inflated GZIP_PROBE (64 KiB), not the 4 MiB it was inflated to
+    # before it could be judged. A body whose trailer lies is still held to the limit; a small body that happens
+    # to end in a large ISIZE-like number (bytes after the stream) is judged as before, by inflating it.
+    import tracemalloc
+    from rmqcore.server.message_const import GZIP_PROBE
+    limit = 4 * 1024 * 1024
+    bomb = _valid(body_encoding=pb.GZIP)
+    bomb.body = gzip.compress(bytes(limit + 1), 9)
+    assert int.from_bytes(bomb.body[-4:], "little") == limit + 1 and len(bomb.body) < 8192
+    liar = _valid(body_encoding=pb.GZIP)
+    liar.body = gzip.compress(bytes(2 * limit), 9)[:-4] + (100).to_bytes(4, "little")     # says 100 bytes
+    tail = _valid(body_encoding=pb.GZIP)
+    tail.body = gzip.compress(b"small") + b"\xff" * 8                     # ends in 0xffffffff, after the stream
+    for convert in (compiled.to_store_messages, reference.to_store_messages):
+        for m, most in ((bomb, 1 << 20), (liar, 16 << 20)):
+            tracemalloc.start()
+            try:
+                with pytest.raises(reference.InvalidMessage) as e:
+                    convert([m], limit)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert e.value.code == pb.MESSAGE_BODY_TOO_LARGE and "expands past 4194304" in str(e.value)
+            assert peak < most, (peak, most)           # the bomb: before, the 4 MiB + 1 inflated (peak > limit)
+        with pytest.raises(reference.InvalidMessage) as e:
+            convert([tail], limit)
+        assert e.value.code == pb.MESSAGE_CORRUPTED
+        # a body bigger than the probe, within the limit, whose trailer tells the truth: taken whole
+        ok = _valid(body_encoding=pb.GZIP)
+        ok.body = gzip.compress(b"q" * (GZIP_PROBE * 3))
+        assert bytes(convert([ok], limit)[0][0].body) == b"q" * (GZIP_PROBE * 3)
+
 # -- the answer ---------------------------------------------------------------------------------------------------
 
 class DuckResult:

@@ -84,18 +84,24 @@ class TopicConfigManager(ConfigManager):
             if not pretty:
                 doc["topicConfigTable"] = {name: tc.to_json() for name, tc in self.topic_config_table.items()}
                 return fastjson.dumps(doc, False)
+            # The pretty text (what the writer thread writes) is rendered outside the lock, from the table as it
+            # is now: with thousands of topics the walk takes ms, and a creation on the event loop must not wait
+            # for it. A config changed in place meanwhile replaces ``_fragments`` (_changed), so what this walk
+            # keeps goes into the old dict and is never reused; the change's own write renders it again.
+            items = list(self.topic_config_table.items())
             fragments = self._fragments
-            entries = []
-            for name, tc in self.topic_config_table.items():
-                kept = fragments.get(name)
-                if kept is None or kept[0] is not tc:
-                    kept = fragments[name] = (tc, fastjson.map_entry(name, fastjson.dumps(tc.to_json(), True, 2),
-                                                                     True, 1))
-                entries.append(kept[1])
-            if len(fragments) > len(entries):
-                for name in [n for n in fragments if n not in self.topic_config_table]:
-                    del fragments[name]
-            doc["topicConfigTable"] = fastjson.dumps_map(entries, True, 1)
+        entries = []
+        for name, tc in items:
+            kept = fragments.get(name)
+            if kept is None or kept[0] is not tc:
+                kept = fragments[name] = (tc, fastjson.map_entry(name, fastjson.dumps(tc.to_json(), True, 2),
+                                                                 True, 1))
+            entries.append(kept[1])
+        if len(fragments) > len(entries):
+            names = {name for name, _tc in items}
+            for name in [n for n in fragments if n not in names]:
+                fragments.pop(name, None)
+        doc["topicConfigTable"] = fastjson.dumps_map(entries, True, 1)
         return fastjson.dumps(doc, True)
 
     def decode(self, text: str):
@@ -133,7 +139,7 @@ class TopicConfigManager(ConfigManager):
         # Callers hold self._lock. ``topic``: the one topic whose config object was put in or taken out of the
         # table; None: any config may have changed in place (every entry is rendered again at the next write).
         if topic is None:
-            self._fragments.clear()
+            self._fragments = {}         # a new dict: an encode walking outside the lock keeps into the old one
         self.version += 1
         for listener in self._change_listeners:
             listener(topic)

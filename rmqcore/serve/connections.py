@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -83,8 +84,9 @@ def _addr(hexaddr: str) -> str:
     return str(ip.ipv4_mapped or ip)
 
 
-def socket_inodes() -> dict[int, int]:
-    """inode -> descriptor of every socket this process holds."""
+def socket_inodes(wanted: set[int] | None = None) -> dict[int, int]:
+    """inode -> descriptor of every socket this process holds (of those in ``wanted`` only, when given: the scan
+    stops once all are found)."""
     inodes: dict[int, int] = {}
     for name in os.listdir("/proc/self/fd"):
         try:
@@ -92,31 +94,37 @@ def socket_inodes() -> dict[int, int]:
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes[int(target[8:-1])] = int(name)
+            ino = int(target[8:-1])
+            if wanted is None:
+                inodes[ino] = int(name)
+            elif ino in wanted:
+                inodes[ino] = int(name)
+                if len(inodes) == len(wanted):
+                    break
     return inodes
 
 
-def peer_sockets(port: int, inodes: dict[int, int] | None = None) -> list[tuple[int, int, str]]:
-    """(descriptor, inode, remote host) of every connected socket of this process whose local port is ``port``."""
-    if inodes is None:
-        inodes = socket_inodes()
+def _table_pattern(port: int) -> "re.Pattern":
+    # a line of /proc/net/tcp{,6}: sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...; the local
+    # port ``port``, any state but LISTEN (0A); captures the remote address and the inode
+    return re.compile(rf"^\s*\d+: [0-9A-F]+:{port:04X} ([0-9A-F]+):[0-9A-F]{{4}} (?!0A)[0-9A-F]{{2}} "
+                      r"(?:\S+ +){5}(\d+)", re.M)
+
+
+def port_connections(port: int, pattern: "re.Pattern | None" = None) -> list[tuple[int, str]]:
+    """(inode, remote host) of every connection to local port ``port`` on this machine (not only this process's:
+    the caller keeps those it holds). The tables are system-wide (thousands of lines on a busy host): one regular
+    expression picks the port's lines in C, so that a pass holds the GIL for little."""
+    pattern = pattern or _table_pattern(port)
     out = []
-    want = f":{port:04X}"
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
-                lines = f.read().splitlines()[1:]
+                text = f.read()
         except OSError:
             continue
-        for line in lines:
-            fields = line.split()
-            # fields: sl local rem st queues timer retrnsmt uid timeout inode ...; st 0A is LISTEN
-            if len(fields) < 10 or not fields[1].endswith(want) or fields[3] == "0A":
-                continue
-            ino = int(fields[9])
-            fd = inodes.get(ino)
-            if fd is not None:
-                out.append((fd, ino, _addr(fields[2].split(":")[0])))
+        # inode 0: a socket no process holds any more (TIME_WAIT, FIN_WAIT2)
+        out.extend((int(ino), rem) for rem, ino in pattern.findall(text) if ino != "0")
     return out
 
 
@@ -147,12 +155,16 @@ def shut_down(fd: int, inode: int) -> bool:
 class ConnectionGuard:
     """The per-peer cap (see the module's docstring): ``ConnectionGuard(port, max_per_peer).start()``."""
 
+    FULL_PASS_S = 10.0
+
     def __init__(self, port: int, max_per_peer: int, interval: float = 0.5):
         self.port = port
         self.max_per_peer = max_per_peer
         self.interval = interval
         self.closed_total = 0
         self._said: dict[str, float] = {}       # host -> when its excess was last logged
+        self._pattern = _table_pattern(port)
+        self._clean_fds, self._clean_at = 0, 0.0     # descriptors at the last pass that found no host over its cap
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -184,21 +196,45 @@ class ConnectionGuard:
                 log.exception("connection guard pass failed")
 
     def trim(self) -> int:
-        """One pass: shut down each host's newest connections past the cap. Returns how many."""
-        inodes = socket_inodes()
-        if len(inodes) <= self.max_per_peer:
-            return 0             # no host can be over its cap: the system-wide socket tables are not read
-        by_host: dict[str, list[tuple[int, int]]] = {}
-        for fd, ino, host in peer_sockets(self.port, inodes):
-            by_host.setdefault(host, []).append((ino, fd))
-        closed = 0
+        """One pass: shut down each host's newest connections past the cap. Returns how many. Cheap unless a host
+        is over its cap (it runs beside the event loop, every ``interval`` s): while this process holds no more
+        descriptors than the cap, no host can be over it (one listdir); else the port's connections are counted
+        per host from the kernel's tables, and only the sockets to shut down are looked for among the process's
+        descriptors (a readlink each: with thousands open, a full scan every pass took the loop's GIL for tens
+        of ms)."""
+        fds = len(os.listdir("/proc/self/fd"))
         now = time.monotonic()
-        for host, socks in by_host.items():
+        if fds <= self.max_per_peer:
+            return 0
+        # Nothing was over the caps at the last full pass and no descriptor was added since: a host can get over
+        # its cap only with new connections, so the tables (~16 ms of kernel CPU to render on a host with 4,000
+        # sockets) are read again only when the count grew, or every FULL_PASS_S (connections may also have
+        # changed hands between hosts at an equal count).
+        if fds <= self._clean_fds and now - self._clean_at < self.FULL_PASS_S:
+            return 0
+        by_host: dict[str, list[int]] = {}
+        names: dict[str, str] = {}                     # the tables' hex address -> the host (an IPv4-mapped
+        for ino, rem in port_connections(self.port, self._pattern):      # IPv6 address is its IPv4 one)
+            host = names.get(rem)
+            if host is None:
+                host = names[rem] = _addr(rem)
+            by_host.setdefault(host, []).append(ino)
+        over_hosts = {host: inos for host, inos in by_host.items() if len(inos) > self.max_per_peer}
+        if not over_hosts:
+            self._clean_fds, self._clean_at = fds, now
+            return 0
+        self._clean_fds = 0
+        # the connections listed may include other processes' (a client on this machine holds the other end
+        # with the server's port as its remote, never as its local port, so only a server on the same port
+        # would: SO_REUSEPORT is off); only sockets this process holds are counted and shut down
+        held = socket_inodes({ino for inos in over_hosts.values() for ino in inos})
+        closed = 0
+        for host, inos in over_hosts.items():
+            socks = sorted(ino for ino in inos if ino in held)  # inode numbers grow as sockets are made
             over = len(socks) - self.max_per_peer
             if over <= 0:
                 continue
-            socks.sort()                 # inode numbers grow as sockets are made: the newest last
-            n = sum(shut_down(fd, ino) for ino, fd in socks[-over:])
+            n = sum(shut_down(held[ino], ino) for ino in socks[-over:])
             closed += n
             if n and now - self._said.get(host, -1e9) > 60:
                 # once a minute per host, not once per connection

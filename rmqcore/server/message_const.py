@@ -52,6 +52,7 @@ DEFAULT_MAX_BODY = DEFAULT_LIMIT
 MESSAGE_CORRUPTED = 40016
 MESSAGE_BODY_TOO_LARGE = 41301
 GZIP_MAGIC = b"\x1f\x8b"
+GZIP_PROBE = 64 * 1024          # what gunzip_limited inflates of a body whose trailer says it is too large
 
 
 def gunzip_limited(body: bytes, limit: int) -> bytes | None:
@@ -59,12 +60,25 @@ def gunzip_limited(body: bytes, limit: int) -> bytes | None:
     ``limit`` bytes: it is inflated only that far, so a small request cannot take the memory of a huge one. Each
     member is one zlib call, which lets go of the GIL while it inflates. Raises zlib.error for a body that does not
     decompress, EOFError for a cut one, OSError for bytes after its last member."""
+    # A gzip file ends with ISIZE, the size of its last member inflated (mod 2**32, RFC 1952). Past ``limit`` the
+    # body as a whole is too (every member adds to it), if the trailer tells the truth: then only the first
+    # GZIP_PROBE bytes are inflated, which shows a body that is no deflate stream (corrupted), one that ends early
+    # (small after all: read in full, below) or one that goes on (refused without inflating the rest). A bomb
+    # costs 64 KiB of inflating, not max_message_size; a body whose trailer lies is still held to ``limit``.
+    probe = len(body) >= 18 and int.from_bytes(body[-4:], "little") > limit
     out = []
     left = limit
     data = body
     while True:
         d = zlib.decompressobj(wbits=31)            # 16 + 15: a gzip header and trailer around a deflate stream
-        part = d.decompress(data, left + 1)
+        if probe:
+            probe = False
+            most = min(GZIP_PROBE, left + 1)
+            part = d.decompress(data, most)
+            if not d.eof and len(part) >= most:
+                return None
+        else:
+            part = d.decompress(data, left + 1)
         if len(part) > left:
             return None
         if not d.eof:

@@ -14,7 +14,6 @@ import asyncio
 import itertools
 import logging
 import time
-from collections import OrderedDict
 
 import grpc
 
@@ -34,6 +33,7 @@ from ._converter import CommonSend, fill_send_entries, to_store_messages
 from .converter import InvalidMessage, to_proto_message
 from .message_const import GZIP_MAGIC, JAVA_LONG_MAX, JAVA_LONG_MIN
 from ..serve.filter import FilterError, compile_filter
+from ..serve.flow_control import RefusalThrottle, TopicCreationLimiter
 from .pop import ReceiptHandle
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,8 @@ class MessagingService:
         self._seen: dict[str, tuple[float, dict]] = {}      # client id -> (last told ServerEvents, what an RPC said)
         self._topics_ok: set[str] = set()
         self.creations = TopicCreationLimiter(self.config.topic_create_per_second, self.config.topic_create_burst)
+        self.refusals = RefusalThrottle(self.config.refusal_per_second, self.config.refusal_burst,
+                                        self.config.refusal_delay_ms / 1000)
         # SYNC_FLUSH with a group commit: a send's answer waits for the flush that covers it (see _put)
         self._sync = (self.broker.store_config.flush_disk_type == "SYNC_FLUSH"
                       and self.broker.store.group_commit is not None)
@@ -262,7 +264,19 @@ class MessagingService:
             _internal_error(name, e, resp)
         code = resp.status.code
         self.events.on_rpc(name, CODE_NAMES.get(code) or str(code), time.perf_counter() - t0)
+        if code != pb.OK:
+            await self._refused(context)        # (after the count: the RPC's time is the server's work)
         return resp
+
+    async def _refused(self, context) -> None:
+        """A request was refused: its answer waits if its host is past its refusal budget (RefusalThrottle), so
+        that a client asking again at once cannot make the loop serve refusals at full speed."""
+        delay = self.refusals.delay(context.peer())
+        if delay:
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self.refusals.release()
 
     def _endpoints(self, requested=None) -> "pb.Endpoints":
         ep = pb.Endpoints()
@@ -793,9 +807,11 @@ class MessagingService:
                 yield r
         except Refusal as e:
             code = e.code
+            await self._refused(context)
             yield self._receive_status(e.code, str(e))
         except AuthError as e:
             code = pb.FORBIDDEN if e.forbidden else pb.UNAUTHORIZED
+            await self._refused(context)
             yield self._receive_status(code, str(e))
         except asyncio.CancelledError:
             self.events.on_rpc("ReceiveMessage", "CANCELLED", time.perf_counter() - t0)
@@ -1063,51 +1079,6 @@ class _Deliveries:
     def untaken(self) -> list:
         """The handles of the messages not looked at yet (and of FIFO ones held behind), to release."""
         return self.behind + [p.handle for p in self.popped[self.i:]]
-
-
-class TopicCreationLimiter:
-    """Topics one client may auto-create (QueryRoute, SendMessage): a token bucket per client host of ``burst``
-    creations refilled at ``per_second`` (ServerConfig.topic_create_per_second, topic_create_burst; 0 per second:
-    no limit). Keyed by the peer's host, not its client id: a client names its own id, not the address its
-    connection comes from. RocketMQ's proxy has no such limit (its creations go to a broker's thread pool, and its
-    name server's routes); here every creation is a change of the one table every send reads."""
-
-    MAX_HOSTS = 4096          # buckets kept; the least recently used goes first (a full bucket loses nothing)
-
-    def __init__(self, per_second: float, burst: int):
-        self.per_second = per_second
-        self.burst = burst
-        self._buckets: OrderedDict[str, list] = OrderedDict()      # host -> [tokens, monotonic time]
-
-    @staticmethod
-    def host(peer: str) -> str:
-        """``ipv4:1.2.3.4:5678`` / ``ipv6:[::1]:5678`` -> the host part."""
-        kind, _, rest = (peer or "").partition(":")
-        if kind in ("ipv4", "ipv6"):
-            rest = rest.rsplit(":", 1)[0]
-            return rest.strip("[]")
-        return peer or ""
-
-    def take(self, peer: str) -> str | None:
-        """Count one creation for ``peer``: None when allowed, else the text of the refusal."""
-        if self.per_second <= 0:
-            return None
-        host = self.host(peer)
-        now = time.monotonic()
-        b = self._buckets.get(host)
-        if b is None:
-            b = self._buckets[host] = [float(self.burst), now]
-            if len(self._buckets) > self.MAX_HOSTS:
-                self._buckets.popitem(last=False)
-        else:
-            self._buckets.move_to_end(host)
-            b[0] = min(float(self.burst), b[0] + (now - b[1]) * self.per_second)
-            b[1] = now
-        if b[0] < 1.0:
-            return (f"client {host} may auto-create {self.burst} topics at once and {self.per_second:g} a second "
-                    "after (topicCreateBurst, topicCreatePerSecond)")
-        b[0] -= 1.0
-        return None
 
 
 def wrap_namespace(namespace: str, name: str) -> str:
