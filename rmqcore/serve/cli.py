@@ -250,7 +250,8 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
             from ..remoting.server import RemotingServer
             r_host, sock, address, ns = remoting
             # one set of counters for both fronts: the console and /metrics count remoting traffic too
-            rserver = RemotingServer(broker, host=r_host, sock=sock, address=address, namesrv=ns, events=events)
+            rserver = RemotingServer(broker, host=r_host, sock=sock, address=address, namesrv=ns, events=events,
+                                     acl=acl)
             await rserver.start()
         if http is not None:
             from ..console import serve_console
