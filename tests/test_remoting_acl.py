@@ -7,7 +7,7 @@ import time
 import pytest
 
 from rmqcore.remoting import remoting_command as rc
-from rmqcore.remoting.acl import RemotingAclValidator, request_content, resources, sign, signature
+from rmqcore.remoting.acl import RemotingAclValidator, request_content, resources, sign
 from rmqcore.serve.auth import PUB, SUB, Acl, AddressPattern
 from remoting_util import Client, RemotingProcess, props
 
@@ -131,7 +131,8 @@ def test_refusals_are_no_permission_with_the_java_brokers_remark(server):
     body = b"x"
 
     def stored() -> list:
-        return [signed_call(c, ADMIN, 30, {"topic": t, "queueId": "0"}).ext_fields["offset"] for t in ("other", "acl-t")]
+        return [signed_call(c, ADMIN, 30, {"topic": t, "queueId": "0"}).ext_fields["offset"]
+                for t in ("other", "acl-t")]
     before = stored()
     cases = [
         (None, 310, send_ext("acl-t"), "No accessKey is configured"),

@@ -14,7 +14,9 @@ HMAC-SHA1(sk, x-mq-date-time)>``), with accounts and permissions from a ``plain_
     globalWhiteRemoteAddresses: [10.10.103.*]   # remoting front only: these need no account at all
 
 (YAML needs PyYAML; a ``.json`` file of the same shape needs nothing.) A wrong key or signature is UNAUTHORIZED;
-a missing permission FORBIDDEN, as the proxy answers.
+a missing permission FORBIDDEN, as the proxy answers. The remoting front (rmqcore/remoting/acl.py) checks the 4.x
+clients' own signature against the same accounts, honours the white-listed addresses as RocketMQ 4.x does, and asks
+``Acl.check`` the same permission questions.
 
 The signature covers only ``x-mq-date-time``, so a captured request's headers would sign any request for as long as
 the server takes that date: it must be within ``max_skew_s`` (ServerConfig.auth_clock_skew_s, 5 minutes by default)

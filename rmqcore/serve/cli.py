@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
                    help="a RocketMQ broker.conf (Java properties: camelCase keys of BrokerConfig, "
                         "MessageStoreConfig and the proxy's settings)")
     s.add_argument("--acl", metavar="FILE", help="accounts and permissions (plain_acl.yml shape, or .json): "
-                                                 "turns on AccessKey/SecretKey authentication")
+                                                 "turns on AccessKey/SecretKey authentication (gRPC and --remoting)")
     s.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (with --tls-key)")
     s.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     s.add_argument("--advertise", metavar="HOST", help="host clients should connect to, when --listen is 0.0.0.0")
