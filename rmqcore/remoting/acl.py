@@ -16,8 +16,10 @@ which rmqcore does not answer): here they need an admin account.
 
 A refusal is NO_PERMISSION (16), as RocketMQ 5's broker answers its ACL failures (AuthenticationPipeline /
 AuthorizationPipeline), with 4.9.7's AclException messages as the remark ("Check signature failed for
-accessKey=...", "No default permission for topic:..."). (4.9.7 itself answers SYSTEM_ERROR, its hook's exception
-text and a stack frame: the clients raise the same MQBrokerException for either, and retry a send on either.)
+accessKey=...", "No default permission for topic:..."). The 4.9.7 broker itself (aclEnable=true, seen with the
+java-broker harness) answers SYSTEM_ERROR (1) with "org.apache.rocketmq.acl.common.AclException: <the same text>,
+<a stack frame>": its hook's exception falls into NettyRemotingAbstract's catch-all. The 4.x clients raise the same
+MQBrokerException for either code and retry a send on either.
 
 Requests the name server answers (DefaultRequestProcessor's codes, REGISTER_BROKER among them) need no account, on
 the name server's port and on the broker's port that answers them too: RocketMQ's name server has no ACL. HA is a
