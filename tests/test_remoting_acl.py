@@ -191,3 +191,23 @@ def test_a_bad_pattern_in_the_file_stops_serve(tmp_path):
     path.write_text(json.dumps({"accounts": [{"accessKey": "a", "secretKey": "b", "whiteRemoteAddress": "1.2.*"}]}))
     with pytest.raises(RuntimeError, match=r"accounts\[0\]\.whiteRemoteAddress: '1\.2\.\*' is not an address"):
         RemotingProcess(str(tmp_path / "store"), args=["--acl", str(path)])
+
+
+def test_the_console_of_a_remoting_only_server_asks_for_the_same_accounts(tmp_path):
+    # before, --acl reached only the gRPC front: with --remoting alone the console's reads were open
+    pytest.importorskip("aiohttp")
+    import base64
+    import urllib.error
+    import urllib.request
+    path = tmp_path / "plain_acl.json"
+    path.write_text(json.dumps(ACCOUNTS))
+    with RemotingProcess(str(tmp_path / "store"), args=["--acl", str(path), "--http", "127.0.0.1:0"],
+                         namesrv=False) as s:
+        url = s.lines["console"].rstrip("/") + "/"
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url, timeout=30)
+        assert e.value.code == 401
+        token = base64.b64encode(b"RocketMQ:12345678").decode()
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Basic {token}"}),
+                                    timeout=30) as r:
+            assert r.status == 200
