@@ -9,10 +9,12 @@ AccessKey; a peer in that account's ``whiteRemoteAddress`` needs no signature; e
 the admin request codes need an admin account and each resource the request names its permission, checked by the
 one permission table both fronts share (rmqcore.serve.auth.Acl.check; a retry topic is its group's).
 
-Which resources each code names is parse()'s switch (RESOURCES below). 4.9.7 names none for SEND_BATCH_MESSAGE and
-LITE_PULL_MESSAGE, so a batch or a lite pull needed only a signature; here they need what a send (PUB on the topic)
-and a pull (SUB on topic and group) need. And the 4.x broker added no admin check to its ACL-changing codes (50-54,
-which rmqcore does not answer): here they need an admin account.
+Which resources each code names is parse()'s switch (``resources`` below). Where this differs from 4.9.7: it names
+none for SEND_BATCH_MESSAGE and LITE_PULL_MESSAGE, so a batch or a lite pull needed only a signature; here they need
+what a send (PUB on the topic) and a pull (SUB on topic and group) need. It has no admin check on its ACL codes
+(50-54, which change and read the accounts; rmqcore does not answer them): here they need an admin account. An
+admin account may do anything here (Acl.check, as on the gRPC front); 4.9.7 still holds an admin to the
+topicPerms/groupPerms it lists, if it lists any.
 
 A refusal is NO_PERMISSION (16), as RocketMQ 5's broker answers its ACL failures (AuthenticationPipeline /
 AuthorizationPipeline), with 4.9.7's AclException messages as the remark ("Check signature failed for
