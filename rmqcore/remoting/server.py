@@ -38,6 +38,7 @@ from ..serve.events import ServerEvents
 from ..serve.filter import FilterError, compile_filter
 from ..status import GetStatus, PutStatus
 from . import admin, namesrv as _ns
+from .acl import RemotingAclValidator
 from ._remoting_codec import FrameDecoder, encode_header
 from .codes import (SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
                     UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO,
@@ -135,7 +136,7 @@ class _Client:
 class RemotingServer:
     def __init__(self, broker, *, host: str = "127.0.0.1", port: int = 10911, address: str | None = None,
                  namesrv: tuple[str, int] | None = None, sock: socket.socket | None = None,
-                 events: ServerEvents | None = None, max_frame: int = MAX_FRAME):
+                 events: ServerEvents | None = None, max_frame: int = MAX_FRAME, acl=None):
         self.broker = broker
         self.host = host
         self.port = port
@@ -146,7 +147,9 @@ class RemotingServer:
         self.events = events or ServerEvents()
         self.max_frame = max_frame
         self.names = _ns.NameServer(broker, self.address)
-        self.acl = None                 # the console reads it: no accounts on this front (ACL signatures: not yet)
+        # the accounts (serve --acl; the console reads them too) and RocketMQ 4.x's request check (remoting/acl.py)
+        self.acl = acl
+        self.validator = None if acl is None else RemotingAclValidator(acl)
         self.stopping = False
         self._servers: list = []
         self._conns: set[RemotingConnection] = set()
@@ -278,6 +281,7 @@ class RemotingConnection(asyncio.Protocol):
         self.server = server
         self.broker = server.broker
         self.namesrv_only = namesrv_only
+        self.validator = None if namesrv_only else server.validator   # the name server's port has no ACL
         self.decoder = FrameDecoder(server.max_frame)
         self.transport = None
         self.peer = ""
@@ -358,6 +362,12 @@ class RemotingConnection(asyncio.Protocol):
 
     def handle(self, cmd) -> None:
         code = cmd.code
+        if self.validator is not None:
+            # the broker's ACL hook runs before any processor (RemotingConnection.validator: None without --acl)
+            why = self.validator.refusal(code, cmd.ext_fields, cmd.body, self.peer)
+            if why is not None:
+                self.reply(cmd, NO_PERMISSION, remark=why)
+                return
         fn = NAMESRV_HANDLERS.get(code) if self.namesrv_only else HANDLERS.get(code)
         if fn is None:
             # NettyRemotingAbstract.processRequestCommand's answer to a code without a processor

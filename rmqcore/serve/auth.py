@@ -10,9 +10,13 @@ HMAC-SHA1(sk, x-mq-date-time)>``), with accounts and permissions from a ``plain_
         defaultGroupPerm: SUB
         topicPerms: [orders=PUB|SUB, audit=DENY]
         groupPerms: [billing=SUB]
+        whiteRemoteAddress: 192.168.0.*   # remoting front only: this address needs no signature
+    globalWhiteRemoteAddresses: [10.10.103.*]   # remoting front only: these need no account at all
 
 (YAML needs PyYAML; a ``.json`` file of the same shape needs nothing.) A wrong key or signature is UNAUTHORIZED;
-a missing permission FORBIDDEN, as the proxy answers.
+a missing permission FORBIDDEN, as the proxy answers. The remoting front (rmqcore/remoting/acl.py) checks the 4.x
+clients' own signature against the same accounts, honours the white-listed addresses as RocketMQ 4.x does, and asks
+``Acl.check`` the same permission questions.
 
 The signature covers only ``x-mq-date-time``, so a captured request's headers would sign any request for as long as
 the server takes that date: it must be within ``max_skew_s`` (ServerConfig.auth_clock_skew_s, 5 minutes by default)
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import calendar
 import hmac
+import ipaddress
 import json
 import os
 import time
@@ -44,8 +49,74 @@ class AuthError(Exception):
         self.forbidden = forbidden
 
 
+class AddressPattern:
+    """One ``whiteRemoteAddress`` / ``globalWhiteRemoteAddresses`` entry of plain_acl.yml, read as RocketMQ 4.9.7's
+    RemoteAddressStrategyFactory reads it: blank matches nothing; ``*`` (or ``*.*.*.*``) every address; ``a.b.c.{1,2}``
+    or ``a.b.c.1,a.b.c.2`` those addresses; ``a.b.*.*`` / ``a.b.c.10-20`` each IPv4 octet ``*``, ``lo-hi`` or a
+    number (RocketMQ looks only at the first wildcard octet; every octet is checked here); else one IPv4/IPv6
+    address. A pattern RocketMQ would refuse is a ValueError at load, as it is an AclException there."""
+    __slots__ = ("text", "any", "addresses", "octets")
+
+    def __init__(self, text, where: str):
+        self.text = "" if text is None else str(text).strip()
+        self.any = self.text in ("*", "*.*.*.*", "*:*:*:*:*:*:*:*")
+        self.addresses: frozenset = frozenset()
+        self.octets: tuple | None = None
+        t = self.text
+        if not t or self.any:
+            return
+        try:
+            if t.endswith("}"):
+                head, brace, items = t.partition("{")
+                if not brace or not head:
+                    raise ValueError("expected PREFIX{a,b,...}")
+                self.addresses = frozenset(_address(head + i.strip()) for i in items[:-1].split(","))
+            elif "," in t:
+                self.addresses = frozenset(_address(i.strip()) for i in t.split(",") if i.strip())
+            elif "*" in t or "-" in t:
+                parts = t.split(".")
+                if ":" in t or len(parts) != 4:
+                    raise ValueError("a range is four IPv4 octets, each *, LO-HI or a number")
+                octets = []
+                for part in parts:
+                    part = part.strip()
+                    lo, dash, hi = part.partition("-")
+                    lo, hi = (0, 255) if part == "*" else (int(lo), int(hi)) if dash else (int(part), int(part))
+                    if not 0 <= lo <= hi <= 255:
+                        raise ValueError(f"octet {part!r} is not within 0-255")
+                    octets.append((lo, hi))
+                self.octets = tuple(octets)
+            else:
+                self.addresses = frozenset((_address(t),))
+        except ValueError as e:
+            raise ValueError(f"{where}: {t!r} is not an address pattern: {e}") from None
+
+    def matches(self, ip: str) -> bool:
+        """Whether the peer address ``ip`` (no port) is one this pattern names."""
+        if self.any:
+            return True
+        if not self.addresses and self.octets is None:
+            return False
+        try:
+            addr = _address(ip)
+        except ValueError:
+            return False
+        if self.octets is not None:
+            return addr.version == 4 and all(lo <= b <= hi for b, (lo, hi) in zip(addr.packed, self.octets))
+        return addr in self.addresses
+
+
+def _address(text: str):
+    """An IP address; an IPv4-mapped IPv6 one (a dual-stack socket's peer) as its IPv4 address."""
+    addr = ipaddress.ip_address(text.strip().strip("[]"))
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
+
+
 class Account:
-    __slots__ = ("access_key", "secret_key", "admin", "default_topic", "default_group", "topics", "groups")
+    __slots__ = ("access_key", "secret_key", "admin", "default_topic", "default_group", "topics", "groups",
+                 "white_remote_address")
 
     def __init__(self, doc: dict, where: str):
         def perm(text, field):
@@ -73,13 +144,15 @@ class Account:
         self.default_group = perm(doc.get("defaultGroupPerm", "DENY"), "defaultGroupPerm")
         self.topics = table(doc.get("topicPerms"), "topicPerms")
         self.groups = table(doc.get("groupPerms"), "groupPerms")
+        self.white_remote_address = AddressPattern(doc.get("whiteRemoteAddress"), f"{where}.whiteRemoteAddress")
 
 
 class Acl:
     """The accounts of one ACL file; what the server asks: who signed a request, and may they do this."""
 
-    def __init__(self, accounts: list[Account]):
+    def __init__(self, accounts: list[Account], global_white: list[AddressPattern] = ()):
         self.accounts = {a.access_key: a for a in accounts}
+        self.global_white = list(global_white)
 
     @classmethod
     def load(cls, path: str) -> "Acl":
@@ -96,8 +169,16 @@ class Acl:
             doc = yaml.safe_load(text)
         if not isinstance(doc, dict) or not isinstance(doc.get("accounts"), list):
             raise ValueError(f"{path}: expected a document with an 'accounts' list")
+        white = doc.get("globalWhiteRemoteAddresses") or []
+        if not isinstance(white, list):
+            raise ValueError(f"{path}: globalWhiteRemoteAddresses: expected a list of address patterns")
         return cls([Account(a if isinstance(a, dict) else {}, f"{path}: accounts[{i}]")
-                    for i, a in enumerate(doc["accounts"])])
+                    for i, a in enumerate(doc["accounts"])],
+                   [AddressPattern(w, f"{path}: globalWhiteRemoteAddresses[{i}]") for i, w in enumerate(white)])
+
+    def globally_white(self, ip: str) -> bool:
+        """Whether ``ip`` is in ``globalWhiteRemoteAddresses``: RocketMQ 4.x lets its requests through unsigned."""
+        return any(p.matches(ip) for p in self.global_white)
 
     # the console's accessors
     def secret_key(self, access_key: str) -> str | None:

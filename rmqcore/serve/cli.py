@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
                    help="a RocketMQ broker.conf (Java properties: camelCase keys of BrokerConfig, "
                         "MessageStoreConfig and the proxy's settings)")
     s.add_argument("--acl", metavar="FILE", help="accounts and permissions (plain_acl.yml shape, or .json): "
-                                                 "turns on AccessKey/SecretKey authentication")
+                                                 "turns on AccessKey/SecretKey authentication (gRPC and --remoting)")
     s.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (with --tls-key)")
     s.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     s.add_argument("--advertise", metavar="HOST", help="host clients should connect to, when --listen is 0.0.0.0")
@@ -250,7 +250,8 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
             from ..remoting.server import RemotingServer
             r_host, sock, address, ns = remoting
             # one set of counters for both fronts: the console and /metrics count remoting traffic too
-            rserver = RemotingServer(broker, host=r_host, sock=sock, address=address, namesrv=ns, events=events)
+            rserver = RemotingServer(broker, host=r_host, sock=sock, address=address, namesrv=ns, events=events,
+                                     acl=acl)
             await rserver.start()
         if http is not None:
             from ..console import serve_console
