@@ -97,6 +97,14 @@ class StoreConfig:
     """maxTransferBytesOnMessageInMemory: bytes of records one get_messages returns at most."""
     max_transfer_count_on_message_in_memory: int = 32
     """maxTransferCountOnMessageInMemory: messages one get_messages returns at most."""
+    access_message_in_memory_max_ratio: int = 40
+    """accessMessageInMemoryMaxRatio: a pull whose last record lies more than this percent of the machine's
+    physical memory behind the commitlog's end reads from disk, not the page cache: its GetResult says
+    suggest_pulling_from_slave (DefaultMessageStore.getMessage), which a master's remoting pull answer turns into
+    suggestWhichBrokerId when slaveReadEnable is on."""
+    offset_check_in_slave: bool = False
+    """offsetCheckInSlave: a SLAVE's pull answer may move the consumer's offset (PULL_OFFSET_MOVED); off, as
+    RocketMQ's default, it answers PULL_RETRY_IMMEDIATELY instead (the slave may only be behind its master)."""
     # Whole-record integrity
     enabled_append_prop_crc: bool = True
     """enabledAppendPropCRC (5.x, off there; on here): every record ends with a ``__CRC32#`` property holding the
@@ -179,6 +187,9 @@ class StoreConfig:
                      "ha_slave_fallbehind_max"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.access_message_in_memory_max_ratio <= 100:
+            raise ValueError("access_message_in_memory_max_ratio must be a percentage (0..100), got "
+                             f"{self.access_message_in_memory_max_ratio}")
         for name in ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_message_size",
                      "max_hash_slot_num", "max_index_num"):
             if getattr(self, name) <= 0:

@@ -170,11 +170,12 @@ def _decode_delay_document(text: str, path: str):
     return out, {k: v for k, v in data.items() if k != "offsetTable"}
 
 
-def encode_delay_offsets(table: dict[int, int], rest: dict | None = None) -> str:
+def encode_delay_offsets(table: dict[int, int], rest: dict | None = None, pretty: bool = True) -> str:
     """fastjson's pretty form of DelayOffsetSerializeWrapper (ConfigManager.persist encodes pretty), as the Java
     broker writes it (rmqcore.fastjson): bare integer keys, fields sorted; ``rest`` holds other fields read with
-    the table (5.x's dataVersion)."""
-    return fastjson.dumps(dict(rest or {}, offsetTable={int(k): int(v) for k, v in table.items()}), pretty=True)
+    the table (5.x's dataVersion). ``pretty`` False: the compact form (ScheduleMessageService.encode(), what a
+    master answers GET_ALL_DELAY_OFFSET with)."""
+    return fastjson.dumps(dict(rest or {}, offsetTable={int(k): int(v) for k, v in table.items()}), pretty=pretty)
 
 
 def write_config_file(path: str, text: str) -> None:

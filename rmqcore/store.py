@@ -57,6 +57,18 @@ _LEGAL_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 _WAITABLE = (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MATCHED_LOGIC_QUEUE)
 _SELECT_STATUS = {SELECT_FOUND: GetStatus.FOUND, SELECT_NO_MATCHED_MESSAGE: GetStatus.NO_MATCHED_MESSAGE,
                   SELECT_MESSAGE_WAS_REMOVING: GetStatus.MESSAGE_WAS_REMOVING}     # the pull loop's codes
+
+
+def _total_physical_memory() -> int:
+    """StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE: the machine's physical memory in bytes (Long.MAX_VALUE's role, never
+    suggesting a slave, where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+TOTAL_PHYSICAL_MEMORY_SIZE = _total_physical_memory()
 _UNIT = {"s": 1000, "m": 60 * 1000, "h": 3600 * 1000, "d": 24 * 3600 * 1000}
 
 
@@ -108,6 +120,8 @@ class MessageStore:
     """A RocketMQ store directory, open for reading and writing. Use ``MessageStore.open(path, config)``."""
 
     _rebuild_from: int | None = None      # set by admin.repair before start(): dispatch again from this offset
+    _keep_offset = False                  # set by open: see _get
+    _in_memory_max = 1 << 62
 
     def __init__(self, path: str, config: StoreConfig | None = None, create: bool = True):
         self.path = os.path.abspath(path)
@@ -233,6 +247,8 @@ class MessageStore:
                         ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in self.geometry_adopted.items()))
             self.config = geometry.apply(self.config)
         cfg = self.config
+        self._keep_offset = cfg.is_slave and not cfg.offset_check_in_slave
+        self._in_memory_max = TOTAL_PHYSICAL_MEMORY_SIZE * cfg.access_message_in_memory_max_ratio // 100
         # Files a process killed mid-creation left under their temporary names (never in a directory RocketMQ
         # lists: see MappedFile).
         clear_tmp_dir(self.path)
@@ -966,8 +982,11 @@ class MessageStore:
     def _get(self, topic, queue_id, offset, max_count, tag_filter) -> GetResult:
         queues = self._consume_queues.get(topic)          # find_consume_queue(create=False) without its frame
         cq = queues.get(queue_id) if queues is not None else None
+        # DefaultMessageStore.nextOffsetCorrection: a SLAVE (offsetCheckInSlave off) never moves a consumer's
+        # offset, it may only be behind its master: every corrected next offset is the one asked for.
+        keep = self._keep_offset
         if cq is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset if keep else 0, 0, 0)
         # ConsumeQueue's min/max offsets and get_unit_bytes inline: a pull of a few messages (a caught-up consumer)
         # paid more for their frames and the units' memoryview than for reading its messages.
         cq_files = cq.mapped_file_queue
@@ -975,14 +994,14 @@ class MessageStore:
         min_offset = min_logic // CQ_STORE_UNIT_SIZE
         max_offset = cq_files.get_max_offset() // CQ_STORE_UNIT_SIZE
         if max_offset == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, offset if keep else 0, min_offset, max_offset)
         if offset < min_offset:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, offset if keep else min_offset, min_offset, max_offset)
         if offset == max_offset:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
         if offset > max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, min_offset if min_offset == 0 else max_offset,
-                             min_offset, max_offset)
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY,
+                             offset if keep else min_offset if min_offset == 0 else max_offset, min_offset, max_offset)
         unit_offset = offset * CQ_STORE_UNIT_SIZE
         mf = cq_files.find_mapped_file_by_offset(unit_offset) if unit_offset >= min_logic else None
         cfg = self.config
@@ -993,9 +1012,12 @@ class MessageStore:
             cfg.max_transfer_count_on_message_in_memory, codes, exact)
         if found is None:
             nxt = (unit_offset // cq.mapped_file_size + 1) * cq.mapped_file_size // CQ_STORE_UNIT_SIZE
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
-        messages, consumed, code, total, _max_phy = found
-        return GetResult(_SELECT_STATUS[code], offset + consumed, min_offset, max_offset, messages, total)
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset if keep else nxt, min_offset, max_offset)
+        messages, consumed, code, total, max_phy = found
+        # DefaultMessageStore.getMessage: the last record looked at lies further behind the commitlog's end than
+        # accessMessageInMemoryMaxRatio of memory: it is read from disk, a slave should serve this consumer.
+        far = (self.commit_log.max_offset - max_phy) > self._in_memory_max
+        return GetResult(_SELECT_STATUS[code], offset + consumed, min_offset, max_offset, messages, total, far)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's max logical offset: one past its last message (0 for an unknown queue)."""

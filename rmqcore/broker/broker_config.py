@@ -41,6 +41,10 @@ class BrokerConfig:
     # Not a BrokerConfig field: what a Java producer sends as defaultTopicQueueNums in its send header
     # (DefaultMQProducer.defaultTopicQueueNums, 4); an auto-created topic gets min(this, TBW102's write queues).
     client_default_topic_queue_nums: int = 4
+    # BrokerConfig.slaveReadEnable: a master's pull answers suggest the group's whichBrokerWhenConsumeSlowly (a
+    # slave) when the consumer reads far behind the commitlog's end (GetResult.suggest_pulling_from_slave), else
+    # the group's brokerId; off, they always suggest the master (0), as RocketMQ's PullMessageProcessor.
+    slave_read_enable: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -74,7 +78,7 @@ _LIMITS = {
     "client_default_topic_queue_nums": ("int", 0, _INT_MAX),
     "auto_create_topic_enable": ("bool",), "cluster_topic_enable": ("bool",), "broker_topic_enable": ("bool",),
     "auto_create_subscription_group": ("bool",), "trace_topic_enable": ("bool",),
-    "reject_transaction_message": ("bool",),
+    "reject_transaction_message": ("bool",), "slave_read_enable": ("bool",),
     "flush_consumer_offset_interval": ("int", 1, _INT_MAX),
     # TransactionalMessageService refuses 0 for all three (the check service could not run): so do the setters.
     "transaction_timeout": ("int", 1, _LONG_MAX),

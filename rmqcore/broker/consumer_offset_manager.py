@@ -200,6 +200,14 @@ class ConsumerOffsetManager(ConfigManager):
             keys = list(self.offset_table)
         return {tg[1] for tg in map(self.split_key, keys) if tg is not None}
 
+    def put_all(self, table: dict[str, dict[int, int]]) -> None:
+        """A slave's copy of its master's offsets (SlaveSynchronize.syncConsumerOffset: offsetTable.putAll): each
+        topic@group of ``table`` takes the master's queue offsets; keys the master lacks stay."""
+        with self._lock:
+            for key, queues in table.items():
+                self.offset_table[key] = dict(queues)
+            self._version += 1
+
     def clone_offset(self, src_group: str, dest_group: str, topic: str) -> None:
         with self._lock:
             offsets = self.offset_table.get(topic + TOPIC_GROUP_SEPARATOR + src_group)

@@ -113,6 +113,18 @@ class SubscriptionGroupManager(ConfigManager):
             log.info("%s subscription group %s", "update" if old else "create new", config)
         self.persist()
 
+    def replace_from_master(self, table: dict[str, SubscriptionGroupConfig], version: DataVersion) -> bool:
+        """A slave's copy of its master's groups (SlaveSynchronize.syncSubscriptionGroupConfig): replaced, with
+        the master's data version, and persisted when ``version`` differs from this table's. True when it did."""
+        with self._lock:
+            if (self.data_version.timestamp, self.data_version.counter) == (version.timestamp, version.counter):
+                return False
+            self.data_version.assign_new_one(version)
+            self.subscription_group_table.clear()
+            self.subscription_group_table.update(table)
+        self.persist()
+        return True
+
     def disable_consume(self, group: str) -> None:
         with self._lock:
             g = self.subscription_group_table.get(group)

@@ -178,6 +178,20 @@ class TopicConfigManager(ConfigManager):
         self.persist()
         return True
 
+    def replace_from_master(self, table: dict[str, TopicConfig], version: DataVersion) -> bool:
+        """A slave's copy of its master's table (SlaveSynchronize.syncTopicConfig): when ``version`` differs from
+        this table's, the table becomes the master's (cleared, then every entry; the master's holds the system
+        topics too) with its data version, and is persisted. True when it changed."""
+        with self._lock:
+            if (self.data_version.timestamp, self.data_version.counter) == (version.timestamp, version.counter):
+                return False
+            self.data_version.assign_new_one(version)
+            self.topic_config_table.clear()
+            self.topic_config_table.update(table)
+            self._changed()
+        self.persist()
+        return True
+
     def create_topic_in_send_message_method(self, topic: str, default_topic: str,
                                             client_default_topic_queue_nums: int,
                                             topic_sys_flag: int = 0) -> TopicConfig | None:

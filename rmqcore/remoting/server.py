@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import struct
 import time
@@ -39,9 +40,10 @@ from ..serve.filter import FilterError, compile_filter
 from ..status import GetStatus, PutStatus
 from . import admin, namesrv as _ns
 from .acl import RemotingAclValidator
+from . import slave_synchronize as _slave_sync
 from ._remoting_codec import FrameDecoder, encode_header
 from .codes import (SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
-                    UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO,
+                    UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO,
                     GET_CONSUME_STATS, SEARCH_OFFSET_BY_TIMESTAMP, GET_MAX_OFFSET, GET_MIN_OFFSET,
                     GET_EARLIEST_MSG_STORETIME, VIEW_MESSAGE_BY_ID, HEART_BEAT, UNREGISTER_CLIENT,
                     CONSUMER_SEND_MSG_BACK, END_TRANSACTION, GET_CONSUMER_LIST_BY_GROUP, NOTIFY_CONSUMER_IDS_CHANGED,
@@ -80,6 +82,27 @@ POLL_INTERVAL_S = 0.1
 # the longest suspend a pull may ask (the clients' own timeouts are 30 s)
 MAX_SUSPEND_MS = 30_000
 PEER_WRITE_HIGH = 4 * 1024 * 1024        # a reader this far behind stops this connection's reads (flow control)
+
+
+def _disk_used_ratio(path: str) -> float:
+    """UtilAll.getDiskPartitionSpaceUsedPercent: the used fraction (0..1) of the partition holding ``path``, -1 when
+    it does not exist."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1.0
+    total = st.f_blocks * st.f_frsize
+    return (total - st.f_bfree * st.f_frsize) / total if total > 0 else -1.0
+
+
+def service_not_available_remark(store_path: str) -> str:
+    """SendMessageProcessor's remark for a put the store refused with SERVICE_NOT_AVAILABLE (a slave's, a closed
+    store's), with its diskUtil() figures."""
+    disk = (f"CL: {_disk_used_ratio(os.path.join(store_path, 'commitlog')):5.2f} "
+            f"CQ: {_disk_used_ratio(os.path.join(store_path, 'consumequeue')):5.2f} "
+            f"INDEX: {_disk_used_ratio(os.path.join(store_path, 'index')):5.2f}")
+    return ("service not available now. It may be caused by one of the following reasons: the broker's disk is "
+            f"full [{disk}], messages are put to the slave, message store has been shut down, etc.")
 
 
 def string_to_properties(text: str | None) -> dict[str, str]:
@@ -136,7 +159,7 @@ class _Client:
 class RemotingServer:
     def __init__(self, broker, *, host: str = "127.0.0.1", port: int = 10911, address: str | None = None,
                  namesrv: tuple[str, int] | None = None, sock: socket.socket | None = None,
-                 events: ServerEvents | None = None, max_frame: int = MAX_FRAME, acl=None):
+                 events: ServerEvents | None = None, max_frame: int = MAX_FRAME, acl=None, vip: bool = False):
         self.broker = broker
         self.host = host
         self.port = port
@@ -144,6 +167,8 @@ class RemotingServer:
         self.address = address or f"{host}:{port}"
         self.namesrv_addr = namesrv
         self.namesrv_port: int | None = None
+        self.vip = vip                  # also serve on port - 2 (the broker's VIP channel), when it is free
+        self.vip_port: int | None = None
         self.events = events or ServerEvents()
         self.max_frame = max_frame
         self.names = _ns.NameServer(broker, self.address)
@@ -164,6 +189,9 @@ class RemotingServer:
         # a put that waits (SYNC_FLUSH's flush, SYNC_MASTER's slave) runs in the send executor, not the loop
         self._sync = (broker.store_config.flush_disk_type == "SYNC_FLUSH"
                       or broker.store_config.broker_role == "SYNC_MASTER")
+        self.is_slave = broker.store_config.is_slave
+        self.slave_read_enable = broker.config.slave_read_enable
+        self.offset_check_in_slave = broker.store_config.offset_check_in_slave
         self.executor: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._closed = asyncio.Event()
@@ -180,6 +208,18 @@ class RemotingServer:
             srv = await loop.create_server(lambda: RemotingConnection(self), self.host, self.port, reuse_address=True)
         self.port = srv.sockets[0].getsockname()[1]
         self._servers.append(srv)
+        if self.vip and self.port > 2:
+            # BrokerController's fastRemotingServer (listenPort - 2): the same processors. Bound only if free: a
+            # master whose VIP port is taken still serves everything else (a Java slave's topic sync then fails,
+            # and says so in its log).
+            try:
+                vip = await loop.create_server(lambda: RemotingConnection(self), self.host, self.port - 2,
+                                               reuse_address=True)
+            except OSError as e:
+                log.warning("remoting: VIP port %d (listenPort - 2) not served: %s", self.port - 2, e)
+            else:
+                self.vip_port = self.port - 2
+                self._servers.append(vip)
         if self.namesrv_addr is not None:
             ns = await loop.create_server(lambda: RemotingConnection(self, namesrv_only=True), self.namesrv_addr[0],
                                           self.namesrv_addr[1], reuse_address=True)
@@ -451,9 +491,10 @@ class RemotingConnection(asyncio.Protocol):
             raise Refusal(SUBSCRIPTION_GROUP_NOT_EXIST, str(e)) from None
         except (MessageIllegalError, IllegalNameError) as e:
             raise Refusal(MESSAGE_ILLEGAL, str(e)) from None
-        except BrokerRoleError as e:
+        except BrokerRoleError:
             # a SLAVE's store refuses puts; RocketMQ's broker answers SERVICE_NOT_AVAILABLE (the store's status)
-            raise Refusal(SERVICE_NOT_AVAILABLE, str(e)) from None
+            # with SendMessageProcessor.handlePutMessageResult's remark
+            raise Refusal(SERVICE_NOT_AVAILABLE, service_not_available_remark(self.broker.store.path)) from None
         except (QueueIdIllegalError, RmqStoreError) as e:
             raise Refusal(SYSTEM_ERROR, str(e)) from None
 
@@ -669,7 +710,9 @@ class RemotingConnection(asyncio.Protocol):
                 tags = expression
         except FilterError as e:
             raise Refusal(SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}") from None
-        if sys_flag & FLAG_COMMIT_OFFSET and commit_offset >= 0:
+        # PullMessageProcessor's storeOffsetEnable: a slave keeps no offset a pull carries (its offsets are the
+        # master's, copied by SlaveSynchronize)
+        if sys_flag & FLAG_COMMIT_OFFSET and commit_offset >= 0 and not self.server.is_slave:
             self._commit(group, topic, queue_id, commit_offset)
         wait_ms = min(suspend_ms, MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
         args = (group, topic, queue_id, offset, max(1, min(max_nums, 32 * 1024)), tags)
@@ -760,7 +803,21 @@ class RemotingConnection(asyncio.Protocol):
             nxt = offset if s is GetStatus.OFFSET_OVERFLOW_ONE else nxt
         else:                                   # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
             code, msgs = PULL_OFFSET_MOVED, []
-        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(nxt), "minOffset": str(r.min_offset),
+        # PullMessageProcessor: with slaveReadEnable a consumer reading far behind the log's end (from disk) is
+        # sent to the group's whichBrokerWhenConsumeSlowly (a slave), any other to the group's brokerId; without
+        # it, to the master. A slave does not move a consumer's offset (offsetCheckInSlave off): it may only be
+        # behind its master, so it asks for a retry.
+        suggest = 0
+        srv = self.server
+        if srv.slave_read_enable or (code == PULL_OFFSET_MOVED and srv.is_slave):
+            gc = self.broker.subscription_group_manager.subscription_group_table.get(group)
+            if gc is not None:
+                if code == PULL_OFFSET_MOVED and srv.is_slave and not srv.offset_check_in_slave:
+                    code = PULL_RETRY_IMMEDIATELY
+                    suggest = gc.broker_id
+                elif srv.slave_read_enable:
+                    suggest = gc.which_broker_when_consume_slowly if r.suggest_pulling_from_slave else gc.broker_id
+        ext = {"suggestWhichBrokerId": str(suggest), "nextBeginOffset": str(nxt), "minOffset": str(r.min_offset),
                "maxOffset": str(r.max_offset)}
         if code == SUCCESS:
             records = [m.record() for m in msgs]
@@ -854,11 +911,6 @@ class RemotingConnection(asyncio.Protocol):
     def _check_client_config(self, cmd) -> None:
         self.reply(cmd, SUCCESS)
 
-    def _all_topic_config(self, cmd) -> None:
-        body = {"dataVersion": {"counter": 0, "timestamp": int(time.time() * 1000)},
-                "topicConfigTable": {name: tc.to_json() for name, tc in self.broker.topics().items()}}
-        self.reply(cmd, SUCCESS, body=json.dumps(body, separators=(",", ":")).encode())
-
 
 
 NAMESRV_HANDLERS = {
@@ -888,7 +940,6 @@ HANDLERS.update({
     UNLOCK_BATCH_MQ: RemotingConnection._unlock,
     END_TRANSACTION: RemotingConnection._end_transaction,
     CHECK_CLIENT_CONFIG: RemotingConnection._check_client_config,
-    GET_ALL_TOPIC_CONFIG: RemotingConnection._all_topic_config,
     # query and admin (admin.py)
     VIEW_MESSAGE_BY_ID: admin.view_message_by_id,
     QUERY_MESSAGE: admin.query_message,
@@ -902,3 +953,5 @@ HANDLERS.update({
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_subscription_group,
     DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
 })
+# a slave's metadata pulls (21, 43, 45, 201): slave_synchronize.py
+HANDLERS.update(_slave_sync.HANDLERS)

@@ -244,14 +244,16 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = None
+    runner = slave_sync = None
     try:
         if remoting is not None:
             from ..remoting.server import RemotingServer
             r_host, sock, address, ns = remoting
             # one set of counters for both fronts: the console and /metrics count remoting traffic too
+            # a master of slaves also answers on the VIP port (listenPort - 2), where a Java slave asks for the
+            # topic table (BrokerOuterAPI.getAllTopicConfig over MixAll.brokerVIPChannel)
             rserver = RemotingServer(broker, host=r_host, sock=sock, address=address, namesrv=ns, events=events,
-                                     acl=acl)
+                                     acl=acl, vip=ha is not None and ha[0] == "master")
             await rserver.start()
         if http is not None:
             from ..console import serve_console
@@ -276,10 +278,16 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
                 log.warning("brokerRole SLAVE without haMasterAddress (--ha-master): not replicating until one is "
                             "set")
             print(f"ha slave of {ha[1] or '(no master address)'}", flush=True)
+            # the master's topics, groups and offsets, over remoting, every 10 s (SlaveSynchronize)
+            from ..remoting.slave_synchronize import SlaveSynchronize
+            slave_sync = SlaveSynchronize(broker, own_addr=rserver.address if rserver is not None else None)
+            slave_sync.start()
         if made is not None:
             made.served = True     # it listened: its store stays whatever ends it
         await stop.wait()
     finally:
+        if slave_sync is not None:
+            await loop.run_in_executor(None, slave_sync.shutdown)
         if runner is not None:
             await runner.close()
         if rserver is not None:
