@@ -395,11 +395,14 @@ class ReplicaPuts:
 
     @staticmethod
     def _with(result, status):
+        # CommitLog.asyncPutMessage's thenCombine: a replica status other than PUT_OK is the answer, over a flush's
+        # FLUSH_DISK_TIMEOUT too (the record is stored either way)
         if status is PutStatus.PUT_OK:
             return result
+        stored = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
         if isinstance(result, list):
-            return [r.replace_status(status) if r.status is PutStatus.PUT_OK else r for r in result]
-        return result.replace_status(status) if result.status is PutStatus.PUT_OK else result
+            return [r.replace_status(status) if r.status in stored else r for r in result]
+        return result.replace_status(status) if result.status in stored else result
 
     def put(self, msg):
         return self.settle(self.inner.put(msg), msg.properties.get("WAIT") != "false" if msg.properties else True)

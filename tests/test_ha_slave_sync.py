@@ -186,3 +186,64 @@ def test_master_suggests_the_slave_to_a_consumer_reading_from_disk(tmp_path):
             assert (r.ext_fields["suggestWhichBrokerId"], r2.ext_fields["suggestWhichBrokerId"]) == want, extra
             c.close()
             m.terminate()
+
+
+def _send_until(c, code, body=b"x" * 1000, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        a = send_v2(c, TOPIC, body, queue_id=0)
+        if a.code == code:
+            return a
+        assert time.monotonic() < deadline, f"sends answer {a.code} {a.remark}, not {code}"
+        time.sleep(0.3)
+
+
+def test_sync_master_answers_as_rocketmq_with_a_slow_and_a_stopped_slave(tmp_path):
+    """SYNC_MASTER (CommitLog.submitReplicaRequest, GroupTransferService): a send is acknowledged once the slave
+    has it; with the slave stopped (SIGSTOP) the next send waits syncFlushTimeout and answers FLUSH_SLAVE_TIMEOUT
+    (12); once the master is haSlaveFallbehindMax ahead of what the slave acknowledged, SLAVE_NOT_AVAILABLE (11) at
+    once, over remoting and gRPC (HA_NOT_AVAILABLE, the proxy's mapping); each stored all the same, and the slave,
+    resumed, has them all."""
+    import signal as _signal
+    pytest.importorskip("rocketmq")
+    pytest.importorskip("grpc")
+    from rocketmq.v5.exception import InternalErrorException
+    from serve_util import config, message
+    from rocketmq import Producer
+    mstore, sstore = str(tmp_path / "m"), str(tmp_path / "s")
+    _prepare_master(mstore)
+    port = broker_ports()
+    with RemotingProcess(mstore, {"brokerRole": "SYNC_MASTER", "brokerName": "broker-s", "brokerIP1": "127.0.0.1",
+                                  "listenPort": str(port), "syncFlushTimeout": "1500",
+                                  "haSlaveFallbehindMax": "1500"},
+                         args=("--remoting", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"), namesrv=False) as m, \
+            _slave(sstore, port) as s:
+        c = Client(m.address)
+        _send_until(c, 0)                          # the slave connected and acknowledges
+        p = Producer(config(m.lines["listening"]), (TOPIC,))
+        p.startup()
+        try:
+            p.send(message(TOPIC, b"grpc-ok"))
+            os.kill(s.proc.pid, _signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                a = send_v2(c, TOPIC, b"y" * 1000, queue_id=0)
+                assert a.code == 12 and time.monotonic() - t0 >= 1.4, a     # FLUSH_SLAVE_TIMEOUT
+                assert int(a.ext_fields["queueOffset"]) > 0                 # stored
+                a = send_v2(c, TOPIC, b"z" * 1000, queue_id=0)
+                assert a.code == 11, a                                     # SLAVE_NOT_AVAILABLE
+                with pytest.raises(InternalErrorException, match="no slave is available"):
+                    p.send(message(TOPIC, b"grpc-behind"))
+            finally:
+                os.kill(s.proc.pid, _signal.SIGCONT)
+            _send_until(c, 0)                      # caught up: acknowledged again
+            p.send(message(TOPIC, b"grpc-again"))
+        finally:
+            p.shutdown()
+        # everything the master stored, the slave has (its queue ends where the master's does)
+        want = c.call(30, {"topic": TOPIC, "queueId": "0"}).ext_fields["offset"]
+        sc = Client(s.address)
+        _wait(lambda: sc.call(30, {"topic": TOPIC, "queueId": "0"}).ext_fields["offset"] == want,
+              "the slave's queue", 20)
+        c.close()
+        sc.close()

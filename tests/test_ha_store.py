@@ -281,3 +281,17 @@ def test_slave_killed_mid_record_keeps_only_what_it_dispatched(tmp_path, small_c
         s.wait_dispatched()
         assert sum(len(queue_messages(s, "ha-topic", q)) for q in range(3)) == 100
         assert s.verify()["ok"]
+
+
+def test_a_replica_refusal_is_the_answer_over_a_flush_timeout(tmp_path):
+    """CommitLog.asyncPutMessage combines the flush's and the replica's statuses, the replica's winning when it is
+    not PUT_OK: a SYNC_MASTER put that timed out on its flush and finds no slave answers SLAVE_NOT_AVAILABLE (it
+    kept FLUSH_DISK_TIMEOUT before)."""
+    from rmqcore import StoreConfig
+    from rmqcore.ha_service import ReplicaPuts
+    from rmqcore.status import PutStatus
+    with MessageStore.open(str(tmp_path / "m"), StoreConfig(broker_role="SYNC_MASTER")) as m:
+        r = ReplicaPuts(m, None)               # replication not started: no slave for any put
+        late = m.put(Message("t", b"x", 0)).replace_status(PutStatus.FLUSH_DISK_TIMEOUT)
+        assert r.settle(late).status is PutStatus.SLAVE_NOT_AVAILABLE
+        assert r.settle([late, late])[1].status is PutStatus.SLAVE_NOT_AVAILABLE
