@@ -4,7 +4,9 @@
   groups into its config files (its SlaveSynchronize asks rmqcore's remoting port, the topic table on the VIP port);
 - an rmqcore SLAVE of a Java master copies the Java master's (rmqcore's SlaveSynchronize);
 - a Java push consumer reads from the rmqcore slave once the Java master is killed, from the offset its group
-  had committed on the master (which the slave copied).
+  had committed on the master (which the slave copied);
+- a Java producer's sends to an rmqcore SYNC_MASTER with a Java slave: SEND_OK once the slave has them,
+  FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE while the slave is stopped.
 
 The Java slave learns its master's remoting address only from its name server registration
 (RegisterBrokerResult.masterAddr); rmqcore's own registration with name servers is not part of this file, so the
@@ -47,6 +49,7 @@ def jvm(tmp_path_factory):
     classes = str(tmp_path_factory.mktemp("ha-java-classes"))
     r = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", classes, "-cp", cp,
                         os.path.join(ROOT, "tests", "java", "HaConsumer.java"),
+                        os.path.join(ROOT, "tests", "java", "HaProducer.java"),
                         os.path.join(ROOT, "tests", "java", "RemotingScenario.java")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -106,6 +109,8 @@ def java_broker(cp, run_dir, ns_port, port, role, broker_id, extra=None) -> Java
             "listenPort": port, "storePathRootDir": f"{run_dir}/store",
             "storePathCommitLog": f"{run_dir}/store/commitlog", "mappedFileSizeCommitLog": FILE,
             "haSendHeartbeatInterval": 1000, "autoCreateTopicEnable": "true", **(extra or {})}
+    if ns_port is None:
+        del conf["namesrvAddr"]            # no name server: haMasterAddress says where the master is
     return JavaProcess(cp, run_dir, "org.apache.rocketmq.broker.BrokerStartup", conf)
 
 
@@ -312,3 +317,42 @@ def test_rmqcore_slave_copies_a_java_masters_metadata_and_serves_its_consumers_w
             reg.close()
         if slave is not None:
             slave.kill()
+
+
+def test_java_producer_to_an_rmqcore_sync_master_of_a_java_slave(jvm, tmp_path):
+    import signal as _signal
+    mport, sport = broker_ports(), broker_ports()
+    mstore = str(tmp_path / "master")
+    _prepare(mstore)
+    java_cmd = ["java", "-Xmx128m", "-Dfile.encoding=UTF-8", "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+                f"-Duser.home={tmp_path}", f"-Drocketmq.client.logRoot={tmp_path}/clogs", "-cp", jvm]
+    master = slave = None
+    try:
+        master = RemotingProcess(mstore, {"brokerRole": "SYNC_MASTER", "brokerName": "broker-a",
+                                          "brokerClusterName": "HaCluster", "brokerIP1": "127.0.0.1",
+                                          "listenPort": str(mport), "mappedFileSizeCommitLog": str(FILE),
+                                          "syncFlushTimeout": "2000", "haSlaveFallbehindMax": "1500"},
+                                 args=("--remoting", f"127.0.0.1:{mport}"))
+        slave = java_broker(jvm, str(tmp_path / "jslave"), None, sport, "SLAVE", 1,
+                            {"haMasterAddress": f"127.0.0.1:{mport + 1}"})
+
+        def produce(n):
+            r = subprocess.run([*java_cmd, "HaProducer", master.namesrv, TOPIC, str(n), "1000"],
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0 and "OK" in r.stdout, r.stdout[-3000:]
+            return [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("STATUS ")]
+        _wait(lambda: produce(1) == ["SEND_OK"], "the Java slave to acknowledge", 60)
+        assert produce(5) == ["SEND_OK"] * 5
+        os.kill(slave.proc.pid, _signal.SIGSTOP)
+        try:
+            # the first waits syncFlushTimeout for the stopped slave; then the master is more than
+            # haSlaveFallbehindMax ahead of its acknowledgement: refused at once
+            assert produce(2) == ["FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"]
+        finally:
+            os.kill(slave.proc.pid, _signal.SIGCONT)
+        _wait(lambda: produce(1) == ["SEND_OK"], "the Java slave to catch up", 60)
+    finally:
+        if slave is not None:
+            slave.kill()
+        if master is not None:
+            master.kill()

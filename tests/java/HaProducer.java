@@ -1,0 +1,24 @@
+// A RocketMQ 4.9.7 producer for the HA tests (tests/test_ha_cluster_java.py compiles and runs it):
+//   java HaProducer NAMESRV TOPIC N SIZE
+// N sync sends of SIZE-byte bodies, no retry on another broker; prints "STATUS <SendStatus>" for each, then "OK".
+import org.apache.rocketmq.client.producer.*;
+import org.apache.rocketmq.common.message.Message;
+
+public class HaProducer {
+    public static void main(String[] a) throws Exception {
+        DefaultMQProducer p = new DefaultMQProducer("hap" + System.nanoTime());
+        p.setNamesrvAddr(a[0]);
+        p.setSendMsgTimeout(10000);
+        p.setRetryTimesWhenSendFailed(0);
+        p.start();
+        byte[] body = new byte[Integer.parseInt(a[3])];
+        java.util.Arrays.fill(body, (byte) 'h');
+        for (int i = 0; i < Integer.parseInt(a[2]); i++) {
+            SendResult r = p.send(new Message(a[1], body));
+            System.out.println("STATUS " + r.getSendStatus());
+        }
+        p.shutdown();
+        System.out.println("OK");
+        System.exit(0);
+    }
+}
