@@ -1,6 +1,7 @@
 // A RocketMQ 4.9.7 producer for the HA tests (tests/test_ha_cluster_java.py compiles and runs it):
-//   java HaProducer NAMESRV TOPIC N SIZE
-// N sync sends of SIZE-byte bodies, no retry on another broker; prints "STATUS <SendStatus>" for each, then "OK".
+//   java HaProducer NAMESRV TOPIC N SIZE [PREFIX]
+// N sync sends of SIZE-byte bodies (with PREFIX: bodies "PREFIX-<i>"), no retry on another broker; prints
+// "STATUS <SendStatus>" for each, then "OK".
 import org.apache.rocketmq.client.producer.*;
 import org.apache.rocketmq.common.message.Message;
 
@@ -14,7 +15,8 @@ public class HaProducer {
         byte[] body = new byte[Integer.parseInt(a[3])];
         java.util.Arrays.fill(body, (byte) 'h');
         for (int i = 0; i < Integer.parseInt(a[2]); i++) {
-            SendResult r = p.send(new Message(a[1], body));
+            byte[] b = a.length > 4 ? (a[4] + "-" + i).getBytes("UTF-8") : body;
+            SendResult r = p.send(new Message(a[1], b));
             System.out.println("STATUS " + r.getSendStatus());
         }
         p.shutdown();
