@@ -735,6 +735,13 @@ def case_abuse(ctx: Ctx) -> None:
     ctx.r["abuse_rows"] = abuse_bench.run(ctx.quick)
 
 
+def case_ha(ctx: Ctx) -> None:
+    """A fresh slave catching up over the HA protocol, rmqcore on either side against Java → Java, on the same
+    records (bench/ha_bench.py); needs a JDK and the java-broker harness build."""
+    from bench import ha_bench
+    ctx.r["ha_rows"] = ha_bench.run(ctx.quick)
+
+
 CASES = [
     ("memcpy", case_memcpy),
     ("crc", case_crc),
@@ -752,6 +759,7 @@ CASES = [
     ("peers", case_peers),
     ("serve", case_serve),
     ("abuse", case_abuse),
+    ("ha", case_ha),
 ]
 
 
@@ -874,6 +882,7 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
                      f"+{r['foot_rss_mb']:.0f} MiB"))
     rows.extend(r.get("serve_rows", []))
     rows.extend(r.get("abuse_rows", []))
+    rows.extend(r.get("ha_rows", []))
     for row in r.get("peers_rows", []):
         vals = row["values"]
         me = vals.get("rmqcore")
