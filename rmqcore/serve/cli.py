@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
             adv = args.advertise or (r_host if r_host not in ("0.0.0.0", "::", "") else "127.0.0.1")
             address = f"{adv}:{bound}"
             sc = dataclasses.replace(sc, store_host=address)
-        remoting = (r_host, sock, address, ns)
+        # the VIP port (listenPort - 2) is served for a port given, never beside port 0's (nobody's to take)
+        remoting = (r_host, sock, address, ns, r_port != 0)
     acl = None
     if args.acl:
         from .auth import Acl
@@ -248,12 +249,12 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
     try:
         if remoting is not None:
             from ..remoting.server import RemotingServer
-            r_host, sock, address, ns = remoting
+            r_host, sock, address, ns, vip_ok = remoting
             # one set of counters for both fronts: the console and /metrics count remoting traffic too
             # a master of slaves also answers on the VIP port (listenPort - 2), where a Java slave asks for the
             # topic table (BrokerOuterAPI.getAllTopicConfig over MixAll.brokerVIPChannel)
             rserver = RemotingServer(broker, host=r_host, sock=sock, address=address, namesrv=ns, events=events,
-                                     acl=acl, vip=ha is not None and ha[0] == "master")
+                                     acl=acl, vip=vip_ok and ha is not None and ha[0] == "master")
             await rserver.start()
         if http is not None:
             from ..console import serve_console
