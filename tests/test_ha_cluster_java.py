@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from java_util import build_dir, ensure_build, harness
+from java_util import build_dir, ensure_build
 from rmqcore import fastjson
 from remoting_util import Client, RemotingProcess, send_v2
 from test_ha_slave_sync import broker_ports

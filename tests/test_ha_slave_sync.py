@@ -4,7 +4,6 @@ four metadata answers (21, 43, 45, 201) in the JSON a Java slave reads, a slave'
 a master's suggestWhichBrokerId. No JDK needed (tests/test_ha_cluster_java.py has the Java sides)."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -163,6 +162,22 @@ def test_rmqcore_slave_copies_its_masters_metadata_refuses_sends_and_serves_pull
         assert got.ext_fields.get("offset") == "0"
         mc.close()
         sc.close()
+
+
+def test_a_slave_copies_nothing_from_a_guessed_address_of_another_broker_group(tmp_path):
+    """Without a name server the slave guesses its master's remoting port (haMasterAddress's port - 1); a broker
+    there whose topic table lacks this slave's broker-name topic is another group's: nothing is copied."""
+    mstore, sstore = str(tmp_path / "m"), str(tmp_path / "s")
+    _prepare_master(mstore)
+    port = broker_ports()
+    conf = {"brokerRole": "SLAVE", "brokerId": "1", "brokerName": "broker-other", "brokerIP1": "127.0.0.1",
+            "haMasterAddress": f"127.0.0.1:{port + 1}"}
+    with _master(mstore, port), RemotingProcess(sstore, conf, namesrv=False) as s:
+        time.sleep(3)                      # the first pass runs at start
+        s.terminate()
+    topics = (_config(sstore, "topics.json") or {}).get("topicConfigTable", {})
+    assert TOPIC not in topics
+    assert GROUP not in (_config(sstore, "subscriptionGroup.json") or {}).get("subscriptionGroupTable", {})
 
 
 def test_master_suggests_the_slave_to_a_consumer_reading_from_disk(tmp_path):

@@ -20,6 +20,8 @@ Where the master's remoting address comes from: RocketMQ's slave learns it from 
 (RegisterBrokerResult.masterAddr) only; ``set_master_addr`` takes it from there. Until one is set it is derived
 from the HA master address (haMasterAddress, listenPort + 1 of the master: the remoting port is one below), so a
 slave given only haMasterAddress, with no name server, still copies its master's metadata (a Java slave does not).
+A guessed address is trusted only if the broker there holds this broker's broker-name topic (every broker of a
+master/slave group has the topic named as the group's brokerName): another broker's metadata is never copied.
 """
 from __future__ import annotations
 
@@ -212,6 +214,18 @@ class SlaveSynchronize(threading.Thread):
         if addr is None or addr == self.own_addr:
             return
         errors = {}
+        if not self.master_addr:
+            # A guessed address (the HA port's neighbour) may be some other broker's: its metadata is taken only
+            # if its topic table holds this broker's own broker-name topic, which every broker of the group has.
+            try:
+                self._check_guessed_master(addr)
+            except Exception as e:
+                errors["master"] = f"{type(e).__name__}: {e}"
+                (log.debug if self.errors.get("master") == errors["master"] else log.error)(
+                    "SlaveSynchronize: %s", errors["master"])
+                self.errors = errors
+                self.passes += 1
+                return
         for name, step in (("topics", self.sync_topic_config), ("consumer offsets", self.sync_consumer_offset),
                            ("delay offsets", self.sync_delay_offset),
                            ("subscription groups", self.sync_subscription_group_config)):
@@ -224,6 +238,15 @@ class SlaveSynchronize(threading.Thread):
                     "SlaveSynchronize: %s from %s failed: %s", name, addr, errors[name])
         self.errors = errors
         self.passes += 1
+
+    def _check_guessed_master(self, addr: str) -> None:
+        name = self.broker.config.broker_name
+        table, _version, _extra = self.broker.topic_config_manager.decode(
+            self._text(self._call(vip_channel(addr), GET_ALL_TOPIC_CONFIG)))
+        if name not in table:
+            raise MasterCallError(f"the broker at {addr} (haMasterAddress's port - 1) has no topic {name!r}: not "
+                                  f"this slave's master (brokerName {name}); its metadata is not copied (a name "
+                                  "server registration gives the master's address)")
 
     @staticmethod
     def _text(body: bytes) -> str:
