@@ -9,15 +9,21 @@ public class HaProducer {
     public static void main(String[] a) throws Exception {
         DefaultMQProducer p = new DefaultMQProducer("hap" + System.nanoTime());
         p.setNamesrvAddr(a[0]);
-        p.setSendMsgTimeout(10000);
+        p.setSendMsgTimeout(30000);
         p.setRetryTimesWhenSendFailed(0);
         p.start();
         byte[] body = new byte[Integer.parseInt(a[3])];
         java.util.Arrays.fill(body, (byte) 'h');
-        for (int i = 0; i < Integer.parseInt(a[2]); i++) {
-            byte[] b = a.length > 4 ? (a[4] + "-" + i).getBytes("UTF-8") : body;
-            SendResult r = p.send(new Message(a[1], b));
-            System.out.println("STATUS " + r.getSendStatus());
+        try {
+            for (int i = 0; i < Integer.parseInt(a[2]); i++) {
+                byte[] b = a.length > 4 ? (a[4] + "-" + i).getBytes("UTF-8") : body;
+                SendResult r = p.send(new Message(a[1], b));
+                System.out.println("STATUS " + r.getSendStatus());
+            }
+        } catch (Exception e) {             // the client's threads would keep the JVM up: exit, saying why
+            System.out.println("FAILED " + e);
+            e.printStackTrace(System.out);
+            System.exit(1);
         }
         p.shutdown();
         System.out.println("OK");
