@@ -204,9 +204,13 @@ class ConsumerOffsetManager(ConfigManager):
         """A slave's copy of its master's offsets (SlaveSynchronize.syncConsumerOffset: offsetTable.putAll): each
         topic@group of ``table`` takes the master's queue offsets; keys the master lacks stay."""
         with self._lock:
+            changed = False
             for key, queues in table.items():
-                self.offset_table[key] = dict(queues)
-            self._version += 1
+                if self.offset_table.get(key) != queues:
+                    self.offset_table[key] = dict(queues)
+                    changed = True
+            if changed:
+                self._version += 1              # persist(force=False) writes only a changed table
 
     def clone_offset(self, src_group: str, dest_group: str, topic: str) -> None:
         with self._lock:

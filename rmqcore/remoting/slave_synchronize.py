@@ -262,7 +262,7 @@ class SlaveSynchronize(threading.Thread):
         com = self.broker.consumer_offset_manager
         table, _extra, _gen = com.decode(self._text(self._call(addr, GET_ALL_CONSUMER_OFFSET)))
         com.put_all(table)
-        com.persist()
+        com.persist(force=False)            # written when the master's offsets moved (not every 10 s)
         log.debug("Update slave consumer offset from master, %s", addr)
 
     def sync_delay_offset(self, addr: str) -> None:
