@@ -41,6 +41,15 @@ class BrokerConfig:
     # Not a BrokerConfig field: what a Java producer sends as defaultTopicQueueNums in its send header
     # (DefaultMQProducer.defaultTopicQueueNums, 4); an auto-created topic gets min(this, TBW102's write queues).
     client_default_topic_queue_nums: int = 4
+    # Joining a cluster (BrokerOuterAPI, run by ``rmqcore serve --remoting``): the name servers to register with
+    # ("host:port;host:port"; None: none), brokerIP2 (the HA address's host; None: brokerIP1's, where Java's
+    # default is the machine's first address for both), the re-registration period (clamped to 10..60 s as
+    # BrokerController does), each registration's timeout, and RegisterBrokerBody's deflated layout.
+    namesrv_addr: str | None = None
+    broker_ip2: str | None = None
+    register_name_server_period: int = 1000 * 30
+    register_broker_timeout_mills: int = 6000
+    compressed_register: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -74,7 +83,8 @@ _LIMITS = {
     "client_default_topic_queue_nums": ("int", 0, _INT_MAX),
     "auto_create_topic_enable": ("bool",), "cluster_topic_enable": ("bool",), "broker_topic_enable": ("bool",),
     "auto_create_subscription_group": ("bool",), "trace_topic_enable": ("bool",),
-    "reject_transaction_message": ("bool",),
+    "reject_transaction_message": ("bool",), "compressed_register": ("bool",),
+    "register_name_server_period": ("int", 0, _INT_MAX), "register_broker_timeout_mills": ("int", 1, _INT_MAX),
     "flush_consumer_offset_interval": ("int", 1, _INT_MAX),
     # TransactionalMessageService refuses 0 for all three (the check service could not run): so do the setters.
     "transaction_timeout": ("int", 1, _LONG_MAX),
