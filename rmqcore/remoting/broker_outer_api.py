@@ -171,14 +171,17 @@ class BrokerOuterAPI:
         """Register with every name server (BrokerController.start's registerBrokerAll, which waits for the
         answers up to the timeout), then keep registering."""
         self._loop = asyncio.get_running_loop()
-        self.broker.topic_config_manager.add_change_listener(self._topic_changed)
-        header, body = self.request()
-        await asyncio.gather(*(self._register(ns, header, body) for ns in self.namesrvs))
+        # the events first: a change made while the first registrations are on their way (the loop serves
+        # requests meanwhile) is registered right after them, not a period later
         for ns in self.namesrvs:
             ev = asyncio.Event()
             self._changed.append(ev)
             # a name server that closes the connection (a restart) has forgotten this broker: register again now
             ns.on_lost = ev.set
+        self.broker.topic_config_manager.add_change_listener(self._topic_changed)
+        header, body = self.request()
+        await asyncio.gather(*(self._register(ns, header, body) for ns in self.namesrvs))
+        for ns, ev in zip(self.namesrvs, self._changed):
             self._tasks.append(asyncio.ensure_future(self._keep_registered(ns, ev)))
         return self
 
