@@ -1,0 +1,193 @@
+"""rmqcore in a mixed RocketMQ 4.9.7 cluster: the real Java name server and a Java broker `broker-a` (the harness's
+run.sh), and `rmqcore serve --remoting` as `broker-b` registered with that name server (namesrvAddr in its
+broker.conf). One topic on both (mqadmin updateTopic -c CLUSTER); the Java producer's sends spread over both
+brokers, a push-consumer group consumes every message from both with its offsets kept on each, mqadmin's
+clusterList / topicRoute / topicStatus / consumerProgress name rmqcore as a broker of the cluster,
+wipeWritePerm/addWritePerm drain and re-admit it, and at SIGTERM it unregisters. Then mqadmin's
+wipeWritePerm/addWritePerm against rmqcore's embedded name server.
+
+Needs a JDK and the Java harness (tests/java_util.py); skipped, saying which is missing, otherwise."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections import Counter
+
+import pytest
+
+from rmqcore import fastjson
+from java_util import build_dir, ensure_build, harness
+from remoting_util import Client, RemotingProcess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLUSTER = "BenchCluster"              # the harness's broker.conf (run.sh): BenchCluster / broker-a
+TOPIC = "mixed"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory):
+    build = ensure_build()
+    with open(os.path.join(build, "cp.txt")) as f:
+        cp = f.read().strip()
+    classes = str(tmp_path_factory.mktemp("cluster-classes"))
+    r = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", classes, "-cp", cp,
+                        os.path.join(ROOT, "tests", "java", "ClusterScenario.java")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    home = str(tmp_path_factory.mktemp("cluster-home"))
+    return ["java", f"-Drocketmq.home.dir={build}/src/distribution", "-Xmx256m", "-Dfile.encoding=UTF-8",
+            "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+            f"-Duser.home={home}", f"-Drocketmq.client.logRoot={home}/logs", "-cp", f"{classes}:{cp}"]
+
+
+def mqadmin(java, *args, tolerate_traces: bool = False) -> str:
+    r = subprocess.run([*java, "org.apache.rocketmq.tools.command.MQAdminStartup", *args], capture_output=True,
+                       text=True, timeout=120)
+    out = "\n".join(ln for ln in r.stdout.splitlines() if " INFO " not in ln)
+    assert r.returncode == 0, out + r.stderr[-2000:]
+    if not tolerate_traces:
+        assert "Exception" not in out + r.stderr, out + r.stderr[-2000:]
+    return out
+
+
+def scenario(java, ns, *args) -> list[str]:
+    r = subprocess.run([*java, "ClusterScenario", ns, *args], capture_output=True, text=True, timeout=180)
+    lines = [ln for ln in r.stdout.splitlines() if " INFO " not in ln and " WARN " not in ln]
+    assert r.returncode == 0 and "OK" in lines, r.stdout[-3000:] + r.stderr[-2000:]
+    return lines
+
+
+def _call(addr: str, code: int, ext=None):
+    c = Client(addr)
+    try:
+        return c.call(code, ext or {})
+    finally:
+        c.close()
+
+
+def _json(body: bytes):
+    return fastjson.loads(body.decode())         # the Java name server writes brokerAddrs' ids bare: {0:"..."}
+
+
+def _route(ns: str, topic: str):
+    a = _call(ns, 105, {"topic": topic})
+    return _json(a.body) if a.code == 0 else None
+
+
+def _perms(ns: str, topic: str) -> dict[str, int]:
+    route = _route(ns, topic)
+    return {} if route is None else {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+
+def _wait(what, predicate, deadline_s: float = 60):
+    import time
+    end = time.monotonic() + deadline_s
+    while not (value := predicate()):
+        assert time.monotonic() < end, f"still not {what}"
+        time.sleep(0.2)
+    return value
+
+
+def _sends(lines) -> dict[str, str]:
+    return {ln.split()[1]: ln.split()[2] for ln in lines if ln.startswith("SENT ")}
+
+
+@pytest.fixture(scope="module")
+def cluster(java, tmp_path_factory):
+    """(name server address, Java broker-a's address, the rmqcore broker-b process)."""
+    run_dir = str(tmp_path_factory.mktemp("jcluster"))
+    ns_port, bp = _free_port(), _free_port()
+    env = {**os.environ, "BUILD": build_dir(), "RUN_DIR": run_dir, "NS_PORT": str(ns_port),
+           "BROKER_PORT": str(bp), "COMMITLOG_SIZE": str(16 * 1024 * 1024), "SERVER_HEAP": "256m"}
+    sh = os.path.join(harness(), "run.sh")
+    r = subprocess.run(["bash", sh, "start"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ns = f"127.0.0.1:{ns_port}"
+    b = None
+    try:
+        store = str(tmp_path_factory.mktemp("rmqcore") / "broker-b")
+        b = RemotingProcess(store, {"brokerClusterName": CLUSTER, "brokerName": "broker-b", "namesrvAddr": ns},
+                            namesrv=False)
+        _wait("broker-b registered", lambda: "broker-b" in _json(_call(ns, 106).body)["brokerAddrTable"])
+        yield ns, f"127.0.0.1:{bp}", b
+    finally:
+        if b is not None and b.alive():
+            b.kill()
+        subprocess.run(["bash", sh, "stop"], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_mixed_cluster_spreads_sends_consumes_both_and_mqadmin_sees_rmqcore(java, cluster):
+    ns, a_addr, b = cluster
+    out = mqadmin(java, "updateTopic", "-n", ns, "-c", CLUSTER, "-t", TOPIC, "-r", "4", "-w", "4")
+    assert f"create topic to {a_addr} success." in out and f"create topic to {b.address} success." in out, out
+    # broker-b registers its changed table at once; the Java broker-a at its next registration (incremental)
+    _wait("routed to both", lambda: _perms(ns, TOPIC).keys() == {"broker-a", "broker-b"})
+    route = mqadmin(java, "topicRoute", "-n", ns, "-t", TOPIC)
+    assert b.address in route and '"brokerName":"broker-b"' in route.replace(" ", ""), route
+    clusters = mqadmin(java, "clusterList", "-n", ns, tolerate_traces=True)
+    row = [ln.split() for ln in clusters.splitlines() if " broker-b " in f" {ln} "]
+    assert row and row[0][:4] == [CLUSTER, "broker-b", "0", b.address] and row[0][4] == "V4_9_7", clusters
+
+    sent = _sends(scenario(java, ns, "produce", TOPIC, "40"))
+    assert len(sent) == 40
+    per_broker = Counter(sent.values())
+    assert per_broker["broker-a"] > 0 and per_broker["broker-b"] > 0, per_broker       # round robin over 8 queues
+
+    group = "cg-mixed"
+    got = {ln.split()[1]: ln.split()[2] for ln in scenario(java, ns, "push", TOPIC, "40", group)
+           if ln.startswith("GOT ")}
+    assert got == sent                 # every message, each from the broker it was sent to
+
+    status = mqadmin(java, "topicStatus", "-n", ns, "-t", TOPIC)
+    rows = [ln.split() for ln in status.splitlines() if ln.split()[:1] in (["broker-a"], ["broker-b"])]
+    assert sum(int(r[3]) for r in rows if r[0] == "broker-b") == per_broker["broker-b"], status
+    # the group's offsets are kept on each broker: consumerProgress asks each (GET_CONSUME_STATS)
+    progress = mqadmin(java, "consumerProgress", "-n", ns, "-g", group)
+    rows = [ln.split() for ln in progress.splitlines() if ln.startswith(TOPIC + " ")]
+    for name in ("broker-a", "broker-b"):
+        mine = [r for r in rows if r[1] == name]
+        assert len(mine) == 4, progress
+        assert sum(int(r[3]) for r in mine) == sum(int(r[4]) for r in mine) == per_broker[name], progress
+
+
+def test_wipe_write_perm_drains_rmqcore_and_add_write_perm_readmits_it(java, cluster):
+    ns, _a_addr, b = cluster
+    _wait("routed to both", lambda: _perms(ns, TOPIC).keys() == {"broker-a", "broker-b"})
+    out = mqadmin(java, "wipeWritePerm", "-n", ns, "-b", "broker-b")
+    assert f"wipe write perm of broker[broker-b] in name server[{ns}] OK" in out, out
+    assert _perms(ns, TOPIC) == {"broker-a": 6, "broker-b": 4}
+    # a producer's route keeps only writeable queues: every send goes to broker-a; broker-b's periodic
+    # registrations (an unchanged dataVersion) leave the wipe in place
+    assert set(_sends(scenario(java, ns, "produce", TOPIC, "20")).values()) == {"broker-a"}
+    out = mqadmin(java, "addWritePerm", "-n", ns, "-b", "broker-b")
+    assert f"add write perm of broker[broker-b] in name server[{ns}] OK" in out, out
+    assert _perms(ns, TOPIC)["broker-b"] == 6
+    assert set(_sends(scenario(java, ns, "produce", TOPIC, "20")).values()) == {"broker-a", "broker-b"}
+
+
+def test_rmqcore_unregisters_from_the_java_name_server_at_sigterm(cluster):
+    ns, _a_addr, b = cluster
+    assert "broker-b" in _json(_call(ns, 106).body)["brokerAddrTable"]
+    assert b.terminate() == 0
+    info = _json(_call(ns, 106).body)
+    assert "broker-b" not in info["brokerAddrTable"] and info["clusterAddrTable"][CLUSTER] == ["broker-a"]
+    assert _perms(ns, "broker-b") == {}
+
+
+def test_mqadmin_write_perms_on_the_embedded_name_server(java, tmp_path):
+    with RemotingProcess(str(tmp_path / "solo"), {"brokerName": "broker-s", "brokerClusterName": "Solo"}) as s:
+        out = mqadmin(java, "updateTopic", "-n", s.namesrv, "-c", "Solo", "-t", "solo", "-r", "2", "-w", "2")
+        assert f"create topic to {s.address} success." in out, out
+        out = mqadmin(java, "wipeWritePerm", "-n", s.namesrv, "-b", "broker-s")
+        assert f"wipe write perm of broker[broker-s] in name server[{s.namesrv}] OK" in out, out
+        assert _perms(s.namesrv, "solo") == {"broker-s": 4}
+        out = mqadmin(java, "addWritePerm", "-n", s.namesrv, "-b", "broker-s")
+        assert f"add write perm of broker[broker-s] in name server[{s.namesrv}] OK" in out, out
+        assert _perms(s.namesrv, "solo") == {"broker-s": 6}
