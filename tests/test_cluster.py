@@ -212,3 +212,31 @@ def test_a_broker_not_registered_for_120_s_expires():
     assert routes.pickup_topic_route_data("t")["queueDatas"][0]["perm"] == 4
     routes.register_broker(CLUSTER, "h:3", "b2", 0, "h:4", {"counter": 2, "timestamp": 2}, table, None, now=1202.0)
     assert routes.pickup_topic_route_data("t")["queueDatas"][0]["perm"] == 6
+
+
+def test_a_slave_learns_its_master_from_the_name_server_and_replicates(tmp_path):
+    from remoting_util import pull
+    from rmqcore._message import decode_message
+    geometry = {"mappedFileSizeCommitLog": str(1024 * 1024)}
+    with RemotingProcess(str(tmp_path / "master"), {"brokerName": "broker-a", "brokerClusterName": CLUSTER,
+                                                      **geometry}, ["--ha-listen", "127.0.0.1:0"]) as a:
+        # no haMasterAddress: the slave replicates from the address its registration is answered with
+        with _broker(tmp_path, "slave", a.namesrv, {"brokerName": "broker-a", "brokerRole": "SLAVE",
+                                                    "brokerId": "1", **geometry}) as b:
+            route = _wait("slave registered", lambda: (r := _route(a.namesrv, "TBW102"))
+                          and len(r["brokerDatas"][0]["brokerAddrs"]) == 2 and r)
+            assert route["brokerDatas"][0]["brokerAddrs"] == {"0": a.address, "1": b.address}
+            assert len(route["queueDatas"]) == 1          # queue data from the master (id 0) only
+            for x in (a, b):       # the slave's own topic table (its metadata pulls are not what this test is about)
+                _create_topic(x.address, "t-rep", 1)
+            ca = Client(a.address)
+            assert send_v2(ca, "t-rep", b"replicated", 0).code == 0
+            ca.close()
+            cb = Client(b.address)
+
+            def pulled():
+                ans = cb.answer(pull(cb, "g", "t-rep", 0, 0))
+                return ans.code == 0 and ans
+            ans = _wait("replicated to the slave", pulled)
+            assert decode_message(ans.body).body == b"replicated"
+            cb.close()

@@ -148,10 +148,7 @@ class BrokerOuterAPI:
 
     @property
     def broker_id(self) -> int:
-        """BrokerStartup: a master is id 0 whatever broker.conf says; a slave keeps its brokerId (> 0)."""
-        if self.broker.store_config.is_slave:
-            return self.broker.config.broker_id
-        return 0
+        return _body.registered_broker_id(self.broker)
 
     def _header(self, body: bytes) -> dict:
         cfg = self.broker.config

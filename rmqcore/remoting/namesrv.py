@@ -237,7 +237,13 @@ class NameServer:
         self._dirty: set[str] | None = None
         self._own_perm = None
         self._own_names: set[str] = set()
+        self.ha_server_addr: str | None = None        # this broker's, once replication listens (set_ha_server_addr)
         broker.topic_config_manager.add_change_listener(self._topic_changed)
+
+    def set_ha_server_addr(self, addr: str) -> None:
+        """This broker's HA address (brokerIP2:haListenPort), which a slave registering here is answered with."""
+        self.ha_server_addr = addr
+        self._dirty = None
 
     def _topic_changed(self, topic: str | None) -> None:
         if topic is None:
@@ -257,8 +263,9 @@ class NameServer:
             version, table = _body.topic_config_wrapper(self.broker)
         name = cfg.broker_name
         if dirty is None:
-            self.routes.register_broker(cfg.broker_cluster_name, self.address, name, cfg.broker_id, None, version,
-                                        None, any_id=True)
+            self.routes.register_broker(cfg.broker_cluster_name, self.address, name,
+                                        _body.registered_broker_id(self.broker), self.ha_server_addr, version, None,
+                                        any_id=True)
             gone = self._own_names - table.keys()
             self.routes.set_queue_data(name, table, gone)
             self._own_names = set(table)
@@ -334,7 +341,7 @@ def register_broker(conn, cmd) -> None:
         conn.reply(cmd, SYSTEM_ERROR, remark=f"Failed to decode RegisterBrokerBody: {e}")
         return
     names = conn.server.names
-    names.routes.scan_not_active_broker()
+    names._read()           # this broker's own entry up to date first: a slave of it is answered with its address
     master, master_ha = names.routes.register_broker(cluster, addr, name, broker_id, ha_addr, version, table,
                                                      channel=conn)
     out = {}

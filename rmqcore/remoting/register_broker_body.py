@@ -16,7 +16,7 @@ import zlib
 from .. import fastjson
 from ..broker.topic_validator import is_readable, is_writeable
 
-__all__ = ["topic_config_wrapper", "encode", "decode", "body_crc32", "RegisterBodyError"]
+__all__ = ["registered_broker_id", "topic_config_wrapper", "encode", "decode", "body_crc32", "RegisterBodyError"]
 
 
 class RegisterBodyError(ValueError):
@@ -26,6 +26,12 @@ class RegisterBodyError(ValueError):
 def body_crc32(body: bytes) -> int:
     """UtilAll.crc32: CRC-32 of the bytes, its sign bit cleared (so it is a non-negative Java int)."""
     return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def registered_broker_id(broker) -> int:
+    """The brokerId a broker registers under: BrokerStartup makes every master 0 whatever broker.conf says; a slave
+    keeps its brokerId (> 0)."""
+    return broker.config.broker_id if broker.store_config.is_slave else 0
 
 
 def topic_config_wrapper(broker) -> tuple[dict, dict[str, dict]]:

@@ -237,6 +237,12 @@ def _ha_settings(args, sc, host: str):
     return None
 
 
+def _ha_server_addr(broker, address: str, ha_port: int) -> str:
+    """BrokerController.getHAServerAddr: brokerIP2:haListenPort (brokerIP2 unset: brokerIP1's host, the
+    advertised remoting address's)."""
+    return f"{broker.config.broker_ip2 or address.rsplit(':', 1)[0]}:{ha_port}"
+
+
 async def _register(broker, address: str, namesrvs: list[str], ha):
     """Start registering with the cluster's name servers (BrokerOuterAPI), as BrokerController.start does once
     the store, the remoting port and replication are up. brokerAddr is brokerIP1:listenPort (the advertised
@@ -244,7 +250,6 @@ async def _register(broker, address: str, namesrvs: list[str], ha):
     from ..remoting.broker_outer_api import BrokerOuterAPI
     svc = broker.store.ha_service
     ha_port = svc.port if ha is not None and ha[0] == "master" else broker.store_config.ha_listen_port
-    ip2 = broker.config.broker_ip2 or address.rsplit(":", 1)[0]
     on_master = None
     if ha is not None and ha[0] == "slave" and ha[1] is None:
         # no haMasterAddress: a slave replicates from the master the name server names (BrokerController's
@@ -252,7 +257,7 @@ async def _register(broker, address: str, namesrvs: list[str], ha):
         def on_master(master_addr, ha_addr):
             if ha_addr:
                 svc.update_master_address(ha_addr)
-    outer = BrokerOuterAPI(broker, namesrvs, address, f"{ip2}:{ha_port}", on_master=on_master)
+    outer = BrokerOuterAPI(broker, namesrvs, address, _ha_server_addr(broker, address, ha_port), on_master=on_master)
     await outer.start()
     log.info("registering %s (%s/%s) with name servers %s", address, broker.config.broker_cluster_name,
              broker.config.broker_name, ";".join(namesrvs))
@@ -307,6 +312,8 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
         if ha is not None and ha[0] == "master":
             svc = broker.store.start_ha(ha[1][0], ha[1][1])
             print(f"ha on {_shown(svc.host, svc.port)}", flush=True)
+            if rserver is not None:       # slaves registering with the embedded name server are told it
+                rserver.names.set_ha_server_addr(_ha_server_addr(broker, rserver.address, svc.port))
         elif ha is not None:
             broker.store.start_ha(master_address=ha[1])
             if ha[1] is None:
