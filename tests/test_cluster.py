@@ -167,6 +167,10 @@ def test_register_broker_checks_the_body_crc_and_reads_the_compressed_layout(tmp
         assert _route(a.namesrv, "t-x")["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:1", "1": "127.0.0.1:5"}
         ans = c.call(103, {"brokerName": "broker-z"})
         assert ans.code == 1 and "<brokerAddr> is null" in ans.remark
+        bad = body.encode(version, {"t-bad": {**table["t-x"], "topicName": "t-bad", "perm": "rw"}})
+        ans = c.call(103, {**head, "brokerName": "broker-w", "brokerAddr": "127.0.0.1:7", "bodyCrc32": "0"}, bad)
+        assert ans.code == 1 and "topicConfigTable.t-bad.perm is not a Java int" in ans.remark
+        assert _route(a.namesrv, "t-bad") is None and "broker-w" not in json.loads(c.call(106).body)["brokerAddrTable"]
         c.close()                    # the connection broker-x registered on: gone with it
         _wait("dropped", lambda: _route(a.namesrv, "t-x") is None)
 
@@ -240,3 +244,17 @@ def test_a_slave_learns_its_master_from_the_name_server_and_replicates(tmp_path)
             ans = _wait("replicated to the slave", pulled)
             assert decode_message(ans.body).body == b"replicated"
             cb.close()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--remoting", "127.0.0.1:0", "--namesrv-addr", "nowhere"], "--namesrv-addr: 'nowhere' is not HOST:PORT"),
+    (["--remoting", "127.0.0.1:0", "--namesrv-addr", "127.0.0.1:9876;x:99999"], "'x:99999' is not HOST:PORT"),
+    (["--listen", "127.0.0.1:0", "--namesrv-addr", "127.0.0.1:9876"], "--namesrv-addr goes with --remoting"),
+])
+def test_a_bad_name_server_address_is_one_line_and_no_store(tmp_path, args, says):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "rmqcore", "serve", str(tmp_path / "s"), *args], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "s").exists()

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 UNREGISTER_TIMEOUT_S = 3.0          # BrokerOuterAPI.unregisterBroker's invokeSync timeout
 FIRST_RETRY_S = 1.0
+COALESCE_S = 0.05
 
 
 def parse_namesrv_addr(text: str, what: str = "namesrvAddr") -> list[str]:
@@ -97,9 +98,11 @@ class _Namesrv:
         except Exception as e:          # a reset, or a frame the codec refuses: the connection is done
             error = e
         finally:
-            self.close(error)
-            if self.on_lost is not None:
-                self.on_lost()
+            # only this connection's end: one this side closed (writer gone) or a newer connection are not a loss
+            if self.reader is reader and self.writer is not None:
+                self.close(error)
+                if self.on_lost is not None:
+                    self.on_lost()
 
     def close(self, error: BaseException | None = None) -> None:
         if self.writer is not None:
@@ -225,6 +228,8 @@ class BrokerOuterAPI:
                 retry = FIRST_RETRY_S
             try:
                 await asyncio.wait_for(changed.wait(), wait)
+                # a burst of changes (topics auto-created one after another) is registered once, a moment later
+                await asyncio.sleep(COALESCE_S)
             except asyncio.TimeoutError:
                 pass
             changed.clear()

@@ -74,6 +74,19 @@ def _map(value, where: str) -> dict:
     return value
 
 
+_INT_FIELDS = ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
+
+
+def _check_topic(tc: dict, where: str) -> None:
+    """What the route table reads of a TopicConfig: its name a string, its counts and flags Java ints."""
+    if not isinstance(tc.get("topicName"), str):
+        raise RegisterBodyError(f"{where}.topicName is not a string")
+    for field in _INT_FIELDS:
+        v = tc.get(field)
+        if v is not None and (type(v) is not int or not -(1 << 31) <= v < 1 << 31):
+            raise RegisterBodyError(f"{where}.{field} is not a Java int: {v!r}")
+
+
 def decode(body: bytes | None, compressed: bool) -> tuple[dict, dict[str, dict], list[str]]:
     """(dataVersion, {topic: TopicConfig JSON}, filterServerList) of a REGISTER_BROKER body; no body: version
     counter 0 timestamp 0 and no topics, as DefaultRequestProcessor reads it. RegisterBodyError otherwise."""
@@ -89,7 +102,7 @@ def decode(body: bytes | None, compressed: bool) -> tuple[dict, dict[str, dict],
         version = _map(wrapper.get("dataVersion") or {"counter": 0, "timestamp": 0}, "dataVersion")
         table = _map(wrapper.get("topicConfigTable") or {}, "topicConfigTable")
         for name, tc in table.items():
-            _map(tc, f"topicConfigTable.{name}")
+            _check_topic(_map(tc, f"topicConfigTable.{name}"), f"topicConfigTable.{name}")
         servers = doc.get("filterServerList") or []
         if not isinstance(servers, list):
             raise RegisterBodyError("filterServerList is not a JSON array")
@@ -120,6 +133,7 @@ def decode(body: bytes | None, compressed: bool) -> tuple[dict, dict[str, dict],
             name, r, w, perm, ftype = fields
             table[name] = {"topicName": name, "readQueueNums": int(r), "writeQueueNums": int(w), "perm": int(perm),
                            "topicFilterType": ftype, "topicSysFlag": 0, "order": False}
+            _check_topic(table[name], f"topic {i}")
         servers = json.loads(take(read_int("filterServerList length"), "filterServerList"))
     except (UnicodeDecodeError, ValueError) as e:
         raise RegisterBodyError(f"compressed RegisterBrokerBody: {e}") from None
