@@ -59,8 +59,8 @@ def _create_topic(address: str, topic: str, queues: int) -> None:
     assert a.code == 0, a.remark
 
 
-def _broker(tmp_path, name: str, namesrv: str | None = None, conf=None, ns_port: int | None = None):
-    args = ["--namesrv-addr", namesrv] if namesrv else []
+def _broker(tmp_path, name: str, namesrv: str | None = None, conf=None, ns_port: int | None = None, args=()):
+    args = (["--namesrv-addr", namesrv] if namesrv else []) + list(args)
     if ns_port is not None:
         args += ["--namesrv", f"127.0.0.1:{ns_port}"]
     return RemotingProcess(str(tmp_path / name), {"brokerName": name, "brokerClusterName": CLUSTER, **(conf or {})},
@@ -258,3 +258,31 @@ def test_a_bad_name_server_address_is_one_line_and_no_store(tmp_path, args, says
                        text=True, timeout=60)
     assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_a_broker_permission_change_is_registered_at_once(tmp_path):
+    pytest.importorskip("aiohttp")
+    import urllib.request
+
+    def post_permission(console: str, perm: int) -> None:
+        with urllib.request.urlopen(console.rstrip("/") + "/api/v1/session", timeout=10) as r:
+            token = json.loads(r.read())["csrf_token"]
+        req = urllib.request.Request(console.rstrip("/") + "/api/v1/broker/config", method="POST",
+                                     data=json.dumps({"brokerPermission": perm}).encode(),
+                                     headers={"Content-Type": "application/json", "X-RMQ-CSRF-Token": token})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200
+
+    with RemotingProcess(str(tmp_path / "broker-a"), {"brokerName": "broker-a", "brokerClusterName": CLUSTER}) as a:
+        with _broker(tmp_path, "broker-b", a.namesrv, args=["--http", "127.0.0.1:0",
+                                                           "--console-allow-anonymous-changes"]) as b:
+            _create_topic(b.address, "t-perm", 2)
+            _wait("routed", lambda: (_route(a.namesrv, "t-perm") or {}).get("queueDatas"))
+
+            def perm():
+                return _route(a.namesrv, "t-perm")["queueDatas"][0]["perm"]
+            assert perm() == 6
+            post_permission(b.lines["console"], 4)         # updateBrokerConfig brokerPermission=4: read only
+            _wait("read-only in the routes", lambda: perm() == 4)
+            post_permission(b.lines["console"], 6)
+            _wait("writeable again", lambda: perm() == 6)
