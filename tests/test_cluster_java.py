@@ -191,3 +191,36 @@ def test_mqadmin_write_perms_on_the_embedded_name_server(java, tmp_path):
         out = mqadmin(java, "addWritePerm", "-n", s.namesrv, "-b", "broker-s")
         assert f"add write perm of broker[broker-s] in name server[{s.namesrv}] OK" in out, out
         assert _perms(s.namesrv, "solo") == {"broker-s": 6}
+
+
+def test_a_java_broker_registers_with_rmqcore_s_name_server(java, tmp_path):
+    """The other way round: rmqcore's embedded name server for a Java broker (its REGISTER_BROKER read, its routes
+    given to the Java client), beside rmqcore's own broker."""
+    import signal
+    from java_util import start_java_broker
+    with RemotingProcess(str(tmp_path / "broker-s"), {"brokerName": "broker-s", "brokerClusterName": "Mixed"}) as s:
+        port = _free_port()
+        jb = start_java_broker(str(tmp_path / "java"), {
+            "brokerClusterName": "Mixed", "brokerName": "broker-j", "brokerId": "0", "brokerRole": "ASYNC_MASTER",
+            "namesrvAddr": s.namesrv, "brokerIP1": "127.0.0.1", "listenPort": str(port),
+            "mappedFileSizeCommitLog": str(16 * 1024 * 1024)})
+        try:
+            _wait("broker-j registered", lambda: _route(s.namesrv, "broker-j"))
+            j_addr = f"127.0.0.1:{port}"
+            out = mqadmin(java, "updateTopic", "-n", s.namesrv, "-c", "Mixed", "-t", "both", "-r", "2", "-w", "2")
+            assert f"create topic to {j_addr} success." in out and f"create topic to {s.address} success." in out
+            _wait("routed to both", lambda: _perms(s.namesrv, "both").keys() == {"broker-s", "broker-j"})
+            sent = _sends(scenario(java, s.namesrv, "produce", "both", "20"))
+            assert set(sent.values()) == {"broker-s", "broker-j"}
+            got = {ln.split()[1] for ln in scenario(java, s.namesrv, "push", "both", "20", "cg-both")
+                   if ln.startswith("GOT ")}
+            assert got == set(sent)
+            jb.send_signal(signal.SIGTERM)       # its shutdown unregisters
+            assert jb.wait(60) == 128 + signal.SIGTERM      # the JVM runs its shutdown hooks, then 143
+            jb = None
+            assert _perms(s.namesrv, "both") == {"broker-s": 6}
+            assert "broker-j" not in _json(_call(s.namesrv, 106).body)["brokerAddrTable"]
+        finally:
+            if jb is not None:
+                jb.kill()
+                jb.wait(30)
