@@ -286,3 +286,17 @@ def test_a_broker_permission_change_is_registered_at_once(tmp_path):
             _wait("read-only in the routes", lambda: perm() == 4)
             post_permission(b.lines["console"], 6)
             _wait("writeable again", lambda: perm() == 6)
+
+
+def test_a_broker_registered_with_its_own_name_server_stays_routed(tmp_path):
+    port = _free_port()
+    ns = f"127.0.0.1:{port}"
+    with _broker(tmp_path, "broker-a", ns, ns_port=port) as a:
+        _create_topic(a.address, "t-own", 1)
+        c = Client(ns)
+        # another broker's UNREGISTER_BROKER naming broker-a's id takes it out; the next read puts it back
+        assert c.call(104, {"brokerName": "broker-a", "brokerAddr": "127.0.0.1:1", "clusterName": CLUSTER,
+                            "brokerId": "0"}).code == 0
+        assert _brokers(_route(ns, "t-own")) == {"broker-a": a.address}
+        c.close()
+        a.kill()      # its registering connection closes with it; nothing of its own entry hung on that connection

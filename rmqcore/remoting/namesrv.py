@@ -277,6 +277,10 @@ class NameServer:
 
     def _read(self) -> None:
         self.routes.scan_not_active_broker()
+        data = self.routes.broker_addr_table.get(self.broker.config.broker_name)
+        if (self.address not in self.routes.broker_live_table or data is None
+                or data["brokerAddrs"].get(_body.registered_broker_id(self.broker)) != self.address):
+            self._dirty = None          # its entry was taken out (an UNREGISTER_BROKER naming its id): put it back
         self._sync_own()
 
     def route(self, topic: str) -> bytes | None:
@@ -342,6 +346,11 @@ def register_broker(conn, cmd) -> None:
         return
     names = conn.server.names
     names._read()           # this broker's own entry up to date first: a slave of it is answered with its address
+    if addr == names.address:
+        # this broker registering with its own name server (namesrvAddr naming --namesrv): its entry is kept from
+        # its table, not from a connection that would take it out of the routes when it closes
+        conn.reply(cmd, SUCCESS, body=b'{"table":{}}')
+        return
     master, master_ha = names.routes.register_broker(cluster, addr, name, broker_id, ha_addr, version, table,
                                                      channel=conn)
     out = {}
