@@ -287,6 +287,7 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runner = outer = None
+    namesrvs = None
     try:
         if remoting is not None:
             from ..remoting.server import RemotingServer
@@ -316,7 +317,7 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
                 rserver.names.set_ha_server_addr(_ha_server_addr(broker, rserver.address, svc.port))
         elif ha is not None:
             broker.store.start_ha(master_address=ha[1])
-            if ha[1] is None:
+            if ha[1] is None and not namesrvs:      # with name servers: the master their answer names
                 log.warning("brokerRole SLAVE without haMasterAddress (--ha-master): not replicating until one is "
                             "set")
             print(f"ha slave of {ha[1] or '(no master address)'}", flush=True)
