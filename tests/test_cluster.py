@@ -159,8 +159,9 @@ def test_register_broker_checks_the_body_crc_and_reads_the_compressed_layout(tmp
         assert route["queueDatas"] == [{"brokerName": "broker-x", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
                                         "writeQueueNums": 4}]
         # a slave of broker-x is told its master's address and HA address; its topics are not taken
+        slave_table = {"t-slave": {**table["t-x"], "topicName": "t-slave"}}
         ans = c.call(103, {**head, "brokerId": "1", "brokerAddr": "127.0.0.1:5", "haServerAddr": "127.0.0.1:6",
-                           "bodyCrc32": "0"}, body.encode(version, {"t-slave": {**table["t-x"], "topicName": "t-slave"}}))
+                           "bodyCrc32": "0"}, body.encode(version, slave_table))
         assert ans.code == 0 and ans.ext_fields["masterAddr"] == "127.0.0.1:1"
         assert ans.ext_fields["haServerAddr"] == "127.0.0.1:2"
         assert _route(a.namesrv, "t-slave") is None

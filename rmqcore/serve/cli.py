@@ -250,13 +250,13 @@ async def _register(broker, address: str, namesrvs: list[str], ha):
     from ..remoting.broker_outer_api import BrokerOuterAPI
     svc = broker.store.ha_service
     ha_port = svc.port if ha is not None and ha[0] == "master" else broker.store_config.ha_listen_port
-    on_master = None
-    if ha is not None and ha[0] == "slave" and ha[1] is None:
+    follow = ha is not None and ha[0] == "slave" and ha[1] is None
+
+    def on_master(master_addr, ha_addr):
         # no haMasterAddress: a slave replicates from the master the name server names (BrokerController's
         # updateMasterHAServerAddrPeriodically)
-        def on_master(master_addr, ha_addr):
-            if ha_addr:
-                svc.update_master_address(ha_addr)
+        if follow and ha_addr:
+            svc.update_master_address(ha_addr)
     outer = BrokerOuterAPI(broker, namesrvs, address, _ha_server_addr(broker, address, ha_port), on_master=on_master)
     await outer.start()
     log.info("registering %s (%s/%s) with name servers %s", address, broker.config.broker_cluster_name,
