@@ -172,6 +172,27 @@ def test_wipe_write_perm_drains_rmqcore_and_add_write_perm_readmits_it(java, clu
     assert set(_sends(scenario(java, ns, "produce", TOPIC, "20")).values()) == {"broker-a", "broker-b"}
 
 
+def test_the_java_name_server_reads_rmqcore_s_compressed_registration(cluster, tmp_path):
+    ns, _a_addr, _b = cluster
+    conf = {"brokerClusterName": CLUSTER, "brokerName": "broker-c", "namesrvAddr": ns, "compressedRegister": "true"}
+    with RemotingProcess(str(tmp_path / "broker-c"), conf, namesrv=False) as c:
+        _create_topic(c.address, "t-compressed", 3)
+        # RegisterBrokerBody's deflated layout, inflated by the Java name server: the topic's queues are routed
+        _wait("routed", lambda: _perms(ns, "t-compressed") == {"broker-c": 6})
+        route = _route(ns, "t-compressed")
+        assert route["queueDatas"][0]["writeQueueNums"] == 3
+        assert route["brokerDatas"][0]["brokerAddrs"] == {"0": c.address}
+        assert c.terminate() == 0
+    assert _route(ns, "t-compressed") is None
+
+
+def _create_topic(address: str, topic: str, queues: int) -> None:
+    a = _call(address, 17, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
+                            "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
+                            "topicSysFlag": "0", "order": "false"})
+    assert a.code == 0, a.remark
+
+
 def test_rmqcore_unregisters_from_the_java_name_server_at_sigterm(cluster):
     ns, _a_addr, b = cluster
     assert "broker-b" in _json(_call(ns, 106).body)["brokerAddrTable"]
