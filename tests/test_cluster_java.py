@@ -17,10 +17,9 @@ from collections import Counter
 import pytest
 
 from rmqcore import fastjson
-from java_util import build_dir, ensure_build, harness
+from java_util import build_dir, harness, java_client
 from remoting_util import Client, RemotingProcess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER = "BenchCluster"              # the harness's broker.conf (run.sh): BenchCluster / broker-a
 TOPIC = "mixed"
 
@@ -33,18 +32,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def java(tmp_path_factory):
-    build = ensure_build()
-    with open(os.path.join(build, "cp.txt")) as f:
-        cp = f.read().strip()
-    classes = str(tmp_path_factory.mktemp("cluster-classes"))
-    r = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", classes, "-cp", cp,
-                        os.path.join(ROOT, "tests", "java", "ClusterScenario.java")], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    home = str(tmp_path_factory.mktemp("cluster-home"))
-    return ["java", f"-Drocketmq.home.dir={build}/src/distribution", "-Xmx256m", "-Dfile.encoding=UTF-8",
-            "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
-            f"-Duser.home={home}", f"-Drocketmq.client.logRoot={home}/logs", "-cp", f"{classes}:{cp}"]
+    return java_client(str(tmp_path_factory.mktemp("cluster-java")))
 
 
 def mqadmin(java, *args, tolerate_traces: bool = False) -> str:
