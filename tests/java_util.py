@@ -71,3 +71,38 @@ def java_client(workdir: str) -> list[str]:
     return ["java", f"-Drocketmq.home.dir={build}/src/distribution", "-Xmx256m", "-Dfile.encoding=UTF-8",
             "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
             f"-Duser.home={home}", f"-Drocketmq.client.logRoot={home}/logs", "-cp", f"{classes}:{cp}"]
+
+
+JVM_FLAGS = ["-XX:+UseG1GC", "-Dfile.encoding=UTF-8", "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+             "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
+             "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+             "--add-opens", "java.base/java.util=ALL-UNNAMED", "--add-exports",
+             "java.base/sun.security.x509=ALL-UNNAMED", "-Drocketmq.bind.addr=127.0.0.1"]
+
+
+def start_java_broker(run_dir: str, conf: dict, boot_s: float = 90):
+    """A Java 4.9.7 BrokerStartup with ``conf`` as its broker.conf (storePathRootDir under ``run_dir`` unless given),
+    started and waited for ("boot success"); returns the Popen (its output in run_dir/broker.out)."""
+    import time
+    build = ensure_build()
+    home = os.path.join(run_dir, "home")
+    os.makedirs(os.path.join(home, "conf"), exist_ok=True)
+    shutil.copy(os.path.join(build, "src", "distribution", "conf", "logback_broker.xml"), os.path.join(home, "conf"))
+    conf = {"storePathRootDir": f"{run_dir}/store", "storePathCommitLog": f"{run_dir}/store/commitlog", **conf}
+    path = os.path.join(home, "conf", "broker.conf")
+    with open(path, "w") as f:
+        f.write("".join(f"{k}={v}\n" for k, v in conf.items()))
+    cp = os.path.join(build, "classes") + ":" + open(os.path.join(build, "cp.txt")).read().strip()
+    out_path = os.path.join(run_dir, "broker.out")
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(["java", "-Xms256m", "-Xmx256m", "-Xmn128m", "-cp", cp, *JVM_FLAGS,
+                                 f"-Duser.home={run_dir}", "org.apache.rocketmq.broker.BrokerStartup", "-c", path],
+                                stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "ROCKETMQ_HOME": home, "LC_ALL": "C.UTF-8"})
+    deadline = time.monotonic() + boot_s
+    while "boot success" not in open(out_path).read():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("the Java broker did not start: " + open(out_path).read()[-3000:])
+        time.sleep(0.3)
+    return proc

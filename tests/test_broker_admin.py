@@ -204,12 +204,12 @@ def test_cli_admin_bad_name_creates_no_store(tmp_path, capsys):
 
 def test_cli_admin_with_broker_conf(tmp_path, capsys):
     conf = tmp_path / "broker.conf"
-    conf.write_text("brokerName=broker-z\nbrokerClusterName=ZCluster\nnamesrvAddr=127.0.0.1:9876\n"
+    conf.write_text("brokerName=broker-z\nbrokerClusterName=ZCluster\nfetchNamesrvAddrByAddressServer=false\n"
                     "brokerRole=ASYNC_MASTER\naclEnable=false\n")
     store = tmp_path / "store"
     code, out, err = cli(capsys, "topic", "create", store, "t1", "--config", conf)
     assert code == 0
-    assert err.count("warning") == 1 and "aclEnable, namesrvAddr" in err   # one warning, every key named
+    assert err.count("warning") == 1 and "aclEnable, fetchNamesrvAddrByAddressServer" in err   # one warning, every key named
     assert {"broker-z", "ZCluster"} <= set(topics_json(store))      # the system topics of the configured broker
 
 
@@ -232,7 +232,7 @@ def test_load_broker_conf_maps_keys_and_returns_unknown(tmp_path):
                     "fileReservedTime=48\nbrokerRole=ASYNC_MASTER\nflushDiskType=SYNC_FLUSH\n"
                     "mappedFileSizeCommitLog=1073741824\nautoCreateTopicEnable=false\ntransactionTimeOut=3000\n"
                     "warmMapedFileEnable=true\ncheckCRCOnRecover=false\nbrokerIP1=10.1.2.3\nlistenPort=10921\n"
-                    "storePathRootDir=/data/store\nnamesrvAddr=ns:9876\n")
+                    "storePathRootDir=/data/store\nnamesrvAddr=ns:9876\nbrokerIP2=10.1.2.4\n")
     bc, sc, unknown = load_broker_conf(str(conf))
     assert (bc.broker_name, bc.broker_cluster_name, bc.auto_create_topic_enable, bc.transaction_timeout) == \
         ("broker-a", "DefaultCluster", False, 3000)
@@ -241,7 +241,8 @@ def test_load_broker_conf_maps_keys_and_returns_unknown(tmp_path):
     assert sc.warm_mapped_file_enable is True and sc.check_crc_on_recover is False
     assert sc.store_host == "10.1.2.3:10921"
     assert (sc.broker_role, sc.ha_listen_port) == ("ASYNC_MASTER", 10922)       # BrokerStartup: listenPort + 1
-    assert unknown == ["namesrvAddr", "storePathRootDir"]
+    assert (bc.namesrv_addr, bc.broker_ip2) == ("ns:9876", "10.1.2.4")       # what registration reads
+    assert unknown == ["storePathRootDir"]
     # Defaults elsewhere: RocketMQ's.
     assert sc.max_message_size == StoreConfig().max_message_size and bc.default_topic_queue_nums == 8
 

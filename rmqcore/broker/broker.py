@@ -211,6 +211,12 @@ class Broker:
             raise ValueError(f"broker_permission must be PermName bits (0..15), got {perm}")
         self.config.broker_permission = perm
         self._invalidate_sends()
+        # AdminBrokerProcessor.updateBrokerConfig: a new brokerPermission bumps the topic table's data version and
+        # re-registers, so name servers take the topics' new permissions (the change listeners: the registration)
+        tcm = self.topic_config_manager
+        with tcm._lock:
+            tcm.data_version.next_version()
+            tcm._changed()
 
     def _invalidate_sends(self, topic: str | None = None) -> None:
         """Forget the send checks of ``topic``, or of every topic (None): the topic table or the broker's permission

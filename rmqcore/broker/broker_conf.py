@@ -40,6 +40,7 @@ _JAVA_NAMES = {
     "destroy_mapped_file_interval_forcibly": "destroyMapedFileIntervalForcibly",
     "check_crc_on_recover": "checkCRCOnRecover",
     "enabled_append_prop_crc": "enabledAppendPropCRC",
+    "broker_ip2": "brokerIP2",
 }
 # Fields with no broker.conf key: not Java settings (client_default_topic_queue_nums is the producer's),
 # or made from other keys (store_host from brokerIP1:listenPort).

@@ -45,6 +45,15 @@ class BrokerConfig:
     # slave) when the consumer reads far behind the commitlog's end (GetResult.suggest_pulling_from_slave), else
     # the group's brokerId; off, they always suggest the master (0), as RocketMQ's PullMessageProcessor.
     slave_read_enable: bool = False
+    # Joining a cluster (BrokerOuterAPI, run by ``rmqcore serve --remoting``): the name servers to register with
+    # ("host:port;host:port"; None: none), brokerIP2 (the HA address's host; None: brokerIP1's, where Java's
+    # default is the machine's first address for both), the re-registration period (clamped to 10..60 s as
+    # BrokerController does), each registration's timeout, and RegisterBrokerBody's deflated layout.
+    namesrv_addr: str | None = None
+    broker_ip2: str | None = None
+    register_name_server_period: int = 1000 * 30
+    register_broker_timeout_mills: int = 6000
+    compressed_register: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -79,6 +88,8 @@ _LIMITS = {
     "auto_create_topic_enable": ("bool",), "cluster_topic_enable": ("bool",), "broker_topic_enable": ("bool",),
     "auto_create_subscription_group": ("bool",), "trace_topic_enable": ("bool",),
     "reject_transaction_message": ("bool",), "slave_read_enable": ("bool",),
+    "compressed_register": ("bool",),
+    "register_name_server_period": ("int", 0, _INT_MAX), "register_broker_timeout_mills": ("int", 1, _INT_MAX),
     "flush_consumer_offset_interval": ("int", 1, _INT_MAX),
     # TransactionalMessageService refuses 0 for all three (the check service could not run): so do the setters.
     "transaction_timeout": ("int", 1, _LONG_MAX),

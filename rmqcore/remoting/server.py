@@ -299,6 +299,7 @@ class RemotingServer:
     def forget(self, conn: "RemotingConnection") -> None:
         """A connection closed: its client leaves its groups (ClientHousekeepingService.doChannelCloseEvent)."""
         self._conns.discard(conn)
+        self.names.routes.on_channel_destroy(conn)      # brokers that registered on it leave the routes at once
         for group in list(conn.client.consumer_groups):
             members = self.consumers.get(group)
             if members is not None and members.pop(conn, None) is not None:
@@ -917,6 +918,7 @@ NAMESRV_HANDLERS = {
     _ns.GET_ROUTEINFO_BY_TOPIC: RemotingConnection._route,
     _ns.GET_BROKER_CLUSTER_INFO: RemotingConnection._cluster_info,
     _ns.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: RemotingConnection._topic_list,
+    **_ns.HANDLERS,
 }
 HANDLERS = dict(NAMESRV_HANDLERS)
 HANDLERS.update({

@@ -38,6 +38,10 @@ def add_parser(sub) -> None:
                         "requests included (the Java broker's port is 10911; port 0 picks a free one)")
     s.add_argument("--namesrv", metavar="HOST:PORT",
                    help="with --remoting: answer the name server's requests on this address too (RocketMQ's 9876)")
+    s.add_argument("--namesrv-addr", metavar="HOST:PORT[;HOST:PORT...]",
+                   help="with --remoting: register this broker with these name servers (broker.conf's namesrvAddr): "
+                        "at start, after each topic change and every registerNameServerPeriod; unregistered at "
+                        "SIGTERM")
     s.add_argument("--config", metavar="FILE",
                    help="a RocketMQ broker.conf (Java properties: camelCase keys of BrokerConfig, "
                         "MessageStoreConfig and the proxy's settings)")
@@ -134,8 +138,19 @@ def run(args: argparse.Namespace) -> int:
         from ..broker.broker_conf import parse_properties
         from ..config_manager import file2string
         conf_keys = set(parse_properties(file2string(args.config) or "", args.config))
+        if args.remoting is None and "namesrvAddr" in conf_keys:
+            unknown.append("namesrvAddr")       # only the remoting front registers with name servers
         if unknown:
             log.warning("%s: keys not used by rmqcore: %s", args.config, ", ".join(sorted(unknown)))
+    namesrvs = None
+    if args.namesrv_addr is not None and args.remoting is None:
+        raise ValueError("--namesrv-addr goes with --remoting (the address name servers give clients)")
+    if args.remoting is not None and (args.namesrv_addr or bc.namesrv_addr):
+        from ..remoting.broker_outer_api import parse_namesrv_addr
+        namesrvs = parse_namesrv_addr(args.namesrv_addr or bc.namesrv_addr,
+                                      "--namesrv-addr" if args.namesrv_addr else "namesrvAddr")
+        if sc.is_slave and bc.broker_id <= 0:
+            raise ValueError(f"brokerId: a SLAVE's brokerId must be > 0 (BrokerStartup), got {bc.broker_id}")
     for flag, name in (("max_connections", "max_connections"), ("max_connections_per_peer",
                                                                   "max_connections_per_peer"),
                        ("idle_timeout", "connection_idle_s")):
@@ -163,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             address = f"{adv}:{bound}"
             sc = dataclasses.replace(sc, store_host=address)
         # the VIP port (listenPort - 2) is served for a port given, never beside port 0's (nobody's to take)
-        remoting = (r_host, sock, address, ns, r_port != 0)
+        remoting = (r_host, sock, address, ns, r_port != 0, namesrvs)
     acl = None
     if args.acl:
         from .auth import Acl
@@ -223,6 +238,37 @@ def _ha_settings(args, sc, host: str):
     return None
 
 
+def _ha_server_addr(broker, address: str, ha_port: int) -> str:
+    """BrokerController.getHAServerAddr: brokerIP2:haListenPort (brokerIP2 unset: brokerIP1's host, the
+    advertised remoting address's)."""
+    return f"{broker.config.broker_ip2 or address.rsplit(':', 1)[0]}:{ha_port}"
+
+
+async def _register(broker, address: str, namesrvs: list[str], ha, slave_sync=None):
+    """Start registering with the cluster's name servers (BrokerOuterAPI), as BrokerController.start does once
+    the store, the remoting port and replication are up. brokerAddr is brokerIP1:listenPort (the advertised
+    remoting address), haServerAddr brokerIP2:haListenPort (brokerIP2 unset: brokerIP1's host)."""
+    from ..remoting.broker_outer_api import BrokerOuterAPI
+    svc = broker.store.ha_service
+    ha_port = svc.port if ha is not None and ha[0] == "master" else broker.store_config.ha_listen_port
+    follow = ha is not None and ha[0] == "slave" and ha[1] is None
+
+    def on_master(master_addr, ha_addr):
+        # no haMasterAddress: a slave replicates from the master the name server names (BrokerController's
+        # updateMasterHAServerAddrPeriodically)
+        if follow and ha_addr:
+            svc.update_master_address(ha_addr)
+        # and pulls the master's metadata from the address the name server names (registerBrokerAll's
+        # slaveSynchronize.setMasterAddr)
+        if slave_sync is not None and master_addr:
+            slave_sync.set_master_addr(master_addr)
+    outer = BrokerOuterAPI(broker, namesrvs, address, _ha_server_addr(broker, address, ha_port), on_master=on_master)
+    await outer.start()
+    log.info("registering %s (%s/%s) with name servers %s", address, broker.config.broker_cluster_name,
+             broker.config.broker_name, ";".join(namesrvs))
+    return outer
+
+
 def _shown(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -245,11 +291,12 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = slave_sync = None
+    runner = slave_sync = outer = None
+    namesrvs = None
     try:
         if remoting is not None:
             from ..remoting.server import RemotingServer
-            r_host, sock, address, ns, vip_ok = remoting
+            r_host, sock, address, ns, vip_ok, namesrvs = remoting
             # one set of counters for both fronts: the console and /metrics count remoting traffic too
             # a master of slaves also answers on the VIP port (listenPort - 2), where a Java slave asks for the
             # topic table (BrokerOuterAPI.getAllTopicConfig over MixAll.brokerVIPChannel)
@@ -273,9 +320,11 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
         if ha is not None and ha[0] == "master":
             svc = broker.store.start_ha(ha[1][0], ha[1][1])
             print(f"ha on {_shown(svc.host, svc.port)}", flush=True)
+            if rserver is not None:       # slaves registering with the embedded name server are told it
+                rserver.names.set_ha_server_addr(_ha_server_addr(broker, rserver.address, svc.port))
         elif ha is not None:
             broker.store.start_ha(master_address=ha[1])
-            if ha[1] is None:
+            if ha[1] is None and not namesrvs:      # with name servers: the master their answer names
                 log.warning("brokerRole SLAVE without haMasterAddress (--ha-master): not replicating until one is "
                             "set")
             print(f"ha slave of {ha[1] or '(no master address)'}", flush=True)
@@ -283,10 +332,14 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
             from ..remoting.slave_synchronize import SlaveSynchronize
             slave_sync = SlaveSynchronize(broker, own_addr=rserver.address if rserver is not None else None)
             slave_sync.start()
+        if rserver is not None and namesrvs:
+            outer = await _register(broker, rserver.address, namesrvs, ha, slave_sync)
         if made is not None:
             made.served = True     # it listened: its store stays whatever ends it
         await stop.wait()
     finally:
+        if outer is not None:
+            await outer.stop()          # UNREGISTER_BROKER first, while the fronts still answer
         if slave_sync is not None:
             await loop.run_in_executor(None, slave_sync.shutdown)
         if runner is not None:
