@@ -852,6 +852,22 @@ class RemotingConnection(asyncio.Protocol):
         self.reply(cmd, SUCCESS)
 
     def _check_client_config(self, cmd) -> None:
+        """ClientManageProcessor.checkClientConfig: a consumer that subscribes with an expression other than a tag
+        asks before it starts; one this broker cannot filter by, or that does not compile, fails its start."""
+        try:
+            data = json.loads(cmd.body) if cmd.body else {}
+        except ValueError as e:
+            raise Refusal(SYSTEM_ERROR, f"check client config body is not JSON: {e}") from None
+        sub = data.get("subscriptionData") if isinstance(data, dict) else None
+        if isinstance(sub, dict):
+            etype = sub.get("expressionType") or "TAG"
+            if etype != "TAG":
+                if etype != "SQL92":
+                    raise Refusal(SYSTEM_ERROR, f"The broker does not support consumer to filter message by {etype}")
+                try:
+                    compile_filter(sub.get("subString") or "")
+                except FilterError as e:
+                    raise Refusal(SUBSCRIPTION_PARSE_FAILED, str(e)) from None
         self.reply(cmd, SUCCESS)
 
     def _all_topic_config(self, cmd) -> None:
