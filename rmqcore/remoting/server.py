@@ -38,6 +38,7 @@ from ..serve.events import ServerEvents
 from ..serve.filter import FilterError, compile_filter
 from ..status import GetStatus, PutStatus
 from . import admin, namesrv as _ns
+from . import transaction as _tx
 from .acl import RemotingAclValidator
 from ._remoting_codec import FrameDecoder, encode_header
 from .codes import (SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
@@ -166,6 +167,7 @@ class RemotingServer:
                       or broker.store_config.broker_role == "SYNC_MASTER")
         self.executor: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.transaction_check = _tx.TransactionCheck(self)
         self._closed = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -185,6 +187,7 @@ class RemotingServer:
                                           self.namesrv_addr[1], reuse_address=True)
             self.namesrv_port = ns.sockets[0].getsockname()[1]
             self._servers.append(ns)
+        self.transaction_check.install()
         return self
 
     async def stop(self) -> None:
@@ -194,6 +197,7 @@ class RemotingServer:
             return
         self.stopping = True
         try:
+            await self.transaction_check.uninstall()
             for srv in self._servers:
                 srv.close()
             for ev in self._arrivals.values():
@@ -834,22 +838,6 @@ class RemotingConnection(asyncio.Protocol):
                 del locks[key]
         self.reply(cmd, SUCCESS)
 
-    def _end_transaction(self, cmd) -> None:
-        ext = cmd.ext_fields
-        group = _need(ext, "producerGroup")
-        offset = _int(ext, "commitLogOffset")
-        kind = _int(ext, "commitOrRollback")
-        _need(ext, "tranStateTableOffset")
-        if kind not in (8, 12):            # TRANSACTION_NOT_TYPE: the producer does not know yet; the check asks
-            self.reply(cmd, SUCCESS)
-            return
-        try:
-            result = self.broker.end_transaction(offset, group, kind == 8)
-        except (MessageNotFoundError, RmqStoreError) as e:
-            raise Refusal(SYSTEM_ERROR, str(e)) from None
-        if result is not None:
-            self.server.wake(self.broker.store.look_message(result.commitlog_offset).topic)
-        self.reply(cmd, SUCCESS)
 
     def _check_client_config(self, cmd) -> None:
         """ClientManageProcessor.checkClientConfig: a consumer that subscribes with an expression other than a tag
@@ -902,7 +890,7 @@ HANDLERS.update({
     CONSUMER_SEND_MSG_BACK: RemotingConnection._send_back,
     LOCK_BATCH_MQ: RemotingConnection._lock,
     UNLOCK_BATCH_MQ: RemotingConnection._unlock,
-    END_TRANSACTION: RemotingConnection._end_transaction,
+    END_TRANSACTION: _tx.end_transaction,
     CHECK_CLIENT_CONFIG: RemotingConnection._check_client_config,
     GET_ALL_TOPIC_CONFIG: RemotingConnection._all_topic_config,
     # query and admin (admin.py)

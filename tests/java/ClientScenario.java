@@ -117,7 +117,7 @@ public class ClientScenario {
                 TransactionSendResult r = p.sendMessageInTransaction(m, null);
                 check(r.getSendStatus() == SendStatus.SEND_OK, "half " + r);
                 check(r.getLocalTransactionState() == LocalTransactionState.UNKNOW, "local state " + r);
-                idOf.put(kind + "-" + i, r.getTransactionId());
+                idOf.put(kind + "-" + i, r.getMsgId());    // its UNIQ_KEY: what a check names as transaction id
             }
         }
         Set<String> got = ConcurrentHashMap.newKeySet();
