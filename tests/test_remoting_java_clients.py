@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from java_util import java_client
-from remoting_util import RemotingProcess
+from remoting_util import Client, RemotingProcess
 
 # The check service's settings for the transaction tests (broker.conf, Java's names): a pass every second, a half
 # checked once it is a second old, at most 3 times.
@@ -76,6 +76,11 @@ def test_broadcasting_consumers_each_get_every_message_offsets_kept_by_the_clien
     second = run(java, server, "broadcast", "jt-bc", 10, group, 2)
     for inst in ("b1", "b2"):
         assert {v.split()[1] for v in values(second, "GOT") if v.split()[0] == inst} == {f"b2-{i}" for i in range(10)}
+    # and the broker holds no offset of the group (GET_CONSUME_STATS lists the queues it has offsets for)
+    c = Client(server.address)
+    a = c.call(208, {"consumerGroup": group})
+    c.close()
+    assert a.code == 0 and b'"offsetTable":{}' in a.body, a.body
 
 
 def test_failed_messages_are_retried_then_land_in_the_dead_letter_queue(java, server):
