@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import TYPE_CHECKING
 
 from ..broker.errors import MessageNotFoundError
 from ..broker.transaction import (NO_PRODUCER, PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
@@ -28,9 +27,7 @@ from .._codec import PY_MESSAGE_MAGIC_CODE
 from ..errors import BrokerRoleError, RmqStoreError
 from ..status import PutStatus
 from .codes import CHECK_TRANSACTION_STATE, SLAVE_NOT_AVAILABLE, SUCCESS, SYSTEM_ERROR
-
-if TYPE_CHECKING:
-    from .server import RemotingConnection, RemotingServer
+from .remoting_command import Refusal, header_int, need
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +86,8 @@ class TransactionCheck:
     """The Broker's transaction checker while a RemotingServer runs (``install`` at its start, ``uninstall`` at its
     stop). Called on the check service's thread; the request is written from the server's loop."""
 
-    def __init__(self, server: RemotingServer):
+    def __init__(self, server):
+        # server: the RemotingServer (its producers table, loop and stopping flag)
         self.server = server
         self.previous = None
         self._installed = False
@@ -144,16 +142,15 @@ class TransactionCheck:
         live[self._next % len(live)].send_request(CHECK_TRANSACTION_STATE, ext, body)
 
 
-def end_transaction(conn: RemotingConnection, cmd) -> None:
+def end_transaction(conn, cmd) -> None:
     """EndTransactionProcessor: commit (8) or roll back (12) the half at commitLogOffset, whose producer group and
     queue offset must be the request's (checkPrepareMessage); type 0 (UNKNOW) leaves it open for the check. Usually
     oneway (the client's endTransactionOneway): a refusal is only answered to a request that waits."""
-    from .server import Refusal, _int, _need
     ext = cmd.ext_fields
-    group = _need(ext, "producerGroup")
-    offset = _int(ext, "commitLogOffset")
-    kind = _int(ext, "commitOrRollback")
-    table_offset = _int(ext, "tranStateTableOffset")
+    group = need(ext, "producerGroup")
+    offset = header_int(ext, "commitLogOffset")
+    kind = header_int(ext, "commitOrRollback")
+    table_offset = header_int(ext, "tranStateTableOffset")
     broker = conn.broker
     if broker.store_config.broker_role == "SLAVE":
         raise Refusal(SLAVE_NOT_AVAILABLE, "Can not process transaction in slave broker")
