@@ -112,3 +112,10 @@ def test_lite_pull_seeks_to_the_offset_of_a_time(java, server):
 def test_query_by_key_and_view_by_offset_id_and_message_id(java, server):
     lines = run(java, server, "query", "jt-query", 5)
     assert values(lines, "FOUND") == [f"qk-{i}" for i in range(5)]
+
+
+def test_an_orderly_consumer_sends_what_it_gave_up_on_to_the_dead_letter_queue(java, server):
+    lines = run(java, server, "orderlydlq", "jt-odlq", 3)
+    # its own send to %RETRY%group (ConsumeMessageOrderlyService.sendMessageBack) carried reconsume times 2 and max
+    # reconsume times 2: the broker put it in the DLQ as it came (SendMessageProcessor.handleRetryAndDLQ)
+    assert sorted(values(lines, "DLQ")) == [f"dk-{i} 2 jt-odlq" for i in range(3)]

@@ -10,6 +10,7 @@
 //                run ("b<run>-i", run = ARGS[1]), and nothing sent before it: "GOT <instance> <body>"
 //   dlq          a push consumer (maxReconsumeTimes 2, delay level 1) fails N messages every time: each comes
 //                3 times, then queryMessage on %DLQ%group by its key finds it: "DLQ <key> <reconsumeTimes>"
+//   orderlydlq   the same with an orderly consumer answering SUSPEND_CURRENT_QUEUE_A_MOMENT every time
 //   orderlysuspend  N keyed to queues by i % 4; two orderly consumers of one group answer
 //                SUSPEND_CURRENT_QUEUE_A_MOMENT the first time they see each message: every message comes again,
 //                each queue's successes in order, and no queue is consumed by two instances at once
@@ -46,7 +47,8 @@ public class ClientScenario {
             switch (scenario) {
                 case "transaction": transaction(n, Integer.parseInt(args[0]), Long.parseLong(args[1])); break;
                 case "broadcast": broadcast(n, args[0], args[1]); break;
-                case "dlq": dlq(n); break;
+                case "dlq": dlq(n, false); break;
+                case "orderlydlq": dlq(n, true); break;
                 case "orderlysuspend": orderlySuspend(n); break;
                 case "sql": sql(n); break;
                 case "badsql": badSql(); break;
@@ -184,7 +186,7 @@ public class ClientScenario {
 
     // -- retry to the DLQ -------------------------------------------------------------------------------------
 
-    static void dlq(int n) throws Exception {
+    static void dlq(int n, boolean orderly) throws Exception {
         DefaultMQProducer p = producer();
         long begin = System.currentTimeMillis() - 60000;
         for (int i = 0; i < n; i++) p.send(new Message(topic, "d", "dk-" + i, ("dlq-" + i).getBytes("UTF-8")));
@@ -194,13 +196,25 @@ public class ClientScenario {
         c.setMaxReconsumeTimes(2);
         c.setConsumeMessageBatchMaxSize(1);
         Map<String, List<Integer>> seen = new ConcurrentHashMap<>();
-        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
-            ctx.setDelayLevelWhenNextConsume(1);
-            for (MessageExt m : msgs)
-                seen.computeIfAbsent(body(m), k -> Collections.synchronizedList(new ArrayList<>()))
-                    .add(m.getReconsumeTimes());
-            return ConsumeConcurrentlyStatus.RECONSUME_LATER;
-        });
+        if (orderly) {
+            // suspended in the client (its reconsume times counted there); past them it sends the message to
+            // %RETRY%group itself, with maxReconsumeTimes in the send's header: the broker diverts it to the DLQ
+            c.setSuspendCurrentQueueTimeMillis(100);
+            c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+                for (MessageExt m : msgs)
+                    seen.computeIfAbsent(body(m), k -> Collections.synchronizedList(new ArrayList<>()))
+                        .add(m.getReconsumeTimes());
+                return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT;
+            });
+        } else {
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                ctx.setDelayLevelWhenNextConsume(1);
+                for (MessageExt m : msgs)
+                    seen.computeIfAbsent(body(m), k -> Collections.synchronizedList(new ArrayList<>()))
+                        .add(m.getReconsumeTimes());
+                return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+            });
+        }
         c.start();
         String dlq = MixAllTopics.dlq(group);
         Map<String, MessageExt> dead = new HashMap<>();
