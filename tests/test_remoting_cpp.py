@@ -102,3 +102,16 @@ def test_cpp_broadcasting_consumers_each_get_every_message(venv_python, tmp_path
         for o in outs:
             assert "OK\n" in o, o
             assert {ln.split()[1] for ln in o if ln.startswith("GOT bc-")} == {f"bc-{i}" for i in range(20)}
+
+
+def test_cpp_orderly_consumer_locks_its_queues_and_keeps_their_order(venv_python, tmp_path):
+    with RemotingProcess(str(tmp_path / "store")) as s:
+        run(venv_python, s.namesrv, "produce", "corder", 30)
+        lines = run(venv_python, s.namesrv, "orderly", "corder", 31)
+    queues = {int(ln.split()[1]): ln.split()[2:] for ln in lines if ln.startswith("QUEUE ")}
+    assert sorted(b for bodies in queues.values() for b in bodies) == sorted([f"body-{i}" for i in range(30)] +
+                                                                             ["last"])
+    for bodies in queues.values():
+        # each queue in the order it was stored ("last" was sent last)
+        numbers = [int(b[5:]) if b != "last" else 1 << 30 for b in bodies]
+        assert numbers == sorted(numbers), bodies
