@@ -97,3 +97,19 @@ def test_the_check_goes_to_a_live_producer_of_the_halfs_group(server):
     assert end(live, "rtx-h", m.commitlog_offset, m.queue_offset, 12, oneway=False).code == 0   # rolled back
     assert live.answer(pull(live, "rtx-c", "t-rtx2", 0, 0)).code in (19, 21)
     live.close()
+
+
+@pytest.mark.parametrize("born, store", [("10.0.0.1:5", "127.0.0.1:10911"), ("[::1]:7", "[fe80::2]:10911")])
+def test_the_check_body_is_the_half_with_its_real_topic_and_queue(born, store):
+    """MessageDecoder.encode of the half as sendCheckMessage changes it, IPv4 or IPv6 hosts (wider fields)."""
+    from rmqcore import _encoder
+    from rmqcore._message import Message
+    from rmqcore.remoting.transaction import check_body
+    half = Message("RMQ_SYS_TRANS_HALF_TOPIC", b"body", 0, born_host=born,
+                   properties={"REAL_TOPIC": "orders-with-a-longer-name", "REAL_QID": "3", "PGROUP": "g",
+                               "TRAN_MSG": "true", "UNIQ_KEY": "U"})
+    record = _encoder.MessageEncoder(store).encode(half).record(0)
+    m = decode_message(check_body(decode_message(record)))
+    assert (m.topic, m.queue_id, bytes(m.body), m.born_host, m.store_host) == \
+        ("orders-with-a-longer-name", 3, b"body", born, store)
+    assert m.properties["REAL_TOPIC"] == "orders-with-a-longer-name" and m.properties["PGROUP"] == "g"
