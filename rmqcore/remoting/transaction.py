@@ -21,8 +21,8 @@ import logging
 import struct
 
 from ..broker.errors import MessageNotFoundError
-from ..broker.transaction import (NO_PRODUCER, PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
-                                  TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE)
+from ..broker.transaction import (HALF_TOPIC, NO_PRODUCER, PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_QUEUE_ID,
+                                  PROPERTY_REAL_TOPIC, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE)
 from .._codec import PY_MESSAGE_MAGIC_CODE
 from ..errors import BrokerRoleError, RmqStoreError
 from ..status import PutStatus
@@ -160,7 +160,10 @@ def end_transaction(conn, cmd) -> None:
         conn.reply(cmd, SUCCESS)
         return
     half = broker.store.look_message(offset) if offset >= 0 else None
-    if half is not None and half.queue_offset != table_offset:
+    if half is not None and half.topic == HALF_TOPIC and half.properties.get(PROPERTY_PRODUCER_GROUP) == group \
+            and half.queue_offset != table_offset:
+        # checkPrepareMessage, after the producer group (which end_transaction checks, as for a message that is
+        # no half at all)
         raise Refusal(SYSTEM_ERROR, "The transaction state table offset wrong")
     try:
         result = broker.end_transaction(offset, group, kind == TRANSACTION_COMMIT_TYPE)
