@@ -155,6 +155,10 @@ public class ClientScenario {
         List<DefaultMQPushConsumer> cs = new ArrayList<>();
         CountDownLatch done = new CountDownLatch(2);
         String prefix = "b" + run + "-";
+        DefaultMQProducer p = producer();
+        // the topic exists before the consumers look for its route (else they find it at their next route poll,
+        // 30 s later)
+        p.createTopic("TBW102", topic, 4);
         for (String inst : new String[] {"b1", "b2"}) {
             DefaultMQPushConsumer c = pushConsumer(group);
             c.setInstanceName(inst);
@@ -175,7 +179,6 @@ public class ClientScenario {
             cs.add(c);
         }
         Thread.sleep(2000);     // both have taken every queue
-        DefaultMQProducer p = producer();
         for (int i = 0; i < n; i++) p.send(new Message(topic, "x", (prefix + i).getBytes("UTF-8")));
         p.shutdown();
         boolean ok = done.await(60, TimeUnit.SECONDS);
