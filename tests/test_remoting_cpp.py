@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from remoting_util import RemotingProcess
+from remoting_util import Client, RemotingProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "cpp", "remoting_cpp_client.py")
@@ -62,3 +62,56 @@ def test_cpp_client_sends_pulls_and_pushes_with_offsets_kept_across_a_restart(ve
         after = {"body-0", "body-1", "body-2", "last"}
         assert got(run(venv_python, s.namesrv, "push", "ct", 4, "CLUSTERING", "keep")) == after
         assert s.terminate() == 0
+
+
+def test_cpp_broadcasting_consumers_each_get_every_message(venv_python, tmp_path):
+    """Two BROADCASTING push consumers of one group (two processes: two client ids) each get every message; their
+    offsets are their own (a local file each, under $HOME)."""
+    import threading
+    with RemotingProcess(str(tmp_path / "store")) as s:
+        run(venv_python, s.namesrv, "send", "cbc", 1, "first")      # the topic and its route exist
+        env = {**os.environ, "HOME": str(tmp_path)}
+        procs = [subprocess.Popen([venv_python, SCRIPT, s.namesrv, "push", "cbc", "20", "BROADCASTING", "cpp-bc"],
+                                  stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+        outs = [[], []]
+        readers = [threading.Thread(target=lambda p=p, o=o: o.extend(p.stdout), daemon=True)
+                   for p, o in zip(procs, outs)]
+        for t in readers:
+            t.start()
+        try:
+            # a broadcasting consumer with no local offset starts at the queues' end (CONSUME_FROM_LAST_OFFSET):
+            # send warm-ups until both have one, so what follows is sent after both took their queues
+            for k in range(120):
+                if all(any(ln.startswith("GOT warm") for ln in o) for o in outs):
+                    break
+                run(venv_python, s.namesrv, "send", "cbc", 1, f"warm{k}")
+            run(venv_python, s.namesrv, "send", "cbc", 20, "bc")
+            for p in procs:
+                assert p.wait(120) == 0
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        for t in readers:
+            t.join(10)
+        # the broker holds no offset of the group (GET_CONSUME_STATS lists the queues it has offsets for)
+        c = Client(s.address)
+        a = c.call(208, {"consumerGroup": "cpp-bc"})
+        c.close()
+        assert a.code == 0 and b'"offsetTable":{}' in a.body, a.body
+        for o in outs:
+            assert "OK\n" in o, o
+            assert {ln.split()[1] for ln in o if ln.startswith("GOT bc-")} == {f"bc-{i}" for i in range(20)}
+
+
+def test_cpp_orderly_consumer_locks_its_queues_and_keeps_their_order(venv_python, tmp_path):
+    with RemotingProcess(str(tmp_path / "store")) as s:
+        run(venv_python, s.namesrv, "produce", "corder", 30)
+        lines = run(venv_python, s.namesrv, "orderly", "corder", 31)
+    queues = {int(ln.split()[1]): ln.split()[2:] for ln in lines if ln.startswith("QUEUE ")}
+    assert sorted(b for bodies in queues.values() for b in bodies) == sorted([f"body-{i}" for i in range(30)] +
+                                                                             ["last"])
+    for bodies in queues.values():
+        # each queue in the order it was stored ("last" was sent last)
+        numbers = [int(b[5:]) if b != "last" else 1 << 30 for b in bodies]
+        assert numbers == sorted(numbers), bodies

@@ -39,6 +39,7 @@ from ..serve.events import ServerEvents
 from ..serve.filter import FilterError, compile_filter
 from ..status import GetStatus, PutStatus
 from . import admin, namesrv as _ns
+from . import transaction as _tx
 from .acl import RemotingAclValidator
 from . import slave_synchronize as _slave_sync
 from ._remoting_codec import FrameDecoder, encode_header
@@ -194,6 +195,7 @@ class RemotingServer:
         self.offset_check_in_slave = broker.store_config.offset_check_in_slave
         self.executor: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.transaction_check = _tx.TransactionCheck(self)
         self._closed = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -225,6 +227,7 @@ class RemotingServer:
                                           self.namesrv_addr[1], reuse_address=True)
             self.namesrv_port = ns.sockets[0].getsockname()[1]
             self._servers.append(ns)
+        self.transaction_check.install()
         return self
 
     async def stop(self) -> None:
@@ -234,6 +237,7 @@ class RemotingServer:
             return
         self.stopping = True
         try:
+            await self.transaction_check.uninstall()
             for srv in self._servers:
                 srv.close()
             for ev in self._arrivals.values():
@@ -892,24 +896,24 @@ class RemotingConnection(asyncio.Protocol):
                 del locks[key]
         self.reply(cmd, SUCCESS)
 
-    def _end_transaction(self, cmd) -> None:
-        ext = cmd.ext_fields
-        group = _need(ext, "producerGroup")
-        offset = _int(ext, "commitLogOffset")
-        kind = _int(ext, "commitOrRollback")
-        _need(ext, "tranStateTableOffset")
-        if kind not in (8, 12):            # TRANSACTION_NOT_TYPE: the producer does not know yet; the check asks
-            self.reply(cmd, SUCCESS)
-            return
-        try:
-            result = self.broker.end_transaction(offset, group, kind == 8)
-        except (MessageNotFoundError, RmqStoreError) as e:
-            raise Refusal(SYSTEM_ERROR, str(e)) from None
-        if result is not None:
-            self.server.wake(self.broker.store.look_message(result.commitlog_offset).topic)
-        self.reply(cmd, SUCCESS)
 
     def _check_client_config(self, cmd) -> None:
+        """ClientManageProcessor.checkClientConfig: a consumer that subscribes with an expression other than a tag
+        asks before it starts; one this broker cannot filter by, or that does not compile, fails its start."""
+        try:
+            data = json.loads(cmd.body) if cmd.body else {}
+        except ValueError as e:
+            raise Refusal(SYSTEM_ERROR, f"check client config body is not JSON: {e}") from None
+        sub = data.get("subscriptionData") if isinstance(data, dict) else None
+        if isinstance(sub, dict):
+            etype = sub.get("expressionType") or "TAG"
+            if etype != "TAG":
+                if etype != "SQL92":
+                    raise Refusal(SYSTEM_ERROR, f"The broker does not support consumer to filter message by {etype}")
+                try:
+                    compile_filter(sub.get("subString") or "")
+                except FilterError as e:
+                    raise Refusal(SUBSCRIPTION_PARSE_FAILED, str(e)) from None
         self.reply(cmd, SUCCESS)
 
 
@@ -940,7 +944,7 @@ HANDLERS.update({
     CONSUMER_SEND_MSG_BACK: RemotingConnection._send_back,
     LOCK_BATCH_MQ: RemotingConnection._lock,
     UNLOCK_BATCH_MQ: RemotingConnection._unlock,
-    END_TRANSACTION: RemotingConnection._end_transaction,
+    END_TRANSACTION: _tx.end_transaction,
     CHECK_CLIENT_CONFIG: RemotingConnection._check_client_config,
     # query and admin (admin.py)
     VIEW_MESSAGE_BY_ID: admin.view_message_by_id,

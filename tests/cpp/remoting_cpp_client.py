@@ -4,7 +4,11 @@
 produce   N sends: sync, oneway, orderly (by i) in turn, then one more sync; prints "SENT <n>" and "MSGID <id>"
 pull      a pull consumer reads every queue from offset 0: "GOT <body>" each
 push      a push consumer reads N: "GOT <body>" each; a 5th argument names the message model (CLUSTERING,
-          BROADCASTING), a 6th the group (default: a new one)
+          BROADCASTING), a 6th the group (default: a new one). Bodies starting "warm" are printed, not counted.
+send      N sync sends of "<5th argument>-i"
+orderly   an orderly push consumer (new group; it locks its queues first) reads N: "QUEUE <queue id> <bodies in
+          the order they came>". (Not failing any: the package signals a failure only by an exception out of its
+          ctypes callback, whose return value is then undefined.)
 Ends with "OK", exit 0.
 """
 import sys
@@ -71,7 +75,9 @@ def push(ns, topic, n, model="CLUSTERING", group=None):
     def on_message(m):
         with lock:
             b = m.body.decode()
-            if b not in got:
+            if b.startswith("warm"):
+                print("GOT", b, flush=True)
+            elif b not in got:
                 got.add(b)
                 print("GOT", b, flush=True)
             if len(got) >= n:
@@ -83,10 +89,45 @@ def push(ns, topic, n, model="CLUSTERING", group=None):
     assert len(got) >= n, (len(got), n)
 
 
+def orderly(ns, topic, n):
+    c = PushConsumer("cpp-orderly-%d" % time.time_ns(), orderly=True)
+    c.set_namesrv_addr(ns)
+    queues = {}
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def on_message(m):
+        b = m.body.decode()
+        with lock:
+            queues.setdefault(m.queue_id, []).append(b)
+            if sum(len(v) for v in queues.values()) >= n:
+                done.set()
+    c.subscribe(topic, on_message)
+    c.start()
+    done.wait(90)
+    c.shutdown()
+    for q, bodies in sorted(queues.items()):
+        print("QUEUE", q, *bodies)
+    assert done.is_set(), queues
+
+
+def send(ns, topic, n, prefix):
+    p = Producer("cpp-send")
+    p.set_namesrv_addr(ns)
+    p.start()
+    for i in range(n):
+        m = Message(topic)
+        m.set_body("%s-%d" % (prefix, i))
+        assert int(p.send_sync(m).status) == 0
+    p.shutdown()
+
+
 if __name__ == "__main__":
     ns, scenario, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     if scenario == "push":
         push(ns, topic, n, *sys.argv[5:])
+    elif scenario == "send":
+        send(ns, topic, n, sys.argv[5])
     else:
-        {"produce": produce, "pull": pull}[scenario](ns, topic, n)
+        {"produce": produce, "pull": pull, "orderly": orderly}[scenario](ns, topic, n)
     print("OK", flush=True)
