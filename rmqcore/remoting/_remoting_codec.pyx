@@ -10,7 +10,12 @@ type and header in one buffer (the body, a pull's records, is written after it b
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
+
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void* PyUnicode_1BYTE_DATA(object o)
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy, memmove
 
@@ -253,6 +258,27 @@ cdef class FrameDecoder:
 
 
 cdef bytes _json_text(str s):
+    """``s`` as a JSON string (json.dumps with ensure_ascii=False). Printable ASCII without a quote or backslash,
+    what header names and values nearly always are, is written here as it is; anything else goes to json.dumps."""
+    cdef Py_ssize_t n, i
+    cdef const uint8_t* src
+    cdef uint8_t c
+    cdef bytes out
+    cdef char* dst
+    if PyUnicode_IS_COMPACT_ASCII(s):
+        n = PyUnicode_GET_LENGTH(s)
+        src = <const uint8_t*>PyUnicode_1BYTE_DATA(s)
+        for i in range(n):
+            c = src[i]
+            if c < 0x20 or c == 0x22 or c == 0x5C or c == 0x7F:
+                break
+        else:
+            out = PyBytes_FromStringAndSize(NULL, n + 2)
+            dst = PyBytes_AS_STRING(out)
+            dst[0] = 0x22
+            memcpy(dst + 1, src, n)
+            dst[n + 1] = 0x22
+            return out
     return _json_dumps(s, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 

@@ -82,6 +82,8 @@ POLL_INTERVAL_S = 0.1
 # the longest suspend a pull may ask (the clients' own timeouts are 30 s)
 MAX_SUSPEND_MS = 30_000
 PEER_WRITE_HIGH = 4 * 1024 * 1024        # a reader this far behind stops this connection's reads (flow control)
+DISPATCH_PACE = 0.001                   # ReputMessageService's sleep between passes
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024    # buffers one writev takes
 
 
 def _disk_used_ratio(path: str) -> float:
@@ -186,6 +188,7 @@ class RemotingServer:
         self._arrivals: dict[str, asyncio.Event] = {}
         self._woken: set[str] = set()
         self._dispatch_pending = False
+        self._last_dispatch = 0.0
         # a put that waits (SYNC_FLUSH's flush, SYNC_MASTER's slave) runs in the send executor, not the loop
         self._sync = (broker.store_config.flush_disk_type == "SYNC_FLUSH"
                       or broker.store_config.broker_role == "SYNC_MASTER")
@@ -220,6 +223,9 @@ class RemotingServer:
             else:
                 self.vip_port = self.port - 2
                 self._servers.append(vip)
+        if self.broker.store.reput is not None:
+            # the loop runs the dispatch passes after its sends (wake)
+            self.broker.store.reput.drive_externally(True)
         if self.namesrv_addr is not None:
             ns = await loop.create_server(lambda: RemotingConnection(self, namesrv_only=True), self.namesrv_addr[0],
                                           self.namesrv_addr[1], reuse_address=True)
@@ -249,6 +255,8 @@ class RemotingServer:
                 await srv.wait_closed()
             if self.executor is not None:
                 self.executor.shutdown(wait=True)
+            if self.broker.store.reput is not None:
+                self.broker.store.reput.drive_externally(False)
         finally:
             self._closed.set()
 
@@ -258,16 +266,25 @@ class RemotingServer:
     # -- dispatch and long polling ----------------------------------------------------------------------------
 
     def wake(self, topic: str) -> None:
-        """After a put to ``topic``: one dispatch pass in the loop (coalesced), then the topic's parked pulls
-        look again."""
+        """After a put to ``topic``: a dispatch pass in the loop, then the topic's parked pulls look again. The
+        store's dispatcher thread only sweeps behind the loop (drive_externally: its wake-up per put and the GIL
+        taken from the loop cost more than the pass). A pass runs at once after a quiet millisecond, else a
+        millisecond after the last one (ReputMessageService's 1 ms pace): under load one pass takes the sends of a
+        millisecond, as the gRPC front's MessagingService._wake does."""
         if topic in self._arrivals:
             self._woken.add(topic)
         if not self._dispatch_pending:
             self._dispatch_pending = True
-            self.loop.call_soon(self._dispatch)
+            loop = self.loop
+            wait = self._last_dispatch + DISPATCH_PACE - loop.time()
+            if wait > 0:
+                loop.call_later(wait, self._dispatch)
+            else:
+                loop.call_soon(self._dispatch)
 
     def _dispatch(self) -> None:
         self._dispatch_pending = False
+        self._last_dispatch = self.loop.time()
         reput = self.broker.store.reput
         n = reput.try_reput() if reput is not None else 0
         if n < 0:                      # the dispatcher thread's pass holds the lock: look again in a moment
@@ -330,6 +347,8 @@ class RemotingConnection(asyncio.Protocol):
         self.pulls: set[asyncio.Task] = set()
         self._opaque = 0
         self._closed = False
+        self._batch: list | None = None       # answers gathered while data_received handles a read
+        self._fd = -1                          # the socket's descriptor, for writev
 
     # -- transport events -------------------------------------------------------------------------------------
 
@@ -338,6 +357,8 @@ class RemotingConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
         transport.set_write_buffer_limits(high=PEER_WRITE_HIGH)
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None and hasattr(os, "writev") else -1
         self.server._conns.add(self)
 
     def connection_lost(self, exc) -> None:
@@ -362,42 +383,102 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("remoting: closing %s: %s", self.peer, e)
             self.transport.close()
             return
-        for cmd in commands:
-            if self._closed:
-                return
-            if cmd.flag & RESPONSE_FLAG:
-                continue            # an answer to the broker's own oneway requests: nothing waits for one
-            try:
-                self.handle(cmd)
-            except Refusal as r:
-                self.reply(cmd, r.code, remark=r.remark)
-            except Exception as e:       # never let one request end the connection or the server
-                log.exception("remoting: request %d from %s failed", cmd.code, self.peer)
-                self.reply(cmd, SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+        # The answers to the requests of one read leave in one write (one syscall for a read's worth of sends, not
+        # one per request): they are gathered in _batch and written after the last request is handled.
+        self._batch = batch = []
+        try:
+            for cmd in commands:
+                if self._closed:
+                    return
+                if cmd.flag & RESPONSE_FLAG:
+                    continue            # an answer to the broker's own oneway requests: nothing waits for one
+                try:
+                    self.handle(cmd)
+                except Refusal as r:
+                    self.reply(cmd, r.code, remark=r.remark)
+                except Exception as e:       # never let one request end the connection or the server
+                    log.exception("remoting: request %d from %s failed", cmd.code, self.peer)
+                    self.reply(cmd, SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+        finally:
+            self._batch = None
+            if batch and not self._closed:
+                self._write_buffers(batch)
 
     # -- writing ----------------------------------------------------------------------------------------------
 
     def reply(self, cmd, code: int, ext: dict | None = None, remark: str | None = None, body=None) -> None:
         """The answer to ``cmd`` in its own serialize type; nothing for a oneway request. ``body``: bytes, or a
-        list of buffers (a pull's records) written after the header without joining them here."""
+        list of buffers (a pull's records, views of the mapped files) written after the header as they are."""
         if cmd.flag & ONEWAY_FLAG or self._closed:
             return
         if body is None:
-            self.transport.write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext, 0))
+            self._write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext, 0))
         elif isinstance(body, list):
-            size = sum(len(b) for b in body)
-            self.transport.writelines([encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark,
-                                                     ext, size), *body])
+            size = 0
+            for b in body:
+                size += len(b)
+            header = encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext, size)
+            if self._batch is not None:
+                self._batch.append(header)
+                self._batch.extend(body)
+            else:
+                self._write_buffers([header, *body])
         else:
-            self.transport.write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext,
-                                               len(body)) + body)
+            self._write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext,
+                                      len(body)))
+            self._write(body)
 
     def send_request(self, code: int, ext: dict, body: bytes = b"") -> None:
         """A oneway request of the broker's to this client, in JSON (every client reads JSON)."""
         if self._closed:
             return
         self._opaque += 1
-        self.transport.write(encode_header(0, code, self._opaque, ONEWAY_FLAG, None, ext, len(body)) + body)
+        self._write(encode_header(0, code, self._opaque, ONEWAY_FLAG, None, ext, len(body)))
+        if body:
+            self._write(body)
+
+    def _write(self, data) -> None:
+        if self._batch is not None:
+            self._batch.append(data)
+        else:
+            self._write_buffers([data])
+
+    def _write_buffers(self, bufs: list) -> None:
+        """Write ``bufs`` in order. With nothing queued in the transport they go to the kernel in one writev from
+        where they are (a pull's records straight from the mapped files: asyncio 3.11's writelines would join them
+        into one bytes object first); only what the socket did not take is handed to the transport (copied there,
+        so the mapping need not outlive this call). Behind queued data, everything goes to the transport."""
+        t = self.transport
+        if self._fd < 0 or t.get_write_buffer_size() or t.is_closing():
+            t.writelines(bufs)
+            return
+        done = 0
+        try:
+            for i in range(0, len(bufs), IOV_MAX):
+                chunk = bufs if len(bufs) <= IOV_MAX else bufs[i:i + IOV_MAX]
+                n = os.writev(self._fd, chunk)
+                done += n
+                if i + IOV_MAX < len(bufs) and n < sum(len(b) for b in chunk):
+                    break           # the socket is full: the rest goes to the transport
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            # the connection failed: the transport finds out on its own write and closes (connection_lost)
+            t.writelines(bufs)
+            return
+        if done == 0:
+            t.writelines(bufs)
+            return
+        rest = []
+        for b in bufs:
+            n = len(b)
+            if done >= n:
+                done -= n
+                continue
+            rest.append(memoryview(b)[done:] if done else b)
+            done = 0
+        if rest:
+            t.writelines(rest)
 
     # -- requests ---------------------------------------------------------------------------------------------
 
