@@ -94,11 +94,32 @@ cdef long long _int_field(dict h, str name, object default) except? -1:
     return v
 
 
-cdef int _json_header(RemotingCommand cmd, bytes header) except -1:
+cdef object _scan_once = json.JSONDecoder().scan_once     # the stdlib's C scanner (json.loads' own)
+
+
+cdef object _json_object(const uint8_t* p, Py_ssize_t n):
+    """json.loads of the header's bytes. A header that starts with ``{`` and a second byte that is not NUL (so
+    json.detect_encoding says UTF-8) and decodes as strict UTF-8 goes to the C scanner directly, skipping loads'
+    encoding detection and its two whitespace regexes; anything else, and any header the scanner does not take
+    whole, goes through json.loads itself, so results and errors are loads' own."""
+    cdef str text
+    cdef Py_ssize_t end
+    if n >= 2 and p[0] == 0x7B and p[1] != 0:
+        try:
+            text = PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+            h, end = _scan_once(text, 0)
+            if end == PyUnicode_GET_LENGTH(text):
+                return h
+        except Exception:
+            pass
     try:
-        h = _json_loads(header)
+        return _json_loads(PyBytes_FromStringAndSize(<const char*>p, n))
     except (ValueError, UnicodeDecodeError) as e:
         raise FrameError(f"header is not JSON: {e}") from None
+
+
+cdef int _json_header(RemotingCommand cmd, const uint8_t* p, Py_ssize_t n) except -1:
+    h = _json_object(p, n)
     if type(h) is not dict:
         raise FrameError(f"header is not a JSON object but {type(h).__name__}")
     cdef dict d = <dict>h
@@ -186,7 +207,7 @@ cdef RemotingCommand _decode_one(const uint8_t* p, Py_ssize_t length):
         raise FrameError(f"header length {hlen} runs past the frame ({length - 4} bytes after it)")
     cdef RemotingCommand cmd = RemotingCommand.__new__(RemotingCommand)
     if stype == 0:
-        _json_header(cmd, PyBytes_FromStringAndSize(<const char*>p + 8, hlen))
+        _json_header(cmd, p + 8, hlen)
     elif stype == 1:
         _binary_header(cmd, p + 8, hlen)
     else:
