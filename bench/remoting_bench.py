@@ -20,7 +20,8 @@ same Java client, in the same run (issue 37's aims).
 Method: every server starts once; each round runs Bench once per server (all phases), the order rotating from round
 to round (java, rmqcore, echo / rmqcore, echo, java / ...), so each sees the same minutes of the shared machine.
 Per server and phase the best round counts (highest rate; its CPU figure is that round's). ``--quick``: one round of
-3,000 messages a phase.
+3,000 messages a phase. ``RMQCORE_REMOTING_BASELINE=DIR`` adds the serve of another checkout of rmqcore, built in
+place (e.g. the commit before a change), to the same rounds: before/after from one run.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FULL = {"rounds": 3, "n": 10_000, "warm": 2_000}
+FULL = {"rounds": 2, "n": 10_000, "warm": 2_000}
 QUICK = {"rounds": 1, "n": 3_000, "warm": 1_000}
 SEND_PHASES = ("sync1", "sync8", "async_w64")
 PHASES = SEND_PHASES + ("consume", "push")
@@ -120,11 +121,11 @@ class Server:
 
 
 class PyServer(Server):
-    def __init__(self, name: str, cmd: list[str], log_path: str, env=None):
+    def __init__(self, name: str, cmd: list[str], log_path: str, env=None, cwd: str = ROOT):
         self.name = name
         self.log_path = log_path
         with open(log_path, "w") as err:    # a file nobody has to read: the child never blocks on it
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
+            self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=err, text=True,
                                          env=env)
         lines = {}
         while "namesrv" not in lines and "remoting" not in lines or ("--namesrv" in cmd and "namesrv" not in lines):
@@ -207,8 +208,11 @@ def bench_once(harness: str, env: dict, server: Server, phases, n: int, warm: in
     """One Bench run against ``server``: {phase: its JSON figures}."""
     args = ["bash", os.path.join(harness, "run.sh"), "java", "Bench", f"ns={server.namesrv}",
             f"broker_pid={server.pid}", f"phases={','.join(BENCH_PHASES[p] for p in phases)}", f"n={n}", f"warm={warm}", "threads=8",
-            "window=64", "queues=4", "size=1024", "timeout_s=300"]
-    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=420)
+            "window=64", "queues=4", "size=1024", "timeout_s=120"]
+    try:
+        r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"Bench against {server.name} did not end in 300 s") from None
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if r.returncode != 0 or line is None:
         raise RuntimeError(f"Bench against {server.name} failed ({r.returncode}): {r.stdout[-1500:]} "
@@ -332,18 +336,31 @@ def run(quick: bool = False, base_dir: str | None = None) -> list[tuple[str, str
                                       os.path.join(base, "rmq.log"))
         servers["echo"] = PyServer("echo", [sys.executable, "-m", "bench.remoting_bench", "echo", "127.0.0.1:0"],
                                    os.path.join(base, "echo.log"))
+        baseline = os.environ.get("RMQCORE_REMOTING_BASELINE")
+        if baseline:
+            # another checkout of rmqcore (built in place), e.g. before a change: its serve in the same rounds
+            servers["baseline"] = PyServer(
+                "baseline", [sys.executable, "-m", "rmqcore", "serve", os.path.join(base, "baseline"), "--remoting",
+                             "127.0.0.1:0", "--namesrv", "127.0.0.1:0"], os.path.join(base, "baseline.log"),
+                env={**os.environ, "PYTHONPATH": baseline}, cwd=baseline)
         _log(f"servers up in {time.perf_counter() - t:.1f} s")
         env = {**os.environ, "BUILD": build, "RUN_DIR": os.path.join(base, "client")}
         names = list(servers)
         results: dict[str, list[dict]] = {n: [] for n in names}
         loads = []
+        failed: list[str] = []
         for i in range(cfg["rounds"]):
             k = i % len(names)
             for name in names[k:] + names[:k]:
                 phases = SEND_PHASES if name == "echo" else PHASES
                 t = time.perf_counter()
                 loads.append(os.getloadavg()[0])
-                res = bench_once(harness, env, servers[name], phases, cfg["n"], cfg["warm"])
+                try:
+                    res = bench_once(harness, env, servers[name], phases, cfg["n"], cfg["warm"])
+                except RuntimeError as e:     # one failed round costs its figures, not the others'
+                    failed.append(f"round {i + 1} {name}: {str(e)[:200]}")
+                    _log(failed[-1])
+                    continue
                 results[name].append(res)
                 _log(f"round {i + 1}: {name} in {time.perf_counter() - t:.1f} s: " + ", ".join(
                     f"{k} {v['msgs_per_s']:,.0f}/s {cpu_us(v):.1f} µs" for k, v in res.items()
@@ -355,6 +372,10 @@ def run(quick: bool = False, base_dir: str | None = None) -> list[tuple[str, str
         load = f"load {min(loads):.2f}–{max(loads):.2f}"
         for phase in PHASES:
             j, r, e = best("java", phase), best("rmqcore", phase), best("echo", phase)
+            if j is None or r is None:
+                rows.append((f"remoting: Java client {LABELS[phase]}: no figure", "—", "—",
+                             "; ".join(failed) or "no round ran"))
+                continue
             cj, cr = cpu_us(j), cpu_us(r)
             note = (f"{r['msgs_per_s'] / j['msgs_per_s']:.2f}× the Java 4.9.7 broker ({j['msgs_per_s']:,.0f}; aim "
                     f"≥ {AIM_RATE}×); server CPU {cr:.1f} µs/msg = {cr / cj:.2f}× Java's {cj:.1f} (aim ≤ {AIM_CPU}×)")
@@ -362,10 +383,16 @@ def run(quick: bool = False, base_dir: str | None = None) -> list[tuple[str, str
                 ce = cpu_us(e)
                 note += (f"; echo floor {e['msgs_per_s']:,.0f} msg/s, {ce:.1f} µs/msg (rmqcore {cr / ce:.2f}× its "
                          f"CPU, aim ≤ {AIM_ECHO}×)")
+            b = best("baseline", phase) if "baseline" in results else None
+            if b is not None:
+                note += (f"; baseline ({os.environ['RMQCORE_REMOTING_BASELINE']}) {b['msgs_per_s']:,.0f} msg/s, "
+                         f"{cpu_us(b):.1f} µs/msg")
             if "p50_us" in r:
                 note += f"; p50 {r['p50_us']:.0f} µs (Java {j['p50_us']:.0f})"
             rows.append((f"remoting: Java client {LABELS[phase]}, 1 KiB, rmqcore serve --remoting",
                          f"{r['msgs_per_s']:,.0f}", "msgs/s", f"{note}; best of {cfg['rounds']}, {load}"))
+        for f in failed:
+            rows.append(("remoting: a failed round", "—", "—", f.replace("|", "/")))
         pc = pull_copies(base)
         rows.append(("remoting: bytes copied per pulled byte (tracemalloc peak over a pull answer / record bytes "
                      "sent)", f"{pc['median']:.3f}", "ratio",
