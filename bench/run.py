@@ -728,6 +728,13 @@ def case_serve(ctx: Ctx) -> None:
     ctx.r["serve_rows"] = serve_bench.run(ctx.quick)
 
 
+def case_remoting(ctx: Ctx) -> None:
+    """`rmqcore serve --remoting` against the Java 4.9.7 broker and a no-store echo server, through the Java client
+    (bench/remoting_bench.py); needs a JDK and the java-broker harness's build."""
+    from bench import remoting_bench
+    ctx.r["remoting_rows"] = remoting_bench.run(ctx.quick, ctx.dir)
+
+
 def case_abuse(ctx: Ctx) -> None:
     """A normal client's send p50/p99 while `rmqcore serve` is abused: topic-creation storms, an idle-connection
     flood, gzip bombs (with the server's peak RSS) (bench/abuse_bench.py); needs rmqcore[server]."""
@@ -758,6 +765,7 @@ CASES = [
     ("footprint", case_footprint),
     ("peers", case_peers),
     ("serve", case_serve),
+    ("remoting", case_remoting),
     ("abuse", case_abuse),
     ("ha", case_ha),
 ]
@@ -881,6 +889,7 @@ def build_rows(ctx: Ctx) -> list[tuple[str, str, str, str]]:
                      f"apparent size 1 GiB commitlog + 420 MB index (sparse); resident "
                      f"+{r['foot_rss_mb']:.0f} MiB"))
     rows.extend(r.get("serve_rows", []))
+    rows.extend(r.get("remoting_rows", []))
     rows.extend(r.get("abuse_rows", []))
     rows.extend(r.get("ha_rows", []))
     for row in r.get("peers_rows", []):

@@ -35,20 +35,29 @@ def _classpath_present(cp_file: str) -> bool:
         return all(os.path.exists(p) for p in f.read().strip().split(":") if p)
 
 
-def ensure_build() -> str:
-    """The harness's build directory (cp.txt, classes/, src/distribution), made if missing; skips without it."""
+def prepare_build() -> tuple[str | None, str | None]:
+    """(the harness's build directory, None), made (or remade, when its classpath is gone) if needed; or (None,
+    why not). The Java tests skip with the reason (ensure_build), bench/remoting_bench.py reports it."""
     if not shutil.which("java") or not shutil.which("javac"):
-        pytest.skip("no JDK (java and javac): apt-get install default-jdk-headless")
+        return None, "no JDK (java and javac): apt-get install default-jdk-headless"
     h = harness()
     if h is None:
-        pytest.skip("the java-broker harness is not here (set RMQCORE_JAVA_BROKER to ../shared/java-broker)")
+        return None, "the java-broker harness is not here (set RMQCORE_JAVA_BROKER to ../shared/java-broker)"
     build = build_dir()
     cp_file = os.path.join(build, "cp.txt")
     if not os.path.exists(cp_file) or not _classpath_present(cp_file):
         r = subprocess.run(["bash", os.path.join(h, "prebuilt.sh")], env={**os.environ, "BUILD": build,
                            "NO_APT": "1"}, capture_output=True, text=True, timeout=600)
         if r.returncode != 0 or not os.path.exists(cp_file):
-            pytest.skip(f"the java-broker harness did not set up (Debian's jars missing?): {r.stderr[-500:]}")
+            return None, f"the java-broker harness did not set up (Debian's jars missing?): {r.stderr[-500:]}"
+    return build, None
+
+
+def ensure_build() -> str:
+    """The harness's build directory (cp.txt, classes/, src/distribution), made if missing; skips without it."""
+    build, why = prepare_build()
+    if build is None:
+        pytest.skip(why)
     return build
 
 

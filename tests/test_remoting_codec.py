@@ -110,3 +110,13 @@ def test_the_limits_named():
         fast.decode_frames(struct.pack(">iI", 6, 2) + b"{}")
     with pytest.raises(FrameError, match="serialize type 2"):
         fast.decode_frames(struct.pack(">iI", 6, (2 << 24) | 2) + b"{}")
+
+
+# The compiled encoder writes printable ASCII strings itself and leaves the rest to json.dumps: strings at that
+# border (quotes, backslashes, control characters, DEL, one non-ASCII character) must come out as the reference's.
+ascii_texts = st.text(alphabet=st.characters(max_codepoint=0x80), max_size=12)
+
+
+@given(st.none() | ascii_texts, st.dictionaries(ascii_texts, ascii_texts, max_size=5))
+def test_answers_with_ascii_strings_at_the_escaping_border_are_written_alike(remark, ext):
+    assert fast.encode_header(ref.JSON, 0, 7, 1, remark, ext, 0) == ref.encode_header(ref.JSON, 0, 7, 1, remark, ext, 0)

@@ -10,7 +10,12 @@ type and header in one buffer (the body, a pull's records, is written after it b
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
+
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void* PyUnicode_1BYTE_DATA(object o)
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy, memmove
 
@@ -89,11 +94,32 @@ cdef long long _int_field(dict h, str name, object default) except? -1:
     return v
 
 
-cdef int _json_header(RemotingCommand cmd, bytes header) except -1:
+cdef object _scan_once = json.JSONDecoder().scan_once     # the stdlib's C scanner (json.loads' own)
+
+
+cdef object _json_object(const uint8_t* p, Py_ssize_t n):
+    """json.loads of the header's bytes. A header that starts with ``{`` and a second byte that is not NUL (so
+    json.detect_encoding says UTF-8) and decodes as strict UTF-8 goes to the C scanner directly, skipping loads'
+    encoding detection and its two whitespace regexes; anything else, and any header the scanner does not take
+    whole, goes through json.loads itself, so results and errors are loads' own."""
+    cdef str text
+    cdef Py_ssize_t end
+    if n >= 2 and p[0] == 0x7B and p[1] != 0:
+        try:
+            text = PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+            h, end = _scan_once(text, 0)
+            if end == PyUnicode_GET_LENGTH(text):
+                return h
+        except Exception:
+            pass
     try:
-        h = _json_loads(header)
+        return _json_loads(PyBytes_FromStringAndSize(<const char*>p, n))
     except (ValueError, UnicodeDecodeError) as e:
         raise FrameError(f"header is not JSON: {e}") from None
+
+
+cdef int _json_header(RemotingCommand cmd, const uint8_t* p, Py_ssize_t n) except -1:
+    h = _json_object(p, n)
     if type(h) is not dict:
         raise FrameError(f"header is not a JSON object but {type(h).__name__}")
     cdef dict d = <dict>h
@@ -181,7 +207,7 @@ cdef RemotingCommand _decode_one(const uint8_t* p, Py_ssize_t length):
         raise FrameError(f"header length {hlen} runs past the frame ({length - 4} bytes after it)")
     cdef RemotingCommand cmd = RemotingCommand.__new__(RemotingCommand)
     if stype == 0:
-        _json_header(cmd, PyBytes_FromStringAndSize(<const char*>p + 8, hlen))
+        _json_header(cmd, p + 8, hlen)
     elif stype == 1:
         _binary_header(cmd, p + 8, hlen)
     else:
@@ -253,6 +279,27 @@ cdef class FrameDecoder:
 
 
 cdef bytes _json_text(str s):
+    """``s`` as a JSON string (json.dumps with ensure_ascii=False). Printable ASCII without a quote or backslash,
+    what header names and values nearly always are, is written here as it is; anything else goes to json.dumps."""
+    cdef Py_ssize_t n, i
+    cdef const uint8_t* src
+    cdef uint8_t c
+    cdef bytes out
+    cdef char* dst
+    if PyUnicode_IS_COMPACT_ASCII(s):
+        n = PyUnicode_GET_LENGTH(s)
+        src = <const uint8_t*>PyUnicode_1BYTE_DATA(s)
+        for i in range(n):
+            c = src[i]
+            if c < 0x20 or c == 0x22 or c == 0x5C or c == 0x7F:
+                break
+        else:
+            out = PyBytes_FromStringAndSize(NULL, n + 2)
+            dst = PyBytes_AS_STRING(out)
+            dst[0] = 0x22
+            memcpy(dst + 1, src, n)
+            dst[n + 1] = 0x22
+            return out
     return _json_dumps(s, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 

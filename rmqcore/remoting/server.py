@@ -34,6 +34,7 @@ from ..broker.errors import (IllegalNameError, MessageNotFoundError, NoPermissio
 from ..broker.mix_all import PROPERTY_WAIT_STORE_MSG_OK, RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_config import TopicConfig
 from ..broker.topic_validator import PERM_READ, PERM_WRITE
+from .._message import Message
 from ..errors import BrokerRoleError, MessageIllegalError, RmqStoreError
 from ..serve.events import ServerEvents
 from ..serve.filter import FilterError, compile_filter
@@ -83,6 +84,9 @@ POLL_INTERVAL_S = 0.1
 # the longest suspend a pull may ask (the clients' own timeouts are 30 s)
 MAX_SUSPEND_MS = 30_000
 PEER_WRITE_HIGH = 4 * 1024 * 1024        # a reader this far behind stops this connection's reads (flow control)
+DISPATCH_PACE = 0.001                   # ReputMessageService's sleep between passes
+BATCH_BYTES = 256 * 1024                # answers gathered past this are written before the next request
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024    # buffers one writev takes
 
 
 def _disk_used_ratio(path: str) -> float:
@@ -160,8 +164,21 @@ class _Client:
 class RemotingServer:
     def __init__(self, broker, *, host: str = "127.0.0.1", port: int = 10911, address: str | None = None,
                  namesrv: tuple[str, int] | None = None, sock: socket.socket | None = None,
-                 events: ServerEvents | None = None, max_frame: int = MAX_FRAME, acl=None, vip: bool = False):
+                 events: ServerEvents | None = None, max_frame: int = MAX_FRAME, acl=None, vip: bool = False,
+                 max_connections: int = 0, max_connections_per_peer: int = 0, idle_timeout: float = 0.0):
+        """``max_connections`` (0: the open-file limit less serve.connections.DESCRIPTOR_RESERVE),
+        ``max_connections_per_peer`` (0: no cap) and ``idle_timeout`` (s without a byte read, 0: never) are
+        `rmqcore serve`'s --max-connections, --max-connections-per-peer and --idle-timeout: a connection past a
+        cap is closed as it is accepted, an idle one closed (NettyServerConfig's serverChannelMaxIdleTimeSeconds,
+        120 s, closes a channel idle that long)."""
         self.broker = broker
+        from ..serve.connections import default_max_connections
+        self.max_connections = max_connections or default_max_connections()
+        self.max_connections_per_peer = max_connections_per_peer
+        self.idle_timeout = idle_timeout
+        self._per_host: dict[str, int] = {}
+        self._refused_said = 0.0
+        self._idle_task: asyncio.Task | None = None
         self.host = host
         self.port = port
         self.sock = sock
@@ -187,6 +204,8 @@ class RemotingServer:
         self._arrivals: dict[str, asyncio.Event] = {}
         self._woken: set[str] = set()
         self._dispatch_pending = False
+        self._last_dispatch = 0.0
+        self._dispatch_handle: asyncio.Handle | None = None
         # a put that waits (SYNC_FLUSH's flush, SYNC_MASTER's slave) runs in the send executor, not the loop
         self._sync = (broker.store_config.flush_disk_type == "SYNC_FLUSH"
                       or broker.store_config.broker_role == "SYNC_MASTER")
@@ -222,6 +241,11 @@ class RemotingServer:
             else:
                 self.vip_port = self.port - 2
                 self._servers.append(vip)
+        if self.broker.store.reput is not None:
+            # the loop runs the dispatch passes after its sends (wake)
+            self.broker.store.reput.drive_externally(True)
+        if self.idle_timeout > 0:
+            self._idle_task = asyncio.ensure_future(self._close_idle())
         if self.namesrv_addr is not None:
             ns = await loop.create_server(lambda: RemotingConnection(self, namesrv_only=True), self.namesrv_addr[0],
                                           self.namesrv_addr[1], reuse_address=True)
@@ -238,6 +262,8 @@ class RemotingServer:
         self.stopping = True
         try:
             await self.transaction_check.uninstall()
+            if self._idle_task is not None:
+                self._idle_task.cancel()
             for srv in self._servers:
                 srv.close()
             for ev in self._arrivals.values():
@@ -253,30 +279,86 @@ class RemotingServer:
                 await srv.wait_closed()
             if self.executor is not None:
                 self.executor.shutdown(wait=True)
+            if self.broker.store.reput is not None:
+                self.broker.store.reput.drive_externally(False)
         finally:
             self._closed.set()
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
 
+    # -- connection limits ------------------------------------------------------------------------------------
+
+    def admit(self, conn: "RemotingConnection", host: str) -> bool:
+        """Whether a new connection from ``host`` is within the caps (counted if so)."""
+        n = self._per_host.get(host, 0)
+        if len(self._conns) >= self.max_connections:
+            why = f"{len(self._conns)} connections open, the cap is {self.max_connections} (--max-connections)"
+        elif self.max_connections_per_peer and n >= self.max_connections_per_peer:
+            why = f"{n} connections open from {host}, the cap is {self.max_connections_per_peer} " \
+                  f"(--max-connections-per-peer)"
+        else:
+            self._per_host[host] = n + 1
+            self._conns.add(conn)
+            return True
+        now = time.monotonic()
+        if now - self._refused_said > 60:           # once a minute, not once per connection
+            self._refused_said = now
+            log.warning("remoting: closing new connections: %s", why)
+        return False
+
+    def release(self, host: str) -> None:
+        n = self._per_host.get(host, 0) - 1
+        if n > 0:
+            self._per_host[host] = n
+        else:
+            self._per_host.pop(host, None)
+
+    async def _close_idle(self) -> None:
+        """Close connections that read nothing for idle_timeout s and have no parked pull."""
+        every = min(max(self.idle_timeout / 4, 0.05), 10.0)
+        while not self.stopping:
+            await asyncio.sleep(every)
+            limit = self.loop.time() - self.idle_timeout
+            for c in list(self._conns):
+                if c.last_read < limit and not c.pulls:
+                    log.info("remoting: closing %s, idle for %g s (--idle-timeout)", c.peer, self.idle_timeout)
+                    c.transport.close()
+
     # -- dispatch and long polling ----------------------------------------------------------------------------
 
     def wake(self, topic: str) -> None:
-        """After a put to ``topic``: one dispatch pass in the loop (coalesced), then the topic's parked pulls
-        look again."""
+        """After a put to ``topic``: a dispatch pass in the loop, then the topic's parked pulls look again. The
+        store's dispatcher thread only sweeps behind the loop (drive_externally: its wake-up per put and the GIL
+        taken from the loop cost more than the pass). A pass runs at once after a quiet millisecond, else a
+        millisecond after the last one (ReputMessageService's 1 ms pace): under load one pass takes the sends of a
+        millisecond, as the gRPC front's MessagingService._wake does."""
         if topic in self._arrivals:
             self._woken.add(topic)
         if not self._dispatch_pending:
             self._dispatch_pending = True
-            self.loop.call_soon(self._dispatch)
+            loop = self.loop
+            wait = self._last_dispatch + DISPATCH_PACE - loop.time()
+            if wait > 0:
+                self._dispatch_handle = loop.call_later(wait, self._dispatch)
+            else:
+                self._dispatch_handle = loop.call_soon(self._dispatch)
+
+    def dispatch_now(self) -> None:
+        """The pass wake() scheduled, now: a pull or query must see the sends answered before it (a client's own
+        send, then its pull) even inside the pace."""
+        if self._dispatch_pending:
+            self._dispatch_handle.cancel()
+            self._dispatch()
 
     def _dispatch(self) -> None:
         self._dispatch_pending = False
+        self._last_dispatch = self.loop.time()
         reput = self.broker.store.reput
         n = reput.try_reput() if reput is not None else 0
         if n < 0:                      # the dispatcher thread's pass holds the lock: look again in a moment
             self._dispatch_pending = True
-            self.loop.call_later(0.001, self._dispatch)
+            self._dispatch_handle = self.loop.call_later(0.001, self._dispatch)
             return
         woken, self._woken = self._woken, set()
         for topic in woken:
@@ -334,6 +416,14 @@ class RemotingConnection(asyncio.Protocol):
         self.pulls: set[asyncio.Task] = set()
         self._opaque = 0
         self._closed = False
+        self._batch: list | None = None       # answers gathered while data_received handles a read
+        self._batch_bytes = 0
+        self._paused = False                   # the transport's buffer is past PEER_WRITE_HIGH
+        self._held: list | None = None         # requests read and not yet handled while paused
+        self._admitted = False                 # within the connection caps (RemotingServer.admit)
+        self._host = ""
+        self.last_read = 0.0                   # the loop's time of the last read (idle timeout)
+        self._fd = -1                          # the socket's descriptor, for writev
 
     # -- transport events -------------------------------------------------------------------------------------
 
@@ -341,24 +431,43 @@ class RemotingConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
+        self._host = peer[0] if peer else ""
+        self.last_read = self.server.loop.time()
+        if not self.server.admit(self, self._host):
+            self._closed = True
+            transport.abort()
+            return
+        self._admitted = True
         transport.set_write_buffer_limits(high=PEER_WRITE_HIGH)
-        self.server._conns.add(self)
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None and hasattr(os, "writev") else -1
 
     def connection_lost(self, exc) -> None:
         self._closed = True
+        if not self._admitted:
+            return
+        self.server.release(self._host)
         for t in list(self.pulls):
             t.cancel()
         self.server.forget(self)
 
     def pause_writing(self) -> None:
         # a reader that does not keep up: stop reading its requests until its answers drain (flow control)
+        self._paused = True
         self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if not self._closed:
+        self._paused = False
+        if self._closed:
+            return
+        held, self._held = self._held, None
+        if held:
+            self._run(held)             # may pause again and hold the rest
+        if not self._paused and not self._closed:
             self.transport.resume_reading()
 
     def data_received(self, data) -> None:
+        self.last_read = self.server.loop.time()
         try:
             commands = self.decoder.feed(data)
         except FrameError as e:
@@ -366,42 +475,123 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("remoting: closing %s: %s", self.peer, e)
             self.transport.close()
             return
-        for cmd in commands:
-            if self._closed:
-                return
-            if cmd.flag & RESPONSE_FLAG:
-                continue            # an answer to the broker's own oneway requests: nothing waits for one
-            try:
-                self.handle(cmd)
-            except Refusal as r:
-                self.reply(cmd, r.code, remark=r.remark)
-            except Exception as e:       # never let one request end the connection or the server
-                log.exception("remoting: request %d from %s failed", cmd.code, self.peer)
-                self.reply(cmd, SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+        if self._held is not None:
+            # reads are paused while requests are held; what the transport had already read joins them
+            self._held.extend(commands)
+            return
+        self._run(commands)
+
+    def _run(self, commands) -> None:
+        """Handle ``commands`` in order. The answers to the requests of one read leave in one write (one syscall
+        for a read's worth of sends, not one per request): they are gathered in _batch and written after the
+        last request, or as soon as they pass BATCH_BYTES. When a write leaves the transport's buffer past
+        PEER_WRITE_HIGH (a reader that does not keep up), the remaining requests are held, not answered, until it
+        drains (resume_writing): the server's memory per connection stays bounded however many requests one read
+        brought."""
+        self._batch = batch = []
+        self._batch_bytes = 0
+        try:
+            for i, cmd in enumerate(commands):
+                if self._closed:
+                    return
+                if self._paused:
+                    self._held = commands[i:]
+                    return
+                if cmd.flag & RESPONSE_FLAG:
+                    continue            # an answer to the broker's own oneway requests: nothing waits for one
+                try:
+                    self.handle(cmd)
+                except Refusal as r:
+                    self.reply(cmd, r.code, remark=r.remark)
+                except Exception as e:       # never let one request end the connection or the server
+                    log.exception("remoting: request %d from %s failed", cmd.code, self.peer)
+                    self.reply(cmd, SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+                if self._batch_bytes > BATCH_BYTES and not self._closed:
+                    self._write_buffers(batch)          # may pause_writing: the next request is then held
+                    self._batch = batch = []
+                    self._batch_bytes = 0
+        finally:
+            self._batch = None
+            if batch and not self._closed:
+                self._write_buffers(batch)
 
     # -- writing ----------------------------------------------------------------------------------------------
 
     def reply(self, cmd, code: int, ext: dict | None = None, remark: str | None = None, body=None) -> None:
         """The answer to ``cmd`` in its own serialize type; nothing for a oneway request. ``body``: bytes, or a
-        list of buffers (a pull's records) written after the header without joining them here."""
+        list of buffers (a pull's records, views of the mapped files) written after the header as they are."""
         if cmd.flag & ONEWAY_FLAG or self._closed:
             return
         if body is None:
-            self.transport.write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext, 0))
+            self._write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext, 0))
         elif isinstance(body, list):
-            size = sum(len(b) for b in body)
-            self.transport.writelines([encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark,
-                                                     ext, size), *body])
+            size = 0
+            for b in body:
+                size += len(b)
+            header = encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext, size)
+            if self._batch is not None:
+                self._batch.append(header)
+                self._batch.extend(body)
+                self._batch_bytes += size
+            else:
+                self._write_buffers([header, *body])
         else:
-            self.transport.write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext,
-                                               len(body)) + body)
+            self._write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext,
+                                      len(body)))
+            self._write(body)
 
     def send_request(self, code: int, ext: dict, body: bytes = b"") -> None:
         """A oneway request of the broker's to this client, in JSON (every client reads JSON)."""
         if self._closed:
             return
         self._opaque += 1
-        self.transport.write(encode_header(0, code, self._opaque, ONEWAY_FLAG, None, ext, len(body)) + body)
+        self._write(encode_header(0, code, self._opaque, ONEWAY_FLAG, None, ext, len(body)))
+        if body:
+            self._write(body)
+
+    def _write(self, data) -> None:
+        if self._batch is not None:
+            self._batch.append(data)
+            self._batch_bytes += len(data)
+        else:
+            self._write_buffers([data])
+
+    def _write_buffers(self, bufs: list) -> None:
+        """Write ``bufs`` in order. With nothing queued in the transport they go to the kernel in one writev from
+        where they are (a pull's records straight from the mapped files: asyncio 3.11's writelines would join them
+        into one bytes object first); only what the socket did not take is handed to the transport (copied there,
+        so the mapping need not outlive this call). Behind queued data, everything goes to the transport."""
+        t = self.transport
+        if self._fd < 0 or t.get_write_buffer_size() or t.is_closing():
+            t.writelines(bufs)
+            return
+        done = 0
+        try:
+            for i in range(0, len(bufs), IOV_MAX):
+                chunk = bufs if len(bufs) <= IOV_MAX else bufs[i:i + IOV_MAX]
+                n = os.writev(self._fd, chunk)
+                done += n
+                if i + IOV_MAX < len(bufs) and n < sum(len(b) for b in chunk):
+                    break           # the socket is full: the rest goes to the transport
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            # the connection failed: the transport finds out on its own write and closes (connection_lost)
+            t.writelines(bufs)
+            return
+        if done == 0:
+            t.writelines(bufs)
+            return
+        rest = []
+        for b in bufs:
+            n = len(b)
+            if done >= n:
+                done -= n
+                continue
+            rest.append(memoryview(b)[done:] if done else b)
+            done = 0
+        if rest:
+            t.writelines(rest)
 
     # -- requests ---------------------------------------------------------------------------------------------
 
@@ -458,7 +648,6 @@ class RemotingConnection(asyncio.Protocol):
         # SendMessageProcessor: code 320, or a header whose batch is Boolean.parseBoolean-true ("true" only:
         # rocketmq-client-cpp 1.x writes "1", which the Java broker, and so this one, reads as false)
         batch = cmd.code == SEND_BATCH_MESSAGE or ext.get("batch", "").lower() == "true"
-        from .._message import Message
         if batch:
             msgs = [Message(topic, b, queue_id, properties=p, flag=f, sys_flag=sys_flag, born_timestamp=born,
                             born_host=self.peer, reconsume_times=reconsume)
@@ -721,6 +910,7 @@ class RemotingConnection(asyncio.Protocol):
             self._commit(group, topic, queue_id, commit_offset)
         wait_ms = min(suspend_ms, MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
         args = (group, topic, queue_id, offset, max(1, min(max_nums, 32 * 1024)), tags)
+        self.server.dispatch_now()
         r = self._get(*args)
         if r is not None and r.status is not GetStatus.FOUND:
             # Nothing at ``offset`` may mean written and not yet dispatched (the client's own answered send): an
@@ -738,6 +928,7 @@ class RemotingConnection(asyncio.Protocol):
     def _dispatch_written(self) -> None:
         """Dispatch what is written now (the loop's pass after a send may still be pending), waiting for the
         dispatcher thread if its pass holds the lock."""
+        self.server.dispatch_now()
         store = self.broker.store
         if store.reput is None or store.reput.try_reput() < 0:
             store.wait_dispatched(1.0)

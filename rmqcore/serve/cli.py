@@ -299,9 +299,13 @@ async def _serve(broker, host, port, config, acl, tls_cert, tls_key, advertise, 
             r_host, sock, address, ns, vip_ok, namesrvs = remoting
             # one set of counters for both fronts: the console and /metrics count remoting traffic too
             # a master of slaves also answers on the VIP port (listenPort - 2), where a Java slave asks for the
-            # topic table (BrokerOuterAPI.getAllTopicConfig over MixAll.brokerVIPChannel)
+            # topic table (BrokerOuterAPI.getAllTopicConfig over MixAll.brokerVIPChannel); the connection limits
+            # of --max-connections, --max-connections-per-peer and --idle-timeout hold here as for gRPC
             rserver = RemotingServer(broker, host=r_host, sock=sock, address=address, namesrv=ns, events=events,
-                                     acl=acl, vip=vip_ok and ha is not None and ha[0] == "master")
+                                     acl=acl, vip=vip_ok and ha is not None and ha[0] == "master",
+                                     max_connections=config.max_connections,
+                                     max_connections_per_peer=config.max_connections_per_peer,
+                                     idle_timeout=config.connection_idle_s)
             await rserver.start()
         if http is not None:
             from ..console import serve_console
