@@ -245,6 +245,43 @@ def test_fail_on_data_loss_both_ways(tmp_path):
     assert sorted(int(b) for *_, b in rows) == list(range(mn, 400)) and skip.lost == mn
 
 
+def test_skipped_messages_counted_once_and_logged_once_per_queue(tmp_path, caplog):
+    # failOnDataLoss=false: a gap seen by latestOffset and again by partitions (and by a re-planned batch) is one
+    # gap, logged once for its queue and reported beside the queues' ends (the progress's latestOffset).
+    path = make_store(tmp_path / "broker-a", 400, topics=("T",), queues=1, pad=1000)
+    remove_first_files(path, 2)
+    mn = reader(path, startingOffsets="earliest").initialOffset()["broker-a"]["T"]["0"]
+    assert 0 < mn < 400
+    r = reader(path, failOnDataLoss="false", startingOffsets=json.dumps({"broker-a": {"T": {"0": 0}}}))
+    start = r.initialOffset()
+    assert start == {"broker-a": {"T": {"0": 0}}}
+    with caplog.at_level("WARNING", logger="rmqcore.spark.stream"):
+        for _ in range(2):
+            end = r.latestOffset(start, r.getDefaultReadLimit())
+            rows = read_all(r, start, end)
+    assert sorted(int(b) for *_, b in rows) == list(range(mn, 400))
+    assert r.lost == mn
+    assert r.reportLatestOffset() == {"broker-a": {"T": {"0": 400}}, "$skipped": {"broker-a": {"T": {"0": mn}}}}
+    warned = [m for m in caplog.messages if "are gone" in m]
+    assert len(warned) == 1 and f"{mn} message(s) from queue offset 0" in warned[0]
+
+
+def test_skipped_messages_in_the_query_progress(spark, tmp_path):
+    java_or_skip()
+    path = make_store(tmp_path / "broker-a", 400, topics=("T",), queues=1, pad=1000)
+    remove_first_files(path, 2)
+    mn = reader(path, startingOffsets="earliest").initialOffset()["broker-a"]["T"]["0"]
+    assert 0 < mn < 400
+    q, batches = collect_by_batch(spark, path, str(tmp_path / "ck"), {"availableNow": True},
+                                  startingOffsets=json.dumps({"broker-a": {"T": {"0": 0}}}), failOnDataLoss="false")
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert sorted(i for b in batches.values() for i in b) == list(range(mn, 400))
+    progress = [p for p in q.recentProgress if p["numInputRows"]]
+    latest = json.loads(progress[0]["sources"][0]["latestOffset"])
+    assert latest["$skipped"] == {"broker-a": {"T": {"0": mn}}}
+
+
 def test_damaged_record_and_unit_past_the_commitlog_end(tmp_path):
     from rmqcore.spark.stream import ConsumeQueueError
     path = make_store(tmp_path / "broker-a", 30, topics=("T",), queues=1)
