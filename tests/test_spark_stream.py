@@ -584,3 +584,72 @@ def test_a_store_written_by_rocketmqs_java_store_reads_as_a_stream(tmp_path):
 
 def flatten_counts(offsets):
     return [list(qs.values()) for topics in offsets.values() for qs in topics.values()]
+
+
+def java_peer_or_skip():
+    """RocketMQ 4.9.7's own store, driven by the java-peer harness (../shared/java-peer beside the repository, or
+    $JAVA_PEER; its build, made by its build.sh, in $JAVA_PEER/build or $JAVA_PEER_BUILD)."""
+    java_or_skip()
+    peer = os.environ.get("JAVA_PEER") or os.path.join(os.path.dirname(PKG_PARENT), "..", "shared", "java-peer")
+    if not os.path.isfile(os.path.join(peer, "jp.sh")):
+        peer = os.path.join(PKG_PARENT, "..", "shared", "java-peer")
+    if not os.path.isfile(os.path.join(peer, "jp.sh")):
+        pytest.skip("no java-peer harness (set JAVA_PEER to the java-peer directory)")
+    build = os.environ.get("JAVA_PEER_BUILD") or os.path.join(peer, "build")
+    if not os.path.isfile(os.path.join(build, "classes", "JavaPeer.class")):
+        pytest.skip(f"java-peer not built in {build} (run its build.sh, or set JAVA_PEER_BUILD)")
+    return os.path.join(peer, "jp.sh"), build
+
+
+def test_java_written_store_read_live_while_java_writes_exactly_once(spark, tmp_path):
+    jp, build = java_peer_or_skip()
+    path = str(tmp_path / "broker-j")
+    env = dict(os.environ, BUILD=build, JAVA_OPTS="-Xms128m -Xmx384m", JP_HOME=str(tmp_path))
+    n = 150_000
+    writers, alive_batches = [], []
+    batches = {}
+
+    def write(prefix):
+        # RocketMQ's DefaultMessageStore (small files: compat=1), its own dispatch; keys "k<i>", one per message
+        return subprocess.Popen([jp, "write", path, f"n={n}", "size=100", "compat=1", "topics=2", "queues=3",
+                                 "schedule=0", f"topicprefix={prefix}"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    def fb(df, bid):
+        writing = any(w.poll() is None for w in writers)
+        batches[bid] = [f"{r.topic}/{r.keys[0]}" for r in df.select("topic", "keys").collect()]
+        if writing and batches[bid]:
+            alive_batches.append(bid)
+
+    writers.append(write("j0-"))
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.isdir(os.path.join(path, "consumequeue")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        q = (spark.readStream.format(FORMAT).option("topicPattern", "j[0-9]+-.*").option("startingOffsets", "earliest")
+             .load(path).writeStream.foreachBatch(fb).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="200 milliseconds").start())
+        # Java writers one after another (each reopens the store: its recovery, then more appends under new topics)
+        # until a batch with rows ran while Java was writing; the harness has no pace option of its own.
+        rounds = 1
+        while True:
+            assert writers[-1].wait(300) == 0
+            if alive_batches or rounds == 6 or not q.isActive:
+                break
+            writers.append(write(f"j{rounds}-"))
+            rounds += 1
+        total = rounds * n
+        deadline = time.monotonic() + 300
+        while sum(len(b) for b in batches.values()) < total and time.monotonic() < deadline and q.isActive:
+            time.sleep(0.3)
+        q.stop()
+        assert q.exception() is None
+        assert alive_batches, "no micro-batch read rows while the Java store was being written"
+        seen = collections.Counter(i for b in batches.values() for i in b)
+        want = {f"j{r}-{t}/k{i}" for r in range(rounds) for i in range(n) for t in [i % 2]}
+        assert set(seen) == want and set(seen.values()) == {1}
+    finally:
+        for w in writers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
