@@ -601,8 +601,9 @@ def java_peer_or_skip():
     return os.path.join(peer, "jp.sh"), build
 
 
-def test_java_written_store_read_live_while_java_writes_exactly_once(spark, tmp_path):
+def test_java_written_store_read_live_while_java_writes_exactly_once(request, tmp_path):
     jp, build = java_peer_or_skip()
+    spark = request.getfixturevalue("spark")          # after the skip: no JVM started for nothing
     path = str(tmp_path / "broker-j")
     env = dict(os.environ, BUILD=build, JAVA_OPTS="-Xms128m -Xmx384m", JP_HOME=str(tmp_path))
     n = 150_000
