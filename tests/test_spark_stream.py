@@ -245,6 +245,43 @@ def test_fail_on_data_loss_both_ways(tmp_path):
     assert sorted(int(b) for *_, b in rows) == list(range(mn, 400)) and skip.lost == mn
 
 
+def test_skipped_messages_counted_once_and_logged_once_per_queue(tmp_path, caplog):
+    # failOnDataLoss=false: a gap seen by latestOffset and again by partitions (and by a re-planned batch) is one
+    # gap, logged once for its queue and reported beside the queues' ends (the progress's latestOffset).
+    path = make_store(tmp_path / "broker-a", 400, topics=("T",), queues=1, pad=1000)
+    remove_first_files(path, 2)
+    mn = reader(path, startingOffsets="earliest").initialOffset()["broker-a"]["T"]["0"]
+    assert 0 < mn < 400
+    r = reader(path, failOnDataLoss="false", startingOffsets=json.dumps({"broker-a": {"T": {"0": 0}}}))
+    start = r.initialOffset()
+    assert start == {"broker-a": {"T": {"0": 0}}}
+    with caplog.at_level("WARNING", logger="rmqcore.spark.stream"):
+        for _ in range(2):
+            end = r.latestOffset(start, r.getDefaultReadLimit())
+            rows = read_all(r, start, end)
+    assert sorted(int(b) for *_, b in rows) == list(range(mn, 400))
+    assert r.lost == mn
+    assert r.reportLatestOffset() == {"broker-a": {"T": {"0": 400}}, "$skipped": {"broker-a": {"T": {"0": mn}}}}
+    warned = [m for m in caplog.messages if "are gone" in m]
+    assert len(warned) == 1 and f"{mn} message(s) from queue offset 0" in warned[0]
+
+
+def test_skipped_messages_in_the_query_progress(spark, tmp_path):
+    java_or_skip()
+    path = make_store(tmp_path / "broker-a", 400, topics=("T",), queues=1, pad=1000)
+    remove_first_files(path, 2)
+    mn = reader(path, startingOffsets="earliest").initialOffset()["broker-a"]["T"]["0"]
+    assert 0 < mn < 400
+    q, batches = collect_by_batch(spark, path, str(tmp_path / "ck"), {"availableNow": True},
+                                  startingOffsets=json.dumps({"broker-a": {"T": {"0": 0}}}), failOnDataLoss="false")
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert sorted(i for b in batches.values() for i in b) == list(range(mn, 400))
+    progress = [p for p in q.recentProgress if p["numInputRows"]]
+    latest = json.loads(progress[0]["sources"][0]["latestOffset"])
+    assert latest["$skipped"] == {"broker-a": {"T": {"0": mn}}}
+
+
 def test_damaged_record_and_unit_past_the_commitlog_end(tmp_path):
     from rmqcore.spark.stream import ConsumeQueueError
     path = make_store(tmp_path / "broker-a", 30, topics=("T",), queues=1)
@@ -547,3 +584,73 @@ def test_a_store_written_by_rocketmqs_java_store_reads_as_a_stream(tmp_path):
 
 def flatten_counts(offsets):
     return [list(qs.values()) for topics in offsets.values() for qs in topics.values()]
+
+
+def java_peer_or_skip():
+    """RocketMQ 4.9.7's own store, driven by the java-peer harness (../shared/java-peer beside the repository, or
+    $JAVA_PEER; its build, made by its build.sh, in $JAVA_PEER/build or $JAVA_PEER_BUILD)."""
+    java_or_skip()
+    peer = os.environ.get("JAVA_PEER") or os.path.join(os.path.dirname(PKG_PARENT), "..", "shared", "java-peer")
+    if not os.path.isfile(os.path.join(peer, "jp.sh")):
+        peer = os.path.join(PKG_PARENT, "..", "shared", "java-peer")
+    if not os.path.isfile(os.path.join(peer, "jp.sh")):
+        pytest.skip("no java-peer harness (set JAVA_PEER to the java-peer directory)")
+    build = os.environ.get("JAVA_PEER_BUILD") or os.path.join(peer, "build")
+    if not os.path.isfile(os.path.join(build, "classes", "JavaPeer.class")):
+        pytest.skip(f"java-peer not built in {build} (run its build.sh, or set JAVA_PEER_BUILD)")
+    return os.path.join(peer, "jp.sh"), build
+
+
+def test_java_written_store_read_live_while_java_writes_exactly_once(request, tmp_path):
+    jp, build = java_peer_or_skip()
+    spark = request.getfixturevalue("spark")          # after the skip: no JVM started for nothing
+    path = str(tmp_path / "broker-j")
+    env = dict(os.environ, BUILD=build, JAVA_OPTS="-Xms128m -Xmx384m", JP_HOME=str(tmp_path))
+    n = 150_000
+    writers, alive_batches = [], []
+    batches = {}
+
+    def write(prefix):
+        # RocketMQ's DefaultMessageStore (small files: compat=1), its own dispatch; keys "k<i>", one per message
+        return subprocess.Popen([jp, "write", path, f"n={n}", "size=100", "compat=1", "topics=2", "queues=3",
+                                 "schedule=0", f"topicprefix={prefix}"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    def fb(df, bid):
+        writing = any(w.poll() is None for w in writers)
+        batches[bid] = [f"{r.topic}/{r.keys[0]}" for r in df.select("topic", "keys").collect()]
+        if writing and batches[bid]:
+            alive_batches.append(bid)
+
+    writers.append(write("j0-"))
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.isdir(os.path.join(path, "consumequeue")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        q = (spark.readStream.format(FORMAT).option("topicPattern", "j[0-9]+-.*").option("startingOffsets", "earliest")
+             .load(path).writeStream.foreachBatch(fb).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="200 milliseconds").start())
+        # Java writers one after another (each reopens the store: its recovery, then more appends under new topics)
+        # until a batch with rows ran while Java was writing; the harness has no pace option of its own.
+        rounds = 1
+        while True:
+            assert writers[-1].wait(300) == 0
+            if alive_batches or rounds == 6 or not q.isActive:
+                break
+            writers.append(write(f"j{rounds}-"))
+            rounds += 1
+        total = rounds * n
+        deadline = time.monotonic() + 300
+        while sum(len(b) for b in batches.values()) < total and time.monotonic() < deadline and q.isActive:
+            time.sleep(0.3)
+        q.stop()
+        assert q.exception() is None
+        assert alive_batches, "no micro-batch read rows while the Java store was being written"
+        seen = collections.Counter(i for b in batches.values() for i in b)
+        want = {f"j{r}-{t}/k{i}" for r in range(rounds) for i in range(n) for t in [i % 2]}
+        assert set(seen) == want and set(seen.values()) == {1}
+    finally:
+        for w in writers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()

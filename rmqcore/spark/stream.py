@@ -616,7 +616,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         arrow_schema(self.fields)
         self._scans = {b: StoreScan(b, root) for b, root in opts.stores}
         self._target: dict | None = None      # Trigger.AvailableNow: the ends seen when the query started
-        self.lost = 0                          # messages skipped because they were gone (failOnDataLoss=false)
+        # Messages skipped because they were gone (failOnDataLoss=false), per (broker, topic, qid) and the start
+        # offset they were missed from: latestOffset and partitions of one batch both see the same gap, and a
+        # re-planned batch sees it again, so a gap is keyed by where it starts and counted once.
+        self._gaps: dict = {}
+        self._logged: set = set()              # queues whose loss was logged: once per queue, not per batch
 
     # -- driver --------------------------------------------------------------------------------------------
     def _bounds(self) -> dict:
@@ -679,8 +683,29 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(self.opts.max_bytes)
         return ReadAllAvailable()
 
+    @property
+    def lost(self) -> int:
+        """Messages this query skipped because their files were gone (failOnDataLoss=false)."""
+        return sum(self._gaps.values())
+
+    def _skipped(self, broker: str, topic: str, qid: int, offset: int, gone: int) -> None:
+        k = (broker, topic, qid)
+        self._gaps[(k, offset)] = gone
+        if k not in self._logged:
+            self._logged.add(k)
+            report_data_loss(self.opts, broker, topic, qid, offset, gone)
+
     def reportLatestOffset(self):
-        return nest({k: mx for k, (mn, mx) in self._bounds().items()})
+        # PySpark (4.3 included) gives a Python stream reader no source metrics in the query's progress; this is
+        # its only report there (SourceProgress.latestOffset). Skipped messages go beside the queues' ends under
+        # "$skipped" (a key no broker directory is named by here: the stream's brokers come from its paths).
+        out = nest({k: mx for k, (mn, mx) in self._bounds().items()})
+        if self._gaps:
+            per_queue: dict = {}
+            for (k, _), gone in self._gaps.items():
+                per_queue[k] = per_queue.get(k, 0) + gone
+            out["$skipped"] = nest(per_queue)
+        return out
 
     def latestOffset(self, start=None, limit=None):
         # PySpark 4.0/4.1 ask latestOffset() alone: then the last known end is the start and no limit applies.
@@ -700,6 +725,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             s = begin.get(k, 0)
             end[k] = max(s, end.get(k, s))
             eff = max(s, mn)
+            if s < mn and not self.opts.fail_on_data_loss:
+                self._skipped(*k, s, mn - s)      # counted now, so this batch's progress shows it
             if mx > eff:
                 avail[k] = (s, eff, mx)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -758,8 +785,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if e > s:
                 ranges.append(QueueRange(broker, root, topic, qid, s, e))
         for broker, topic, qid, s, gone in lost_here:
-            report_data_loss(self.opts, broker, topic, qid, s, gone)
-            self.lost += gone
+            if self.opts.fail_on_data_loss:
+                report_data_loss(self.opts, broker, topic, qid, s, gone)
+            self._skipped(broker, topic, qid, s, gone)
         return plan_tasks(ranges, self.opts.max_per_partition, self.opts.min_partitions)
 
     def commit(self, end):
