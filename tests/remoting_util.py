@@ -132,6 +132,17 @@ class Client:
         self.sock.close()
 
 
+def wait_for(cond, what: str, timeout: float = 30.0, interval: float = 0.3):
+    """cond()'s first true value, polled until ``timeout`` (a state another process reaches in its own time)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(interval)
+
+
 def props(d: dict) -> str:
     """MessageDecoder.messageProperties2String."""
     return "".join(f"{k}\x01{v}\x02" for k, v in d.items())

@@ -215,6 +215,7 @@ def _broker_field_values():
     ints = st.one_of(st.integers(1, 15), st.integers(-2, 40),
                      st.sampled_from([0, INT_MAX, INT_MAX + 1, LONG_MAX, LONG_MAX + 1]))
     by_type = {"int": ints, "bool": st.booleans(), "str": st.text(min_size=1, max_size=6)}
+    by_type["str | None"] = st.one_of(st.none(), by_type["str"])
     junk = st.one_of(st.none(), st.floats(), st.text(max_size=2), st.booleans())
     fields = {f.name: st.one_of(*[by_type[str(f.type)]] * 6, junk) for f in dataclasses.fields(BrokerConfig)}
     # Up to three fields at a time, so that most examples are accepted and each field's edges are reached.
@@ -478,3 +479,15 @@ def test_a_directory_in_place_of_delay_offset_falls_back_to_its_bak(tmp_path, sm
     os.rmdir(cfg / "delayOffset.json")
     with MessageStore.open(str(tmp_path), small_config) as again:     # not locked, not crashed
         assert again.runtime_info()["recovery"]["last_exit_ok"] is True
+
+
+@pytest.mark.parametrize("name", ["namesrv_addr", "broker_ip2"])
+def test_cluster_addresses_are_one_line_of_text_or_none(name):
+    assert getattr(BrokerConfig(**{name: None}), name) is None
+    assert getattr(BrokerConfig(**{name: "10.0.0.1:9876;10.0.0.2:9876"}), name) == "10.0.0.1:9876;10.0.0.2:9876"
+    for bad in (1.5, 9876, "10.0.0.1:9876\nbrokerName=x"):
+        with pytest.raises(ValueError, match=name):
+            BrokerConfig(**{name: bad})
+    cfg = BrokerConfig()
+    with pytest.raises(ValueError, match=name):
+        setattr(cfg, name, ["10.0.0.1:9876"])

@@ -28,7 +28,7 @@ import pytest
 
 from java_util import build_dir, ensure_build
 from rmqcore import fastjson
-from remoting_util import Client, RemotingProcess, send_v2
+from remoting_util import Client, RemotingProcess, send_v2, wait_for
 from test_ha_slave_sync import broker_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,13 +161,7 @@ def _config(path):
 
 
 def _wait(cond, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
+    return wait_for(cond, what, timeout, interval=0.5)
 
 
 def _prepare(store):

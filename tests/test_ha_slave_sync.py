@@ -11,7 +11,7 @@ import time
 import pytest
 
 from rmqcore import fastjson
-from remoting_util import Client, RemotingProcess, pull, send_v2
+from remoting_util import Client, RemotingProcess, pull, send_v2, wait_for
 
 TOPIC = "sync_t"
 GROUP = "sync_g"
@@ -69,14 +69,7 @@ def _config(store: str, name: str):
         return fastjson.loads(f.read())
 
 
-def _wait(cond, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
+_wait = wait_for
 
 
 def test_master_answers_the_four_metadata_pulls_as_fastjson(tmp_path):

@@ -78,9 +78,11 @@ class BrokerConfig:
 
 _INT_MAX = (1 << 31) - 1
 _LONG_MAX = (1 << 63) - 1
-# field -> (kind, low, high); kind "str" (non-empty), "bool", or "int" with its inclusive range.
+# field -> (kind, low, high); kind "str" (non-empty), "str?" (None or one line), "bool", or "int" with its
+# inclusive range.
 _LIMITS = {
     "broker_name": ("str",), "broker_cluster_name": ("str",), "msg_trace_topic_name": ("str",),
+    "namesrv_addr": ("str?",), "broker_ip2": ("str?",),
     "broker_id": ("int", -_LONG_MAX - 1, _LONG_MAX),
     "broker_permission": ("int", 0, 0xF),
     "default_topic_queue_nums": ("int", 0, _INT_MAX),
@@ -103,7 +105,10 @@ def _check_field(name: str, value) -> None:
     if limit is None:
         return
     kind = limit[0]
-    if kind == "str":
+    if kind == "str?":
+        if value is not None and (type(value) is not str or "\n" in value or "\r" in value):
+            raise ValueError(f"{name} must be None or one line of text, got {value!r}")
+    elif kind == "str":
         if type(value) is not str or not value.strip():
             raise ValueError(f"{name} must be a non-empty str, got {value!r}")
         if "\n" in value or "\r" in value:
