@@ -19,9 +19,10 @@ process's GIL):
   idle). This is the one gzip-bomb benchmark (bench/gzip_bomb_bench.py, which sent the issue's 2.5 MB requests of
   4 MiB gzip files back to back, was folded in here).
 
-Refused requests past a host's refusal budget are answered 200 ms late (refusalBurst, refusalPerSecond,
-refusalDelayMs; serve/flow_control.RefusalThrottle): the storm under the default limit and the bomb are refused,
-so their closed loops send about (concurrency / 0.2 s) requests a second once past the budget.
+Refused requests past a host's refusal budget are answered late: 200 ms, doubled while the host keeps asking, up
+to 1.6 s (refusalBurst, refusalPerSecond, refusalDelayMs, refusalMaxDelayMs; serve/flow_control.RefusalThrottle):
+the storm under the default limit and the bomb are refused, so their closed loops send about refusalPerSecond +
+(concurrency / 1.6 s) requests a second once past the budget.
 
 Every server runs in a child process on 127.0.0.1 port 0 with a fresh store. ``--quick``: shorter windows.
 """

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+import time
 
 import pytest
 
@@ -18,6 +19,7 @@ from rocketmq import Producer  # noqa: E402
 from rocketmq.grpc_protocol import definition_pb2 as d  # noqa: E402
 from rocketmq.grpc_protocol import service_pb2 as s  # noqa: E402
 
+from rmqcore.serve.flow_control import RefusalThrottle  # noqa: E402
 from serve_util import FAST_CONF, ServerProcess, config, message, prepare  # noqa: E402
 
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
@@ -80,10 +82,11 @@ def test_topic_creation_is_limited_per_client(tmp_path):
 
 def test_refusals_past_a_hosts_budget_are_answered_late(tmp_path):
     """A client host refused more than refusalBurst times (and refusalPerSecond after) gets its next refusals
-    refusalDelayMs late, so that a client asking again as soon as it is refused cannot make the loop serve
-    refusals at full speed (before, each was answered at once: the topic-creation storm under the default limit
-    sent ~10x the requests of the storm without one). Here the delay is a minute: the third refusal is still held
-    when its 3 s deadline passes, while a send of the official client from the same host is served meanwhile."""
+    late, so that a client asking again as soon as it is refused cannot make the loop serve refusals at full speed
+    (before, each was answered at once: the topic-creation storm under the default limit sent ~10x the requests of
+    the storm without one). Here the delay is a minute, capped at half the request's deadline: the third refusal
+    is still held while a send of the official client from the same host is served, and comes back with its
+    reason (ILLEGAL_TOPIC), not as the client's own timeout."""
     store = str(tmp_path / "store")
     prepare(store, topics={"ok_t": ("NORMAL", 4)})
     conf = dict(FAST_CONF, refusalBurst="2", refusalPerSecond="0.0001", refusalDelayMs="60000")
@@ -94,25 +97,26 @@ def test_refusals_past_a_hosts_budget_are_answered_late(tmp_path):
         with grpc.insecure_channel(srv.endpoint) as ch:
             call = ch.unary_unary(SERVICE + "QueryRoute", request_serializer=s.QueryRouteRequest.SerializeToString,
                                   response_deserializer=s.QueryRouteResponse.FromString)
-            held = call.future(s.QueryRouteRequest(topic=d.Resource(name="TBW102")), metadata=MD, timeout=3)
+            t0 = time.monotonic()
+            held = call.future(s.QueryRouteRequest(topic=d.Resource(name="TBW102")), metadata=MD, timeout=12)
             p = Producer(config(srv.endpoint), ("ok_t",))
             p.startup()
             try:
                 assert p.send(message("ok_t", b"served while a refusal is held")).message_id
             finally:
                 p.shutdown()
-            with pytest.raises(grpc.RpcError) as e:
-                held.result()
-            assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            # a refused ReceiveMessage (a system topic) is held alike
+            assert held.result().status.code == d.ILLEGAL_TOPIC
+            assert time.monotonic() - t0 >= 5.5       # held half its 12 s deadline (less the clocks' slack)
+            # a refused ReceiveMessage (a system topic) is held alike, half its 4 s deadline
             receive = ch.unary_stream(SERVICE + "ReceiveMessage",
                                       request_serializer=s.ReceiveMessageRequest.SerializeToString,
                                       response_deserializer=s.ReceiveMessageResponse.FromString)
             req = s.ReceiveMessageRequest(group=d.Resource(name="g"), batch_size=1,
                                           message_queue=d.MessageQueue(topic=d.Resource(name="TBW102")))
-            with pytest.raises(grpc.RpcError) as e:
-                list(receive(req, metadata=MD, timeout=3))
-            assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            t0 = time.monotonic()
+            answers = list(receive(req, metadata=MD, timeout=4))
+            assert [a.status.code for a in answers] == [d.ILLEGAL_TOPIC], answers
+            assert time.monotonic() - t0 >= 1.5
         assert _route(srv.endpoint, "ok_t").status.code == d.OK          # what is not refused is never held
         assert srv.terminate() == 0
 
@@ -296,3 +300,43 @@ def test_the_connection_guard_reads_the_tables_only_when_descriptors_grew(monkey
         finally:
             for x in clients + accepted:
                 x.close()
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_host_that_keeps_asking_waits_longer_up_to_the_cap_and_is_forgiven_after_a_pause():
+    """The refusal delay doubles while a host keeps asking (each delayed refusal within twice its delay of the
+    last), up to refusalMaxDelayMs, and starts over once the host paused that long; a request's deadline caps it
+    at half what is left; another host is not affected."""
+    clock = _Clock()
+    t = RefusalThrottle(per_second=0.0001, burst=1, delay_s=0.2, max_delay_s=1.6, clock=clock)
+    assert t.delay("ipv4:10.0.0.1:1000") == 0.0                     # the burst: at once
+    waits = []
+    for _ in range(6):
+        waits.append(t.delay("ipv4:10.0.0.1:1001"))
+        t.release()
+        clock.now += waits[-1]                                      # a closed loop: asks again on the answer
+    assert waits == [0.2, 0.4, 0.8, 1.6, 1.6, 1.6]
+    assert t.delay("ipv4:10.0.0.2:1000") == 0.0                     # another host: its own burst
+    assert t.delay("ipv4:10.0.0.2:1000") == 0.2
+    t.release()
+    clock.now += 3.3                                                # 10.0.0.1 paused > 2 x 1.6 s
+    assert t.delay("ipv4:10.0.0.1:1002") == 0.2
+    t.release()
+    clock.now += 0.2
+    assert t.delay("ipv4:10.0.0.1:1003", budget_s=0.3) == 0.15      # half the deadline left
+    t.release()
+    assert t.delay("ipv4:10.0.0.1:1004", budget_s=0.0) == 0.0       # no time left: at once
+    assert t.held == 0 and t.delayed == 9
+
+
+def test_without_a_max_delay_the_refusal_delay_stays_fixed():
+    clock = _Clock()
+    t = RefusalThrottle(per_second=0.0001, burst=0, delay_s=0.2, clock=clock)
+    assert [t.delay("ipv4:10.0.0.1:1") for _ in range(3)] == [0.2, 0.2, 0.2]

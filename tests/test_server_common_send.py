@@ -33,7 +33,7 @@ MD = (("x-mq-client-id", "client-1"), ("x-mq-client-version", "5.1.2"), ("x-mq-l
 
 
 class Context:
-    """What grpc.aio gives a handler about its call: the metadata, the peer."""
+    """What grpc.aio gives a handler about its call: the metadata, the peer, the time left (no deadline)."""
 
     def __init__(self, md=MD):
         self._md = md
@@ -43,6 +43,9 @@ class Context:
 
     def peer(self):
         return "ipv4:127.0.0.1:40000"
+
+    def time_remaining(self):
+        return None
 
 
 class Counting:

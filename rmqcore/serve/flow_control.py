@@ -76,32 +76,61 @@ class TopicCreationLimiter:
 
 class RefusalThrottle:
     """Refused requests of a client host past ``burst`` at once and ``per_second`` after (ServerConfig.refusal_burst,
-    refusal_per_second) are answered ``delay_s`` late (refusal_delay_ms): the refusal is decided at once, with
-    whatever little work that took, and its answer waits, so a client that asks again as soon as it is refused
-    (a closed loop: an attacker, or a broken client) sends no more than its concurrency / delay_s requests a
-    second. A client whose requests succeed is never slowed, whatever its rate, nor are the successful requests
-    of other clients on the same host. This is how a RocketMQ broker's busy answer comes too: a request waits in
-    the send queue and is answered SYSTEM_BUSY (the proxy's TOO_MANY_REQUESTS) once it waited
-    waitTimeMillsInSendQueue, 200 ms by default (BrokerFastFailure.cleanExpiredRequestInQueue).
+    refusal_per_second) are answered late (refusal_delay_ms): the refusal is decided at once, with whatever little
+    work that took, and its answer waits, so a client that asks again as soon as it is refused (a closed loop: an
+    attacker, or a broken client) sends no more than its concurrency / the delay requests a second. A client whose
+    requests succeed is never slowed, whatever its rate, nor are the successful requests of other clients on the
+    same host. This is how a RocketMQ broker's busy answer comes too: a request waits in the send queue and is
+    answered SYSTEM_BUSY (the proxy's TOO_MANY_REQUESTS) once it waited waitTimeMillsInSendQueue, 200 ms by default
+    (BrokerFastFailure.cleanExpiredRequestInQueue).
+
+    The delay doubles with each delayed refusal that follows the host's previous one within twice its delay (the
+    host kept asking), up to ``max_delay_s`` (refusal_max_delay_ms), and starts again at ``delay_s`` once the host
+    paused that long: a loop of 8 streams refused at 200 ms sent 40 requests a second, at 1.6 s it sends 5, and
+    each request costs the server gRPC's per-call work whatever the answer (issue 36: the storm under the default
+    creation limit). ``budget_s`` (the request's deadline, when the caller knows it) caps a delay at half of it, so
+    the client still reads the refusal's reason rather than its own timeout.
 
     At most ``max_held`` answers wait at once in all (each holds its request's memory); past that a refusal is
     answered at once."""
 
-    def __init__(self, per_second: float, burst: int, delay_s: float, max_held: int = 1024):
+    def __init__(self, per_second: float, burst: int, delay_s: float, max_delay_s: float | None = None,
+                 max_held: int = 1024, clock=time.monotonic):
         self.delay_s = delay_s
+        self.max_delay_s = max(delay_s, max_delay_s if max_delay_s is not None else delay_s)
         self.max_held = max_held
         self.held = 0                         # answers waiting now
         self.delayed = 0                      # answers delayed so far (the console's and tests' count)
-        self._buckets = HostBuckets(per_second, burst)
+        self.clock = clock
+        self._buckets = HostBuckets(per_second, burst, clock)
+        self._late: OrderedDict[str, list] = OrderedDict()     # host -> [its last delay, when it was decided]
 
-    def delay(self, peer: str) -> float:
+    def delay(self, peer: str, budget_s: float | None = None) -> float:
         """A refusal to ``peer``: how long its answer waits (0: at once). The caller that waits calls ``release``
         after."""
-        if self.delay_s <= 0 or self._buckets.take(peer_host(peer)) or self.held >= self.max_held:
+        host = peer_host(peer)
+        if self.delay_s <= 0 or self._buckets.take(host) or self.held >= self.max_held:
             return 0.0
+        now = self.clock()
+        late = self._late.get(host)
+        if late is None or now - late[1] > 2 * late[0]:
+            wait = self.delay_s
+        else:
+            wait = min(self.max_delay_s, 2 * late[0])
+        if late is None:
+            late = self._late[host] = [wait, now]
+            if len(self._late) > HostBuckets.MAX_HOSTS:
+                self._late.popitem(last=False)
+        else:
+            self._late.move_to_end(host)
+            late[0], late[1] = wait, now
+        if budget_s is not None:
+            wait = min(wait, max(0.0, budget_s / 2))
+            if wait <= 0:
+                return 0.0
         self.held += 1
         self.delayed += 1
-        return self.delay_s
+        return wait
 
     def release(self) -> None:
         self.held -= 1

@@ -61,11 +61,13 @@ class ServerConfig:
     topic_create_burst: int = 100
     topic_create_per_second: float = 10.0
     # refused requests of one client host: this many at once, then this many a second are answered at once; past
-    # that each refusal's answer waits refusal_delay_ms (0 a second or 0 ms: never), so a client that asks again
-    # as soon as it is refused cannot keep the loop busy (serve/flow_control.RefusalThrottle)
+    # that each refusal's answer waits refusal_delay_ms, doubled while the host keeps asking up to
+    # refusal_max_delay_ms (0 a second or 0 ms: never), so a client that asks again as soon as it is refused
+    # cannot keep the loop busy (serve/flow_control.RefusalThrottle)
     refusal_burst: int = 100
-    refusal_per_second: float = 50.0
+    refusal_per_second: float = 10.0
     refusal_delay_ms: int = 200
+    refusal_max_delay_ms: int = 1600
     # connections (connections.py): in all (0: the open-file limit less connections.DESCRIPTOR_RESERVE), per peer
     # host (0: no cap), and the time a connection without an RPC is kept (s; a client's Telemetry stream is an RPC)
     max_connections: int = 0

@@ -152,7 +152,7 @@ class MessagingService:
         self._topics_ok: set[str] = set()
         self.creations = TopicCreationLimiter(self.config.topic_create_per_second, self.config.topic_create_burst)
         self.refusals = RefusalThrottle(self.config.refusal_per_second, self.config.refusal_burst,
-                                        self.config.refusal_delay_ms / 1000)
+                                        self.config.refusal_delay_ms / 1000, self.config.refusal_max_delay_ms / 1000)
         # SYNC_FLUSH with a group commit: a send's answer waits for the flush that covers it (see _put)
         self._sync = (self.broker.store_config.flush_disk_type == "SYNC_FLUSH"
                       and self.broker.store.group_commit is not None)
@@ -271,7 +271,7 @@ class MessagingService:
     async def _refused(self, context) -> None:
         """A request was refused: its answer waits if its host is past its refusal budget (RefusalThrottle), so
         that a client asking again at once cannot make the loop serve refusals at full speed."""
-        delay = self.refusals.delay(context.peer())
+        delay = self.refusals.delay(context.peer(), context.time_remaining())
         if delay:
             try:
                 await asyncio.sleep(delay)
