@@ -54,6 +54,10 @@ class BrokerConfig:
     register_name_server_period: int = 1000 * 30
     register_broker_timeout_mills: int = 6000
     compressed_register: bool = False
+    # A remoting client whose last heartbeat is older than this (ms) is dropped from its groups and its connection
+    # closed (rmqcore/remoting/client_housekeeping.py): RocketMQ 5's BrokerConfig.channelExpiredTimeout, 4.9.7's
+    # constant CHANNEL_EXPIRED_TIMEOUT in ProducerManager and ConsumerManager.
+    channel_expired_timeout: int = 1000 * 120
 
     def __post_init__(self):
         self.validate()
@@ -93,6 +97,7 @@ _LIMITS = {
     "compressed_register": ("bool",),
     "register_name_server_period": ("int", 0, _INT_MAX), "register_broker_timeout_mills": ("int", 1, _INT_MAX),
     "flush_consumer_offset_interval": ("int", 1, _INT_MAX),
+    "channel_expired_timeout": ("int", 1, _LONG_MAX),
     # TransactionalMessageService refuses 0 for all three (the check service could not run): so do the setters.
     "transaction_timeout": ("int", 1, _LONG_MAX),
     "transaction_check_max": ("int", 1, _INT_MAX),

@@ -42,6 +42,7 @@ from ..status import GetStatus, PutStatus
 from . import admin, namesrv as _ns
 from . import transaction as _tx
 from .acl import RemotingAclValidator
+from .client_housekeeping import ClientHousekeepingService
 from . import slave_synchronize as _slave_sync
 from ._remoting_codec import FrameDecoder, encode_header
 from .codes import (SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
@@ -215,6 +216,7 @@ class RemotingServer:
         self.executor: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.transaction_check = _tx.TransactionCheck(self)
+        self.housekeeping = ClientHousekeepingService(self, broker.config.channel_expired_timeout)
         self._closed = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -252,6 +254,7 @@ class RemotingServer:
             self.namesrv_port = ns.sockets[0].getsockname()[1]
             self._servers.append(ns)
         self.transaction_check.install()
+        self.housekeeping.start()
         return self
 
     async def stop(self) -> None:
@@ -264,6 +267,7 @@ class RemotingServer:
             await self.transaction_check.uninstall()
             if self._idle_task is not None:
                 self._idle_task.cancel()
+            self.housekeeping.stop()
             for srv in self._servers:
                 srv.close()
             for ev in self._arrivals.values():

@@ -3,9 +3,10 @@
 //     THREADS threads of sync sends (no retry), message i of thread t: key "PREFIX-t-i", body "PREFIX-t-i." padded
 //     to 200 bytes; prints "ACK <msgId> <key> <body>" for each send answered SEND_OK, until killed or a send
 //     fails (then that thread stops: the server went away).
-//   java SoakClient NAMESRV consume TOPIC GROUP
+//   java SoakClient NAMESRV consume TOPIC GROUP [HEARTBEAT_MS]
 //     a clustering push consumer (CONSUME_FROM_FIRST_OFFSET, offsets committed to the broker every second and in
-//     each pull) that prints "GOT <queueId> <queueOffset> <body>" for every delivery, until killed.
+//     each pull; a heartbeat every HEARTBEAT_MS, default the client's 30 s) that prints
+//     "GOT <queueId> <queueOffset> <body>" for every delivery, until killed.
 import java.nio.charset.StandardCharsets;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -60,6 +61,7 @@ public class SoakClient {
         c.setNamesrvAddr(ns);
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setPersistConsumerOffsetInterval(1000);
+        if (a.length > 4) c.setHeartbeatBrokerInterval(Integer.parseInt(a[4]));
         c.subscribe(topic, "*");
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             for (MessageExt m : msgs)
