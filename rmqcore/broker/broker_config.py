@@ -58,6 +58,11 @@ class BrokerConfig:
     # closed (rmqcore/remoting/client_housekeeping.py): RocketMQ 5's BrokerConfig.channelExpiredTimeout, 4.9.7's
     # constant CHANNEL_EXPIRED_TIMEOUT in ProducerManager and ConsumerManager.
     channel_expired_timeout: int = 1000 * 120
+    # BrokerConfig.enablePropertyFilter (4.9.7 default false): off, a remoting consumer's SQL92 subscription is
+    # refused at CHECK_CLIENT_CONFIG and at each pull (ClientManageProcessor, PullMessageProcessor); broker.conf's
+    # ``enablePropertyFilter=true`` turns SQL92 filtering on. (The gRPC front's SQL92 is RocketMQ 5's pop path,
+    # which does not look at this switch.)
+    enable_property_filter: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -94,7 +99,7 @@ _LIMITS = {
     "auto_create_topic_enable": ("bool",), "cluster_topic_enable": ("bool",), "broker_topic_enable": ("bool",),
     "auto_create_subscription_group": ("bool",), "trace_topic_enable": ("bool",),
     "reject_transaction_message": ("bool",), "slave_read_enable": ("bool",),
-    "compressed_register": ("bool",),
+    "compressed_register": ("bool",), "enable_property_filter": ("bool",),
     "register_name_server_period": ("int", 0, _INT_MAX), "register_broker_timeout_mills": ("int", 1, _INT_MAX),
     "flush_consumer_offset_interval": ("int", 1, _INT_MAX),
     "channel_expired_timeout": ("int", 1, _LONG_MAX),

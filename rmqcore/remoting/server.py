@@ -122,6 +122,12 @@ def string_to_properties(text: str | None) -> dict[str, str]:
     return out
 
 
+def _no_property_filter(expression_type: str) -> str:
+    """The remark of 4.9.7's ClientManageProcessor.checkClientConfig and PullMessageProcessor for a filter type
+    this broker does not filter by (enablePropertyFilter off, or a type other than TAG and SQL92)."""
+    return f"The broker does not support consumer to filter message by {expression_type}"
+
+
 def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     """MessageDecoder.decodeMessages of a batch body: (flag, body, properties) per message."""
     out = []
@@ -900,6 +906,8 @@ class RemotingConnection(asyncio.Protocol):
                 if subs and topic in subs:
                     etype, expression = subs[topic][0], subs[topic][1]
                     break
+        if etype not in ("", "TAG") and not self.broker.config.enable_property_filter:
+            raise Refusal(SYSTEM_ERROR, _no_property_filter(etype))      # PullMessageProcessor, as 4.9.7
         tags = matcher = None
         try:
             if etype == "SQL92":
@@ -1103,8 +1111,10 @@ class RemotingConnection(asyncio.Protocol):
         if isinstance(sub, dict):
             etype = sub.get("expressionType") or "TAG"
             if etype != "TAG":
+                if not self.broker.config.enable_property_filter:
+                    raise Refusal(SYSTEM_ERROR, _no_property_filter(etype))
                 if etype != "SQL92":
-                    raise Refusal(SYSTEM_ERROR, f"The broker does not support consumer to filter message by {etype}")
+                    raise Refusal(SYSTEM_ERROR, _no_property_filter(etype))
                 try:
                     compile_filter(sub.get("subString") or "")
                 except FilterError as e:
