@@ -29,7 +29,8 @@ def java(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     # SQL92 selectors need BrokerConfig.enablePropertyFilter (off by default, as in RocketMQ 4.9.7)
-    with RemotingProcess(str(tmp_path_factory.mktemp("jclients") / "store"), conf={"enablePropertyFilter": "true"}) as s:
+    store = str(tmp_path_factory.mktemp("jclients") / "store")
+    with RemotingProcess(store, conf={"enablePropertyFilter": "true"}) as s:
         yield s
 
 
