@@ -141,6 +141,29 @@ def test_bad_frames_close_the_connection_and_the_server_serves_on(server, bad):
     assert server.alive()
 
 
+def test_sql92_pull_and_client_check_are_refused_without_enable_property_filter(server):
+    """BrokerConfig.enablePropertyFilter is off by default (4.9.7): PullMessageProcessor and
+    ClientManageProcessor.checkClientConfig answer SYSTEM_ERROR for a subscription that is not by tag; a tag one
+    is served as before. (The heartbeat that registers such a subscription is not refused, as in 4.9.7.)"""
+    c = Client(server.address)
+    remark = "The broker does not support consumer to filter message by SQL92"
+    ext = {"consumerGroup": "g-nosql", "topic": "TBW102", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+           "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subVersion": "0",
+           "subscription": "a > 1", "expressionType": "SQL92"}
+    a = c.call(11, ext)
+    assert (a.code, a.remark) == (1, remark)
+    a = c.call(11, {**ext, "subscription": "*", "expressionType": "TAG"})
+    assert a.code != 1, a.remark
+    body = json.dumps({"clientId": "c", "group": "g-nosql", "subscriptionData": {
+        "topic": "TBW102", "subString": "a > 1", "expressionType": "SQL92", "subVersion": 1}}).encode()
+    a = c.call(46, body=body)
+    assert (a.code, a.remark) == (1, remark)
+    tag = json.dumps({"clientId": "c", "group": "g-nosql", "subscriptionData": {
+        "topic": "TBW102", "subString": "*", "expressionType": "TAG", "subVersion": 1}}).encode()
+    assert c.call(46, body=tag).code == 0
+    c.close()
+
+
 def test_a_half_frame_then_a_closed_socket(server):
     c = Client(server.address)
     c.send_raw(struct.pack(">i", 1000) + b"\0" * 10)

@@ -28,7 +28,9 @@ def java(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with RemotingProcess(str(tmp_path_factory.mktemp("jclients") / "store")) as s:
+    # SQL92 selectors need BrokerConfig.enablePropertyFilter (off by default, as in RocketMQ 4.9.7)
+    store = str(tmp_path_factory.mktemp("jclients") / "store")
+    with RemotingProcess(store, conf={"enablePropertyFilter": "true"}) as s:
         yield s
 
 
@@ -106,6 +108,15 @@ def test_sql92_selector_filters_by_property(java, server):
 def test_an_unparsable_sql92_selector_is_refused_at_start(java, server):
     lines = run(java, server, "badsql", "jt-badsql", 0)
     assert values(lines, "REFUSED"), lines
+
+
+def test_sql92_selectors_are_refused_when_enable_property_filter_is_off(java, tmp_path):
+    """4.9.7's default: ClientManageProcessor.checkClientConfig refuses the consumer's start (SYSTEM_ERROR)."""
+    with RemotingProcess(str(tmp_path / "store")) as s:
+        lines = run(java, s, "nosql", "jt-nosql", 0)
+        assert s.terminate() == 0
+    refused = values(lines, "REFUSED")
+    assert refused and "The broker does not support consumer to filter message by SQL92" in refused[0], lines
 
 
 def test_lite_pull_seeks_to_the_offset_of_a_time(java, server):

@@ -467,6 +467,8 @@ class Broker:
             if not is_writeable(retry_tc.perm):
                 raise NoPermissionError(f"the topic[{retry_topic}] sending message is forbidden")
         if dead:
+            # SendMessageProcessor.consumerSendMsgBack of 4.9.7: one queue, PERM_WRITE | PERM_READ (readable since
+            # 4.9.2, "DLQ topic default perm change"; 4.9.1 and older made it PERM_WRITE only)
             tcm.create_topic_in_send_message_back_method(msg.topic, DLQ_NUMS_PER_GROUP, PERM_WRITE | PERM_READ)
         result = self._store_put(msg)           # as RocketMQ: straight to the store, no send checks
         if result.status is not PutStatus.PUT_OK:

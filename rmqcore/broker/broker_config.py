@@ -54,6 +54,15 @@ class BrokerConfig:
     register_name_server_period: int = 1000 * 30
     register_broker_timeout_mills: int = 6000
     compressed_register: bool = False
+    # A remoting client whose last heartbeat is older than this (ms) is dropped from its groups and its connection
+    # closed (rmqcore/remoting/client_housekeeping.py): RocketMQ 5's BrokerConfig.channelExpiredTimeout, 4.9.7's
+    # constant CHANNEL_EXPIRED_TIMEOUT in ProducerManager and ConsumerManager.
+    channel_expired_timeout: int = 1000 * 120
+    # BrokerConfig.enablePropertyFilter (4.9.7 default false): off, a remoting consumer's SQL92 subscription is
+    # refused at CHECK_CLIENT_CONFIG and at each pull (ClientManageProcessor, PullMessageProcessor); broker.conf's
+    # ``enablePropertyFilter=true`` turns SQL92 filtering on. (The gRPC front's SQL92 is RocketMQ 5's pop path,
+    # which does not look at this switch.)
+    enable_property_filter: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -90,9 +99,10 @@ _LIMITS = {
     "auto_create_topic_enable": ("bool",), "cluster_topic_enable": ("bool",), "broker_topic_enable": ("bool",),
     "auto_create_subscription_group": ("bool",), "trace_topic_enable": ("bool",),
     "reject_transaction_message": ("bool",), "slave_read_enable": ("bool",),
-    "compressed_register": ("bool",),
+    "compressed_register": ("bool",), "enable_property_filter": ("bool",),
     "register_name_server_period": ("int", 0, _INT_MAX), "register_broker_timeout_mills": ("int", 1, _INT_MAX),
     "flush_consumer_offset_interval": ("int", 1, _INT_MAX),
+    "channel_expired_timeout": ("int", 1, _LONG_MAX),
     # TransactionalMessageService refuses 0 for all three (the check service could not run): so do the setters.
     "transaction_timeout": ("int", 1, _LONG_MAX),
     "transaction_check_max": ("int", 1, _INT_MAX),

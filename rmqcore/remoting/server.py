@@ -42,6 +42,7 @@ from ..status import GetStatus, PutStatus
 from . import admin, namesrv as _ns
 from . import transaction as _tx
 from .acl import RemotingAclValidator
+from .client_housekeeping import ClientHousekeepingService
 from . import slave_synchronize as _slave_sync
 from ._remoting_codec import FrameDecoder, encode_header
 from .codes import (SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
@@ -119,6 +120,12 @@ def string_to_properties(text: str | None) -> dict[str, str]:
             if sep:
                 out[name] = value
     return out
+
+
+def _no_property_filter(expression_type: str) -> str:
+    """The remark of 4.9.7's ClientManageProcessor.checkClientConfig and PullMessageProcessor for a filter type
+    this broker does not filter by (enablePropertyFilter off, or a type other than TAG and SQL92)."""
+    return f"The broker does not support consumer to filter message by {expression_type}"
 
 
 def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
@@ -215,6 +222,7 @@ class RemotingServer:
         self.executor: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.transaction_check = _tx.TransactionCheck(self)
+        self.housekeeping = ClientHousekeepingService(self, broker.config.channel_expired_timeout)
         self._closed = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -252,6 +260,7 @@ class RemotingServer:
             self.namesrv_port = ns.sockets[0].getsockname()[1]
             self._servers.append(ns)
         self.transaction_check.install()
+        self.housekeeping.start()
         return self
 
     async def stop(self) -> None:
@@ -264,6 +273,7 @@ class RemotingServer:
             await self.transaction_check.uninstall()
             if self._idle_task is not None:
                 self._idle_task.cancel()
+            self.housekeeping.stop()
             for srv in self._servers:
                 srv.close()
             for ev in self._arrivals.values():
@@ -896,6 +906,8 @@ class RemotingConnection(asyncio.Protocol):
                 if subs and topic in subs:
                     etype, expression = subs[topic][0], subs[topic][1]
                     break
+        if etype not in ("", "TAG") and not self.broker.config.enable_property_filter:
+            raise Refusal(SYSTEM_ERROR, _no_property_filter(etype))      # PullMessageProcessor, as 4.9.7
         tags = matcher = None
         try:
             if etype == "SQL92":
@@ -1099,8 +1111,10 @@ class RemotingConnection(asyncio.Protocol):
         if isinstance(sub, dict):
             etype = sub.get("expressionType") or "TAG"
             if etype != "TAG":
+                if not self.broker.config.enable_property_filter:
+                    raise Refusal(SYSTEM_ERROR, _no_property_filter(etype))
                 if etype != "SQL92":
-                    raise Refusal(SYSTEM_ERROR, f"The broker does not support consumer to filter message by {etype}")
+                    raise Refusal(SYSTEM_ERROR, _no_property_filter(etype))
                 try:
                     compile_filter(sub.get("subString") or "")
                 except FilterError as e:

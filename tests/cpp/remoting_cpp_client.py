@@ -6,6 +6,9 @@ pull      a pull consumer reads every queue from offset 0: "GOT <body>" each
 push      a push consumer reads N: "GOT <body>" each; a 5th argument names the message model (CLUSTERING,
           BROADCASTING), a 6th the group (default: a new one). Bodies starting "warm" are printed, not counted.
 send      N sync sends of "<5th argument>-i"
+load      sync sends (no limit when N is 0) with key "<5th argument>-i" and body "<key>." padded to 200 bytes;
+          prints "ACK <msg id> <key> <body>" for each answered SEND_OK, stops at the first failure (the server went
+          away: tests/test_remoting_crash.py kills it)
 orderly   an orderly push consumer (new group; it locks its queues first) reads N: "QUEUE <queue id> <bodies in
           the order they came>". (Not failing any: the package signals a failure only by an exception out of its
           ctypes callback, whose return value is then undefined.)
@@ -122,12 +125,36 @@ def send(ns, topic, n, prefix):
     p.shutdown()
 
 
+def load(ns, topic, n, prefix):
+    import itertools
+    p = Producer("soak-pg-cpp")
+    p.set_namesrv_addr(ns)
+    p.start()
+    for i in (range(n) if n else itertools.count()):
+        key = "%s-%d" % (prefix, i)
+        body = (key + ".").ljust(200, "x")
+        m = Message(topic)
+        m.set_tags("soak")
+        m.set_keys(key)
+        m.set_body(body)
+        try:
+            r = p.send_sync(m)
+        except Exception as e:
+            print("FAILED", type(e).__name__, flush=True)
+            break
+        if int(r.status) == 0:
+            print("ACK", r.msg_id, key, body, flush=True)
+    p.shutdown()
+
+
 if __name__ == "__main__":
     ns, scenario, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     if scenario == "push":
         push(ns, topic, n, *sys.argv[5:])
     elif scenario == "send":
         send(ns, topic, n, sys.argv[5])
+    elif scenario == "load":
+        load(ns, topic, n, sys.argv[5])
     else:
         {"produce": produce, "pull": pull, "orderly": orderly}[scenario](ns, topic, n)
     print("OK", flush=True)

@@ -17,6 +17,8 @@
 //   sql          N sends with property a=i; a push consumer with MessageSelector.bySql("a >= 3 AND a < 7") gets
 //                exactly those (consumed 4 of N in the default case): "GOT <a>"
 //   badsql       a push consumer subscribing with an unparsable SQL92 selector must fail to start
+//   nosql        a push consumer subscribing with a valid SQL92 selector must fail to start (a broker whose
+//                enablePropertyFilter is off): prints "REFUSED <the client's message, on one line>"
 //   seek         N/2 "early-i", then (after the store time moved on) N/2 "late-i"; a lite pull consumer seeks each
 //                queue to offsetForTimestamp(time between them) and reads exactly the late ones
 //   query        N sends with keys "qk-i": queryMessage by key finds each, viewMessage(offsetMsgId) and
@@ -51,7 +53,8 @@ public class ClientScenario {
                 case "orderlydlq": dlq(n, true); break;
                 case "orderlysuspend": orderlySuspend(n); break;
                 case "sql": sql(n); break;
-                case "badsql": badSql(); break;
+                case "badsql": badSql("a >"); break;
+                case "nosql": badSql("a between 3 and 6"); break;
                 case "seek": seek(n); break;
                 case "query": query(n); break;
                 default: throw new IllegalArgumentException(scenario);
@@ -337,22 +340,22 @@ public class ClientScenario {
         for (String a : new TreeSet<>(got)) System.out.println("GOT " + a);
     }
 
-    static void badSql() throws Exception {
+    static void badSql(String expression) throws Exception {
         DefaultMQProducer p = producer();
         p.send(new Message(topic, "s", "x".getBytes("UTF-8")));     // the client checks the selector with a broker
         p.shutdown();                                               // of the topic's route: it must have one
         DefaultMQPushConsumer c = pushConsumer("badsql" + System.nanoTime());
-        c.subscribe(topic, MessageSelector.bySql("a >"));
+        c.subscribe(topic, MessageSelector.bySql(expression));
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> ConsumeConcurrentlyStatus.CONSUME_SUCCESS);
         try {
             c.start();
         } catch (MQClientException e) {
-            System.out.println("REFUSED " + e.getMessage().split("\n")[0]);
+            System.out.println("REFUSED " + e.getMessage().replace('\n', ' '));
             return;
         } finally {
             c.shutdown();
         }
-        throw new IllegalStateException("a consumer with an unparsable SQL92 selector started");
+        throw new IllegalStateException("a consumer with the SQL92 selector " + expression + " started");
     }
 
     // -- lite pull seek by time -------------------------------------------------------------------------------
