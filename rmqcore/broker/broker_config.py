@@ -63,6 +63,10 @@ class BrokerConfig:
     # ``enablePropertyFilter=true`` turns SQL92 filtering on. (The gRPC front's SQL92 is RocketMQ 5's pop path,
     # which does not look at this switch.)
     enable_property_filter: bool = False
+    # BrokerConfig.forceRegister (default true): false makes the periodic registration ask each name server
+    # QUERY_DATA_VERSION first and skip REGISTER_BROKER where the topic table's dataVersion is the one it holds
+    # (BrokerController.registerBrokerAll → needRegister); changes still register at once.
+    force_register: bool = True
 
     def __post_init__(self):
         self.validate()
@@ -99,7 +103,7 @@ _LIMITS = {
     "auto_create_topic_enable": ("bool",), "cluster_topic_enable": ("bool",), "broker_topic_enable": ("bool",),
     "auto_create_subscription_group": ("bool",), "trace_topic_enable": ("bool",),
     "reject_transaction_message": ("bool",), "slave_read_enable": ("bool",),
-    "compressed_register": ("bool",), "enable_property_filter": ("bool",),
+    "compressed_register": ("bool",), "enable_property_filter": ("bool",), "force_register": ("bool",),
     "register_name_server_period": ("int", 0, _INT_MAX), "register_broker_timeout_mills": ("int", 1, _INT_MAX),
     "flush_consumer_offset_interval": ("int", 1, _INT_MAX),
     "channel_expired_timeout": ("int", 1, _LONG_MAX),

@@ -16,17 +16,28 @@ server that cannot be reached or closes the connection (restarted, say) is one l
 again after 1, 2, 4 ... s (at most the period) and the broker registers again as soon as it is back, where the Java
 broker waits for its next period. Nothing else waits on a name server: sends and pulls go on.
 
+``forceRegister=false`` (BrokerConfig.forceRegister, default true): the periodic round asks the name server
+QUERY_DATA_VERSION (322) with the topic table's dataVersion first and sends REGISTER_BROKER only when it answers
+``changed`` or holds another version, or the query fails (BrokerOuterAPI.needRegister); the name server takes an
+unchanged query as the broker's heartbeat (DefaultRequestProcessor.queryBrokerTopicConfig). Registrations after a
+change, at start and after a lost connection are always full, as BrokerController's registerBrokerAll(.., true).
+Java asks every name server and registers with all of them when any says changed; here each name server's task
+decides for its own name server, which leaves every name server with the same table and timestamp.
+
 Everything runs on the serving event loop: one task per name server, no thread.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 
 from . import register_broker_body as _body
 from ._remoting_codec import FrameDecoder, encode_header
-from .codes import REGISTER_BROKER, SUCCESS, UNREGISTER_BROKER
+from .. import fastjson
+from ..broker.data_version import same_version
+from .codes import QUERY_DATA_VERSION, REGISTER_BROKER, SUCCESS, UNREGISTER_BROKER
 from .remoting_command import JSON, RESPONSE_FLAG
 
 log = logging.getLogger(__name__)
@@ -137,11 +148,13 @@ class BrokerOuterAPI:
         self.period_s = period_s if period_s is not None else register_period_s(cfg.register_name_server_period)
         self.timeout_s = (timeout_ms if timeout_ms is not None else cfg.register_broker_timeout_mills) / 1000
         self.compressed = cfg.compressed_register if compressed is None else compressed
+        self.force_register = cfg.force_register
         # A slave learns its master from the answer (RegisterBrokerResult's masterAddr, haServerAddr):
         # on_master(master_addr, ha_server_addr) is called when they change.
         self.on_master = on_master
         self.master = (None, None)
         self.registrations = 0            # answered registrations, over all name servers
+        self.skipped = 0                  # periodic rounds a name server's QUERY_DATA_VERSION found unchanged
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._changed: list[asyncio.Event] = []
@@ -161,9 +174,12 @@ class BrokerOuterAPI:
 
     def request(self) -> tuple[dict, bytes]:
         """The REGISTER_BROKER header and body of the broker as it is now."""
+        return self._request()[1:]
+
+    def _request(self) -> tuple[dict, dict, bytes]:
         version, table = _body.topic_config_wrapper(self.broker)
         body = _body.encode(version, table, (), self.compressed)
-        return self._header(body), body
+        return version, self._header(body), body
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 
@@ -226,15 +242,47 @@ class BrokerOuterAPI:
             else:
                 wait = self.period_s
                 retry = FIRST_RETRY_S
+            periodic = False
             try:
                 await asyncio.wait_for(changed.wait(), wait)
                 # a burst of changes (topics auto-created one after another) is registered once, a moment later
                 await asyncio.sleep(COALESCE_S)
             except asyncio.TimeoutError:
-                pass
+                periodic = True
             changed.clear()
-            header, body = self.request()
+            version, header, body = self._request()
+            # a name server that is down gets the full registration (Java: a failed query counts as changed)
+            if periodic and not self.force_register and not ns.down and not await self._need_register(ns, version):
+                self.skipped += 1
+                continue
             await self._register(ns, header, body)
+
+    async def _need_register(self, ns: _Namesrv, version: dict) -> bool:
+        """BrokerOuterAPI.needRegister for one name server: QUERY_DATA_VERSION with this dataVersion; changed when
+        the answer says so or carries another version, or the query failed; an answer other than SUCCESS counts as
+        unchanged, as 4.9.7 reads it (its switch adds nothing for other codes)."""
+        cfg = self.broker.config
+        ext = {"brokerName": cfg.broker_name, "brokerAddr": self.broker_addr, "clusterName": cfg.broker_cluster_name,
+               "brokerId": str(self.broker_id)}
+        try:
+            answer = await ns.call(QUERY_DATA_VERSION, ext, fastjson.dumps(version).encode("utf-8"), self.timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("query data version from name server %s failed (%s: %s)", ns.addr, type(e).__name__, e)
+            ns.close()
+            return True
+        if answer.code != SUCCESS:
+            return False
+        changed = (answer.ext_fields or {}).get("changed", "true").lower() != "false"
+        if answer.body:
+            try:
+                held = json.loads(answer.body)
+            except ValueError:
+                held = None
+            if not isinstance(held, dict) or not same_version(held, version):
+                changed = True
+        return changed
 
     async def _register(self, ns: _Namesrv, header: dict, body: bytes) -> bool:
         try:

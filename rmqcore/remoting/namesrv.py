@@ -6,8 +6,9 @@ changed: it needs no registration and never expires) and every broker that regis
 so several rmqcore processes form a cluster with no JVM. As in RouteInfoManager: a brokerName's addresses map
 brokerId → address (an address registered under another id is removed first); topic queue data is taken from
 brokerId 0 only, and only on a first registration or a changed dataVersion; a broker is dropped at
-UNREGISTER_BROKER, when the connection it registered on closes, or 120 s after its last registration
-(BROKER_CHANNEL_EXPIRED_TIME; checked whenever the table is read or written, where Java scans every 10 s); when a
+UNREGISTER_BROKER, when the connection it registered on closes, or 120 s after its last registration or
+unchanged QUERY_DATA_VERSION (BROKER_CHANNEL_EXPIRED_TIME; checked whenever the table is read or written, where Java
+scans every 10 s); when a
 brokerName has no address left its queue data goes and a topic no broker holds goes with it. WIPE/ADD_WRITE_PERM
 change the queue data's permission only (the broker is not told), until the broker's next changed dataVersion.
 
@@ -20,16 +21,17 @@ import logging
 import threading
 import time
 
+from ..broker.data_version import same_version
 from ..broker.topic_validator import PERM_READ, PERM_WRITE
 from . import register_broker_body as _body
 from .codes import (ADD_WRITE_PERM_OF_BROKER, GET_ALL_TOPIC_LIST_FROM_NAMESERVER, GET_BROKER_CLUSTER_INFO,
-                    GET_ROUTEINFO_BY_TOPIC, REGISTER_BROKER, SUCCESS, SYSTEM_ERROR, UNREGISTER_BROKER,
-                    WIPE_WRITE_PERM_OF_BROKER)
+                    GET_ROUTEINFO_BY_TOPIC, QUERY_DATA_VERSION, REGISTER_BROKER, SUCCESS, SYSTEM_ERROR,
+                    UNREGISTER_BROKER, WIPE_WRITE_PERM_OF_BROKER)
 
 log = logging.getLogger(__name__)
 
 CODES = (GET_ROUTEINFO_BY_TOPIC, GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER, REGISTER_BROKER,
-         UNREGISTER_BROKER, WIPE_WRITE_PERM_OF_BROKER, ADD_WRITE_PERM_OF_BROKER)
+         UNREGISTER_BROKER, QUERY_DATA_VERSION, WIPE_WRITE_PERM_OF_BROKER, ADD_WRITE_PERM_OF_BROKER)
 # FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL), appended to the name server's TOPIC_NOT_EXIST remark
 APPLY_TOPIC_URL = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 BROKER_CHANNEL_EXPIRED_TIME = 120.0          # RouteInfoManager: seconds without a registration before a broker goes
@@ -79,7 +81,7 @@ class RouteInfoManager:
             first = first or old is None
             prev = self.broker_live_table.get(addr)
             if table is not None and (broker_id == MASTER_ID or any_id):
-                if first or prev is None or prev.version != version:
+                if first or prev is None or not same_version(prev.version, version):
                     for tc in table.values():
                         self._create_and_update_queue_data(name, tc)
             self.broker_live_table[addr] = _Live(now, version, channel, ha_addr)
@@ -92,6 +94,34 @@ class RouteInfoManager:
                 if live is not None:
                     return master, live.ha_addr
         return None, None
+
+    def query_broker_topic_config(self, addr: str) -> dict | None:
+        """RouteInfoManager.queryBrokerTopicConfig: the dataVersion the broker at ``addr`` last registered."""
+        with self.lock:
+            live = self.broker_live_table.get(addr)
+            return None if live is None else live.version
+
+    def is_broker_topic_config_changed(self, addr: str, version: dict) -> bool:
+        """RouteInfoManager.isBrokerTopicConfigChanged: not registered, or registered with another version."""
+        prev = self.query_broker_topic_config(addr)
+        return prev is None or not same_version(prev, version)
+
+    def update_broker_info_update_timestamp(self, addr: str, now: float | None = None) -> None:
+        """RouteInfoManager.updateBrokerInfoUpdateTimestamp: a registered broker is alive as of ``now``."""
+        with self.lock:
+            live = self.broker_live_table.get(addr)
+            if live is not None:
+                live.last = time.monotonic() if now is None else now
+
+    def query_data_version(self, addr: str, version: dict, now: float | None = None) -> tuple[bool, dict | None]:
+        """DefaultRequestProcessor.queryBrokerTopicConfig (QUERY_DATA_VERSION) → (changed, the version held):
+        an unchanged version counts as a heartbeat (the broker's 120 s expiry starts again); a changed one does
+        not, the broker registers in full next."""
+        with self.lock:
+            changed = self.is_broker_topic_config_changed(addr, version)
+            if not changed:
+                self.update_broker_info_update_timestamp(addr, now)
+            return changed, self.query_broker_topic_config(addr)
 
     def _create_and_update_queue_data(self, name: str, tc: dict) -> None:
         topic = tc.get("topicName")
@@ -360,6 +390,33 @@ def register_broker(conn, cmd) -> None:
     conn.reply(cmd, SUCCESS, out, body=b'{"table":{}}')
 
 
+def query_data_version(conn, cmd) -> None:
+    """QUERY_DATA_VERSION (322), DefaultRequestProcessor.queryBrokerTopicConfig: the header says ``changed``, the
+    body is the dataVersion this name server holds for the broker (none when it does not know it)."""
+    f = _fields(conn, cmd, "brokerName", "brokerAddr", "clusterName", "brokerId")
+    if f is None or _broker_id(conn, cmd, f[3]) is None:
+        return
+    addr = f[1]
+    try:
+        version = json.loads(cmd.body or b"")
+        if not isinstance(version, dict) or not all(type(version.get(k)) is int for k in ("counter", "timestamp")):
+            raise ValueError("not an object with integer counter and timestamp")
+    except ValueError as e:
+        conn.reply(cmd, SYSTEM_ERROR, remark=f"QUERY_DATA_VERSION body: not a DataVersion ({e})")
+        return
+    names = conn.server.names
+    names._read()
+    if addr == names.address:
+        # this broker asking its own name server: its entry follows its table (register_broker above), so the
+        # version it holds is the table's own
+        held = _body.topic_config_wrapper(names.broker)[0]
+        changed = not same_version(held, version)
+    else:
+        changed, held = names.routes.query_data_version(addr, version)
+    conn.reply(cmd, SUCCESS, {"changed": "true" if changed else "false"},
+               body=None if held is None else _dumps(held))
+
+
 def unregister_broker(conn, cmd) -> None:
     f = _fields(conn, cmd, "brokerName", "brokerAddr", "clusterName", "brokerId")
     if f is None:
@@ -395,6 +452,7 @@ def add_write_perm(conn, cmd) -> None:
 HANDLERS = {
     REGISTER_BROKER: register_broker,
     UNREGISTER_BROKER: unregister_broker,
+    QUERY_DATA_VERSION: query_data_version,
     WIPE_WRITE_PERM_OF_BROKER: wipe_write_perm,
     ADD_WRITE_PERM_OF_BROKER: add_write_perm,
 }
