@@ -15,14 +15,17 @@ written with sendmsg: no per-record work), and ``GroupTransferService`` (SYNC_MA
 the slave's ``HAClient`` (connect, report, append through MessageStore.append_to_commit_log, reconnect).
 
 Beyond RocketMQ, so that a replica never silently diverges: a master refuses a slave that reports an offset past
-its own end (its log was truncated behind the slave, or the slave holds another log), telling it with a heartbeat
-frame at the master's own end before it closes (a Java slave then logs "master pushed offset not equal" and
-closes too); and an rmqcore slave refuses, and stops replicating, when a frame does not continue its log or the
+its own end or a negative one (its log was truncated behind the slave, or the slave holds another log), telling it
+with a heartbeat frame at the master's own end, its writer's last frame, before it closes (a Java slave then logs
+"master pushed offset not equal" and closes too). 4.9.7's ReadSocketService closes only on a later report past
+getMaxPhyOffset; a first one it takes as the place to start, waits there and, once its log has grown past it, sends
+its own bytes from that offset, which the slave appends as if they continued its log; and an rmqcore slave refuses, and stops replicating, when a frame does not continue its log or the
 first bytes after its restart are not a record of its own log at that offset.
 """
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import struct
 import threading
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 
 HEADER = struct.Struct(">qi")           # masterPhyOffset, bodySize
 REPORT = struct.Struct(">q")            # the slave's max offset
+REFUSAL_SEND_S = 2.0                    # how long a refused slave's last frame may take before the socket closes
 _MAGIC_V1, _MAGIC_V2, _BLANK = 0xDAA320A7, 0xDAA320A8, 0xCBD43194 - (1 << 32)
 
 
@@ -162,6 +166,9 @@ class HAConnection:
         self.slave_ack_offset = -1
         self._stopped = threading.Event()
         self._wake = threading.Event()          # new data (a put waiting for this slave) or a report
+        # The master's end, once the reader refused the slave: the writer's last frame, sent between whole frames
+        # (the writer alone writes to the socket, so a refusal never lands inside a data frame).
+        self._refuse_at: int | None = None
         self._reader = threading.Thread(target=self._read_loop, name="ReadSocketService", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name="WriteSocketService", daemon=True)
 
@@ -192,15 +199,13 @@ class HAConnection:
     def _read_loop(self) -> None:
         cfg = self.service.config
         store = self.service.store
-        self.sock.settimeout(1.0)
+        # The socket's timeout is the writer's (one timeout per socket object): the reader waits with select, so a
+        # slave that pauses reading is not dropped by a reader's short timeout cutting the writer's sendall.
         buf = b""
         last_read = _ms()
         try:
             while not self._stopped.is_set():
-                try:
-                    data = self.sock.recv(65536)
-                except socket.timeout:
-                    data = None
+                data = self.sock.recv(65536) if select.select([self.sock], [], [], 1.0)[0] else None
                 if data == b"":
                     log.info("HA: slave %s closed the connection", self.addr)
                     return
@@ -219,10 +224,10 @@ class HAConnection:
                             log.error("HA: slave %s reports offset %d, past this master's commitlog end %d: its log "
                                       "is not this master's (the master's was truncated behind it, or it replicated "
                                       "another one); connection closed", self.addr, offset, master_max)
-                            try:
-                                self.sock.sendall(HEADER.pack(master_max, 0))   # tells the slave where this log ends
-                            except OSError:
-                                pass
+                            # the writer's last frame tells the slave where this log ends
+                            self._refuse_at = master_max
+                            self._wake.set()
+                            self._writer.join(REFUSAL_SEND_S)
                             return
                         self.slave_ack_offset = offset
                         if self.slave_request_offset < 0:
@@ -255,6 +260,9 @@ class HAConnection:
         last_write = _ms()
         try:
             while not self._stopped.is_set():
+                if self._refuse_at is not None:
+                    self._send(HEADER.pack(self._refuse_at, 0), None)
+                    return
                 if self.slave_request_offset < 0:
                     self._wake.wait(0.01)
                     self._wake.clear()
