@@ -19,8 +19,9 @@ its own end or a negative one (its log was truncated behind the slave, or the sl
 with a heartbeat frame at the master's own end, its writer's last frame, before it closes (a Java slave then logs
 "master pushed offset not equal" and closes too). 4.9.7's ReadSocketService closes only on a later report past
 getMaxPhyOffset; a first one it takes as the place to start, waits there and, once its log has grown past it, sends
-its own bytes from that offset, which the slave appends as if they continued its log; and an rmqcore slave refuses, and stops replicating, when a frame does not continue its log or the
-first bytes after its restart are not a record of its own log at that offset.
+its own bytes from that offset, which the slave appends as if they continued its log. And an rmqcore slave
+refuses, and stops replicating, when a frame does not continue its log or the first bytes after its restart are not
+a record of its own log at that offset.
 """
 from __future__ import annotations
 

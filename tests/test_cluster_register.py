@@ -1,7 +1,8 @@
 """forceRegister=false: the periodic registration asks each name server QUERY_DATA_VERSION (322) and sends
 REGISTER_BROKER (103) only when the topic table's dataVersion changed (rocketmq-all-4.9.7
 BrokerController.registerBrokerAll → BrokerOuterAPI.needRegister); the name server takes an unchanged query as the
-broker's heartbeat (DefaultRequestProcessor.queryBrokerTopicConfig → RouteInfoManager.updateBrokerInfoUpdateTimestamp).
+broker's heartbeat (DefaultRequestProcessor.queryBrokerTopicConfig → RouteInfoManager
+.updateBrokerInfoUpdateTimestamp).
 
 The broker (``rmqcore serve``, registerNameServerPeriod 10 s, the least BrokerController allows) reaches its name
 server through a relay in this process that counts the request codes it sees. Against rmqcore's embedded name server

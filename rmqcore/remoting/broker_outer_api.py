@@ -148,13 +148,11 @@ class BrokerOuterAPI:
         self.period_s = period_s if period_s is not None else register_period_s(cfg.register_name_server_period)
         self.timeout_s = (timeout_ms if timeout_ms is not None else cfg.register_broker_timeout_mills) / 1000
         self.compressed = cfg.compressed_register if compressed is None else compressed
-        self.force_register = cfg.force_register
         # A slave learns its master from the answer (RegisterBrokerResult's masterAddr, haServerAddr):
         # on_master(master_addr, ha_server_addr) is called when they change.
         self.on_master = on_master
         self.master = (None, None)
         self.registrations = 0            # answered registrations, over all name servers
-        self.skipped = 0                  # periodic rounds a name server's QUERY_DATA_VERSION found unchanged
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._changed: list[asyncio.Event] = []
@@ -252,8 +250,9 @@ class BrokerOuterAPI:
             changed.clear()
             version, header, body = self._request()
             # a name server that is down gets the full registration (Java: a failed query counts as changed)
-            if periodic and not self.force_register and not ns.down and not await self._need_register(ns, version):
-                self.skipped += 1
+            # forceRegister read each round, as BrokerController's scheduled task reads brokerConfig
+            query = periodic and not self.broker.config.force_register and not ns.down
+            if query and not await self._need_register(ns, version):
                 continue
             await self._register(ns, header, body)
 
