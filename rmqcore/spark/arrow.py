@@ -116,7 +116,7 @@ class SegmentRead:
     queue_ids: list | None = None
     min_timestamp: int | None = None      # ms, inclusive
     max_timestamp: int | None = None      # ms, exclusive
-    positions: list | None = None         # point reads: record starts inside the file
+    positions: object = None              # point reads: record starts inside the file (list or int64 array)
     key_filter: tuple | None = None       # (topic, key): keep rows whose KEYS or UNIQ_KEY equals key
     extra: dict = field(default_factory=dict)
     start: int = 0
@@ -258,7 +258,12 @@ def iter_segment_batches(read: SegmentRead, schema: pa.Schema | list, *, check_c
 def _point_batches(src, read: SegmentRead, limit: int, kw: dict, emit, corrupt):
     """Point mode: the records at ``read.positions``. Local files are decoded in place; remote ones are fetched
     record by record (two ranged reads each) into one buffer and decoded there."""
-    wanted = np.asarray(sorted(set(p for p in read.positions if 0 <= p < limit)), dtype=np.int64)
+    wanted = np.asarray(read.positions, dtype=np.int64)
+    wanted = wanted[(wanted >= 0) & (wanted < limit)]
+    if len(wanted) > 1 and not (wanted[1:] > wanted[:-1]).all():
+        # Sorted, each record once (np.unique hashes: 4x the cost of a sort for the already sorted case).
+        wanted = np.sort(wanted)
+        wanted = wanted[np.concatenate(([True], wanted[1:] != wanted[:-1]))]
     if src.local:
         buf, where = src.view()[:limit], wanted
     else:

@@ -796,8 +796,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executors -----------------------------------------------------------------------------------------
     def read(self, partition):
-        for r in getattr(partition, "ranges", ()):       # an empty plan may reach here as InputPartition(None)
-            yield from read_queue_range(r, self.fields, self.opts)
+        # An empty plan may reach here as InputPartition(None).
+        yield from read_queue_ranges(getattr(partition, "ranges", ()), self.fields, self.opts)
 
 
 def report_data_loss(opts: StreamOptions, broker: str, topic: str, qid: int, offset: int, gone: int) -> None:
@@ -808,81 +808,114 @@ def report_data_loss(opts: StreamOptions, broker: str, topic: str, qid: int, off
     log.warning("rocketmq-store stream: %s; skipped (failOnDataLoss=false)", msg)
 
 
-def read_queue_range(p: QueueRange, fields, opts: StreamOptions):
-    """The rows of units [p.start, p.end) of one queue, in queue order, as Arrow batches of ``fields``."""
+def read_queue_ranges(ranges: list[QueueRange], fields, opts: StreamOptions):
+    """The rows of units [r.start, r.end) of every queue range of one task, as Arrow batches of ``fields``.
+
+    One pass per store, as the batch source reads a segment: the units of all the task's ranges are read first,
+    sorted by commitlog offset, and each commitlog segment is decoded once at all their positions into batches
+    of ``batchRows`` (a queue's rows keep queue order: its units point forward). Reading range by range, segment
+    by segment made batches of a few hundred rows, each paying Arrow and Spark's per-batch cost: a catch-up ran
+    at a third of the batch source's speed (bench/README, Spark streaming catch-up)."""
+    by_root: dict = {}
+    for r in ranges:
+        by_root.setdefault((r.broker, r.root), []).append(r)
+    for (broker, root), rs in by_root.items():
+        yield from _read_store_ranges(broker, root, rs, fields, opts)
+
+
+def _read_store_ranges(broker: str, root: str, ranges: list[QueueRange], fields, opts: StreamOptions):
     import pyarrow as pa
     import pyarrow.compute as pc
     names = [n for n, _ in fields]
-    check = ["topic", "queue_id", "queue_offset"] + (["tags"] if opts.tags else [])
+    check = ["topic", "queue_id", "queue_offset", "commitlog_offset"] + (["tags"] if opts.tags else [])
     wanted = arrow_schema(list(fields) + [(n, True) for n in check if n not in names])
-    qdir = fs.join(p.root, "consumequeue", p.topic, str(p.queue_id))
-    if not fs.isdir(fs.join(p.root, "commitlog")):
-        raise FileNotFoundError(f"{fs.display(p.root)} (broker {p.broker}) is gone: no commitlog/ directory")
-    units, missing = QueueFiles(qdir).units(p.start, p.end)
-    for a, b in missing:
-        # Cleaned between planning and this task (or the queue directory was deleted).
-        report_data_loss(opts, p.broker, p.topic, p.queue_id, a, b - a)
-    qoffs = np.arange(p.start, p.end, dtype=np.int64)
-    if missing:
-        keep = np.ones(len(qoffs), dtype=bool)
+    if not fs.isdir(fs.join(root, "commitlog")):
+        raise FileNotFoundError(f"{fs.display(root)} (broker {broker}) is gone: no commitlog/ directory")
+    codes = np.array([java_hash_code(t) for t in opts.tags], dtype=np.int64) if opts.tags else None
+    offs_l, sizes_l, qoffs_l, rix_l = [], [], [], []
+    for i, p in enumerate(ranges):
+        qdir = fs.join(root, "consumequeue", p.topic, str(p.queue_id))
+        units, missing = QueueFiles(qdir).units(p.start, p.end)
         for a, b in missing:
-            keep[a - p.start:b - p.start] = False
-        qoffs = qoffs[keep]
-    offs, sizes = units["off"].astype(np.int64), units["size"].astype(np.int64)
-    ok = (sizes != FILLER_SIZE) & (sizes > 0) & (offs >= 0)
-    if opts.tags:
-        # The broker's filter (ConsumeQueue tagsCode = String.hashCode of the tag), then the exact tag below, as
-        # a RocketMQ consumer re-checks the tag string.
-        codes = np.array([java_hash_code(t) for t in opts.tags], dtype=np.int64)
-        ok &= np.isin(units["tags"].astype(np.int64), codes)
-    offs, sizes, qoffs = offs[ok], sizes[ok], qoffs[ok]
+            # Cleaned between planning and this task (or the queue directory was deleted).
+            report_data_loss(opts, broker, p.topic, p.queue_id, a, b - a)
+        qoffs = np.arange(p.start, p.end, dtype=np.int64)
+        if missing:
+            keep = np.ones(len(qoffs), dtype=bool)
+            for a, b in missing:
+                keep[a - p.start:b - p.start] = False
+            qoffs = qoffs[keep]
+        offs, sizes = units["off"].astype(np.int64), units["size"].astype(np.int64)
+        ok = (sizes != FILLER_SIZE) & (sizes > 0) & (offs >= 0)
+        if codes is not None:
+            # The broker's filter (ConsumeQueue tagsCode = String.hashCode of the tag), then the exact tag below,
+            # as a RocketMQ consumer re-checks the tag string.
+            ok &= np.isin(units["tags"].astype(np.int64), codes)
+        offs_l.append(offs[ok])
+        sizes_l.append(sizes[ok])
+        qoffs_l.append(qoffs[ok])
+        rix_l.append(np.full(int(ok.sum()), i, dtype=np.int32))
+    if not offs_l:
+        return
+    offs, sizes, qoffs, rix = (np.concatenate(x) for x in (offs_l, sizes_l, qoffs_l, rix_l))
     if not len(offs):
         return
-    bases = _segments(p.root)
+    order = np.argsort(offs, kind="stable")
+    offs, sizes, qoffs, rix = offs[order], sizes[order], qoffs[order], rix[order]
+    # Per unit, what its record must say: topic (as an index into the task's topics), queue id, queue offset.
+    topic_names = sorted({r.topic for r in ranges})
+    topic_ix = np.array([topic_names.index(r.topic) for r in ranges], dtype=np.int32)[rix]
+    qids = np.array([r.queue_id for r in ranges], dtype=np.int64)[rix]
+    topic_values = pa.array(topic_names, type=pa.string())
+    bases = _segments(root)
     seg = np.searchsorted(np.asarray(bases, dtype=np.int64), offs, side="right") - 1
     bad = (seg < 0) | (offs < (bases[0] if bases else 0))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _bad_unit(opts, p, int(qoffs[i]), int(offs[i]), "below the commitlog's first file (cleaned)")
-        offs, sizes, qoffs, seg = offs[~bad], sizes[~bad], qoffs[~bad], seg[~bad]
-    tagset = set(opts.tags or ())
+        _bad_unit(opts, ranges[rix[i]], int(qoffs[i]), int(offs[i]), "below the commitlog's first file (cleaned)")
+        offs, sizes, qoffs, rix, seg, topic_ix, qids = (x[~bad] for x in (offs, sizes, qoffs, rix, seg, topic_ix,
+                                                                           qids))
+    tagset = pa.array(sorted(opts.tags or ()), type=pa.string())
     for s in np.unique(seg).tolist():
-        sel = seg == s
+        lo, hi = np.searchsorted(seg, [s, s + 1])          # seg is sorted with offs
         base = bases[s]
-        path = fs.join(p.root, "commitlog", f"{base:020d}")
-        positions = (offs[sel] - base)
-        expect = qoffs[sel]
+        path = fs.join(root, "commitlog", f"{base:020d}")
+        phys = offs[lo:hi]
         fsize = fs.getsize(path)
-        past = positions + sizes[sel] > fsize
+        live = np.ones(hi - lo, dtype=bool)
+        past = phys - base + sizes[lo:hi] > fsize
         if past.any():
             i = int(np.flatnonzero(past)[0])
-            _bad_unit(opts, p, int(expect[i]), int(offs[sel][i]), "past the end of its commitlog file")
-            positions, expect = positions[~past], expect[~past]
-        read = SegmentRead(path, p.broker, positions=positions.tolist())
-        seen = []
+            _bad_unit(opts, ranges[rix[lo + i]], int(qoffs[lo + i]), int(phys[i]), "past the end of its commitlog file")
+            live &= ~past
+        matched = np.zeros(hi - lo, dtype=bool)
+        read = SegmentRead(path, broker, positions=phys[live] - base)
         batches = iter_segment_batches(read, wanted, check_crc=opts.check_crc, batch_rows=opts.batch_rows,
                                        batch_bytes=opts.batch_bytes, on_corrupt=opts.on_corrupt, log=log)
-        for b in _naming_the_unit(batches, p, offs[sel], expect, bases):
-            ok_rows = pc.and_(pc.equal(b.column("topic"), p.topic), pc.equal(b.column("queue_id"), p.queue_id))
-            got = b.column("queue_offset").to_numpy(zero_copy_only=False)
-            ok_rows = pc.and_(ok_rows, pa.array(np.isin(got, expect)))
-            seen.append(got[np.asarray(ok_rows.to_numpy(zero_copy_only=False), dtype=bool)])
-            if tagset:
-                ok_rows = pc.and_(ok_rows, pc.fill_null(pc.is_in(b.column("tags"), pa.array(sorted(tagset))), False))
-            b = b.filter(ok_rows)
+        for b in _naming_the_unit(batches, broker, root, ranges, phys, qoffs[lo:hi], rix[lo:hi], bases):
+            got = b.column("commitlog_offset").to_numpy(zero_copy_only=False)
+            j = np.minimum(np.searchsorted(phys, got), len(phys) - 1)
+            t = pc.index_in(b.column("topic"), value_set=topic_values).to_numpy(zero_copy_only=False)
+            ok = ((phys[j] == got) & (t == topic_ix[lo:hi][j])
+                  & (b.column("queue_id").to_numpy(zero_copy_only=False) == qids[lo:hi][j])
+                  & (b.column("queue_offset").to_numpy(zero_copy_only=False) == qoffs[lo:hi][j]))
+            matched[j[ok]] = True
+            keep = pa.array(ok)
+            if len(tagset):
+                keep = pc.and_(keep, pc.fill_null(pc.is_in(b.column("tags"), tagset), False))
+            b = b.filter(keep)
             if b.num_rows:
                 yield b.select(names)
-        got_all = np.concatenate(seen) if seen else np.zeros(0, dtype=np.int64)
-        if len(got_all) != len(expect):
-            absent = np.setdiff1d(expect, got_all)
-            if len(absent):
-                q = int(absent[0])
-                _bad_unit(opts, p, q, int(offs[sel][np.searchsorted(qoffs[sel], q)]),
-                          f"no record of this queue there ({len(absent)} such unit(s) in this range: past the "
-                          "commitlog's end of data, a damaged record, or a record of another queue)")
+        absent = np.flatnonzero(live & ~matched)
+        if len(absent):
+            i = int(absent[0])
+            _bad_unit(opts, ranges[rix[lo + i]], int(qoffs[lo + i]), int(phys[i]),
+                      f"no record of this queue there ({len(absent)} such unit(s) in this task: past the "
+                      "commitlog's end of data, a damaged record, or a record of another queue)")
 
 
-def _naming_the_unit(batches, p: QueueRange, phys: np.ndarray, qoffs: np.ndarray, bases: list[int]):
+def _naming_the_unit(batches, broker: str, root: str, ranges: list[QueueRange], phys: np.ndarray,
+                     qoffs: np.ndarray, rix: np.ndarray, bases: list[int]):
     """The batches, with a broken record (onCorrupt=fail) reported as the unit that points at it: broker, topic,
     queue, queue offset, and whether it lies past the commitlog's end of data or is a damaged record."""
     from .arrow import CorruptSegmentError
@@ -891,10 +924,11 @@ def _naming_the_unit(batches, p: QueueRange, phys: np.ndarray, qoffs: np.ndarray
     except CorruptSegmentError as e:
         i = np.flatnonzero(phys == e.offset)
         qoff = int(qoffs[i[0]]) if len(i) else -1
-        total = record_total_size(p.root, bases, e.offset)
+        p = ranges[int(rix[i[0]])] if len(i) else ranges[0]
+        total = record_total_size(root, bases, e.offset)
         why = ("past the commitlog's end of data (nothing written there)" if not total
                else f"a damaged record ({e})")
-        raise ConsumeQueueError(f"broker {p.broker}, topic {p.topic}, queue {p.queue_id}: the consume-queue unit at "
+        raise ConsumeQueueError(f"broker {broker}, topic {p.topic}, queue {p.queue_id}: the consume-queue unit at "
                                 f"queue offset {qoff} points at commitlog offset {e.offset}, {why}; set option "
                                 "onCorrupt=stop to skip such units") from None
 
