@@ -178,6 +178,28 @@ def test_tasks_share_small_ranges_and_split_large_ones(tmp_path):
     assert len(r.partitions(start, r.latestOffset(start, r.getDefaultReadLimit()))) == 4
 
 
+def test_a_large_micro_batch_is_cut_by_bytes_as_the_batch_source_splits_and_a_small_one_is_one_task(tmp_path):
+    from rmqcore.spark.stream import SMALL_BATCH
+    n = SMALL_BATCH + 4000
+    path = str(tmp_path / "broker-a")
+    with MessageStore.open(path, small_config()) as st:
+        for a in range(0, n, 1000):
+            st.put_batch([Message(f"T{i % 2}", str(i).encode().ljust(200), (i // 2) % 3) for i in range(a, a + 1000)])
+        st.wait_dispatched()
+    r = reader(path, startingOffsets="earliest", splitSize="1m")
+    start = r.initialOffset()
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    parts = r.partitions(start, end)
+    sizes = [v for p in parts for b in r.read(p) for v in b.column("store_size").to_pylist()]
+    assert len(sizes) == n and len(parts) == -(-sum(sizes) // (1 << 20)) > 1
+    rows = read_all(r, start, end)
+    assert sorted(int(b) for *_, b in rows) == list(range(n))
+    # the whole micro-batch as one task with the default split (128 MiB); a small micro-batch is one task anyway
+    assert len(reader(path, startingOffsets="earliest").partitions(start, end)) == 1
+    r = reader(path, startingOffsets="earliest", splitSize="1k", maxMessagesPerTrigger=SMALL_BATCH)
+    assert len(r.partitions(start, r.latestOffset(start, r.getDefaultReadLimit()))) == 1
+
+
 def test_tags_filter_by_tags_code_then_exactly(tmp_path):
     path = make_store(tmp_path / "broker-a", 90, tags=lambda i: ["A", "B", "C"][i % 3])
     r = reader(path, startingOffsets="earliest", tags="A || C")

@@ -57,6 +57,7 @@ from . import fs
 from .arrow import SegmentRead, iter_segment_batches
 from .layout import is_segment_name, lock_held, parse_stores
 from .schema import arrow_schema
+from .source import DEFAULT_SPLIT_SIZE
 
 log = logging.getLogger("rmqcore.spark.stream")
 
@@ -64,10 +65,12 @@ UNIT_SIZE = 20
 UNITS = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 FILLER_SIZE = 0x7FFFFFFF          # RocketMQ's blank units before a queue's first real one
 PROBE_UNITS = 3276                # units read per pread when looking for a queue's new end (64 KiB)
-# Messages per task. Every Spark task costs ~65 ms of CPU whatever it reads (bench/README, issue 13), about what
-# the point decoder spends on ~20,000 small messages: tasks of one small queue range each made a catch-up 6x
-# slower than the batch source, so a task reads many queues' ranges, up to this many units.
-DEFAULT_MAX_PER_PARTITION = 100_000
+# Tasks of a micro-batch. Every Spark task costs ~65 ms of CPU whatever it reads (bench/README, issue 13), about
+# what the point decoder spends on ~20,000 small messages, so a micro-batch up to that many messages is one task
+# (the freshness case: a few thousand new messages). A larger one is cut as the batch source cuts a store: one
+# task per ``splitSize`` bytes of records (128 MiB by default, the batch source's), counted from the units' sizes.
+# Tasks of 100,000 messages (33 MB of 256-byte messages) made a 500 k micro-batch five tasks on two cores.
+SMALL_BATCH = 20_000
 
 
 class DataLossError(RuntimeError):
@@ -387,7 +390,8 @@ class StreamOptions:
     max_messages: int | None = None
     max_bytes: int | None = None
     min_partitions: int | None = None
-    max_per_partition: int = DEFAULT_MAX_PER_PARTITION
+    max_per_partition: int | None = None
+    split_size: int = DEFAULT_SPLIT_SIZE
     fail_on_data_loss: bool = True
     consumer_group: str | None = None
     group_endpoints: dict = field(default_factory=dict)    # broker → "host:port" of the rmqcore serve holding it
@@ -399,7 +403,7 @@ class StreamOptions:
 
     KNOWN = {"path", "paths", "brokers", "topics", "topicpattern", "queueids", "tags", "startingoffsets",
              "startingtimestamp", "maxmessagespertrigger", "maxbytespertrigger", "minpartitions",
-             "maxmessagesperpartition", "failondataloss", "consumergroup", "consumergroupendpoints", "checkcrc", "oncorrupt", "batchrows",
+             "maxmessagesperpartition", "splitsize", "failondataloss", "consumergroup", "consumergroupendpoints", "checkcrc", "oncorrupt", "batchrows",
              "batchbytes"}
 
     @classmethod
@@ -444,7 +448,10 @@ class StreamOptions:
             if r.max_bytes <= 0:
                 raise ValueError("option maxBytesPerTrigger must be > 0")
         r.min_partitions = _int_option(o, "minPartitions", 1)
-        r.max_per_partition = _int_option(o, "maxMessagesPerPartition", 1, DEFAULT_MAX_PER_PARTITION)
+        r.max_per_partition = _int_option(o, "maxMessagesPerPartition", 1)
+        r.split_size = parse_size(o.get("splitsize", DEFAULT_SPLIT_SIZE), "splitSize")
+        if r.split_size <= 0:
+            raise ValueError("option splitSize must be > 0")
         r.fail_on_data_loss = _bool(o.get("failondataloss"), True)
         r.consumer_group = (o.get("consumergroup") or "").strip() or None
         ep = (o.get("consumergroupendpoints") or "").strip()
@@ -582,16 +589,18 @@ class QueueRanges(InputPartition):
         self.value = ",".join(f"{r.broker}/{r.topic}/{r.queue_id}[{r.start},{r.end})" for r in self.ranges[:4])
 
 
-def plan_tasks(ranges: list[QueueRange], max_per: int, min_parts: int | None) -> list[QueueRanges]:
-    """Queue ranges packed in order into tasks of about equal size: as many tasks as ``max_per`` units each need,
-    and at least ``min_parts`` (a large queue range is split across tasks, as the Kafka source's minPartitions
-    splits large offset ranges); several small ranges share a task."""
+def plan_tasks(ranges: list[QueueRange], max_per: int | None, min_parts: int | None,
+               nbytes: int = 0, split_size: int = DEFAULT_SPLIT_SIZE) -> list[QueueRanges]:
+    """Queue ranges packed in order into tasks of about equal size: as many tasks as ``split_size`` bytes each
+    need (``nbytes``: the records' bytes, 0 when not counted), as ``max_per`` units each need, and at least
+    ``min_parts`` (a large queue range is split across tasks, as the Kafka source's minPartitions splits large
+    offset ranges); several small ranges share a task."""
     import dataclasses
     import math
     total = sum(r.end - r.start for r in ranges)
     if total == 0:
         return []
-    n = max(min_parts or 1, math.ceil(total / max_per))
+    n = max(min_parts or 1, math.ceil(nbytes / split_size), math.ceil(total / max_per) if max_per else 1)
     cap = max(1, math.ceil(total / n))
     tasks, cur, used = [], [], 0
     for r in ranges:
@@ -607,6 +616,16 @@ def plan_tasks(ranges: list[QueueRange], max_per: int, min_parts: int | None) ->
     if cur:
         tasks.append(QueueRanges(cur))
     return tasks
+
+
+def ranges_bytes(ranges: list[QueueRange]) -> int:
+    """The records' bytes the ranges' units point at (their sizes; fillers and missing units count 0)."""
+    total = 0
+    for r in ranges:
+        units, _ = QueueFiles(fs.join(r.root, "consumequeue", r.topic, str(r.queue_id))).units(r.start, r.end)
+        sz = units["size"].astype(np.int64)
+        total += int(sz[(sz != FILLER_SIZE) & (sz > 0)].sum())
+    return total
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -788,7 +807,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.opts.fail_on_data_loss:
                 report_data_loss(self.opts, broker, topic, qid, s, gone)
             self._skipped(broker, topic, qid, s, gone)
-        return plan_tasks(ranges, self.opts.max_per_partition, self.opts.min_partitions)
+        o = self.opts
+        # Counting bytes reads the ranges' units: only for a micro-batch that may need more than one task.
+        nbytes = ranges_bytes(ranges) if sum(r.end - r.start for r in ranges) > SMALL_BATCH else 0
+        return plan_tasks(ranges, o.max_per_partition, o.min_partitions, nbytes, o.split_size)
 
     def commit(self, end):
         if self.opts.consumer_group:
