@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import re
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,6 +64,7 @@ log = logging.getLogger("rmqcore.spark.stream")
 
 UNIT_SIZE = 20
 UNITS = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+_UNIT = struct.Struct(">qiq")
 FILLER_SIZE = 0x7FFFFFFF          # RocketMQ's blank units before a queue's first real one
 PROBE_UNITS = 3276                # units read per pread when looking for a queue's new end (64 KiB)
 # Tasks of a micro-batch. Every Spark task costs ~65 ms of CPU whatever it reads (bench/README, issue 13), about
@@ -204,10 +206,12 @@ class StoreScan:
         self._ends: dict = {}          # qdir → (file path, file's first unit, units known complete in it, capacity)
         self._mins: dict = {}          # qdir → ((first file path, commitlog min), min offset)
         self._maps = _Maps()
+        self._seg_paths: dict = {}     # commitlog base → path (planning between micro-batches is per queue)
+        self._qdirs: dict = {}         # (topic, queue id) → qdir, from the last listing
 
     def __getstate__(self):
         # Planning state only: never shipped with maps (Spark pickles the reader to its Python workers).
-        return {"broker": self.broker, "root": self.root, "_ends": {}, "_mins": {}}
+        return {"broker": self.broker, "root": self.root, "_ends": {}, "_mins": {}, "_seg_paths": {}, "_qdirs": {}}
 
     def __setstate__(self, d):
         self.__dict__.update(d)
@@ -217,7 +221,10 @@ class StoreScan:
         i = bisect.bisect_right(bases, offset) - 1
         if i < 0:
             return None
-        head = self._maps.read(fs.join(self.root, "commitlog", f"{bases[i]:020d}"), offset - bases[i], 4)
+        path = self._seg_paths.get(bases[i])
+        if path is None:
+            path = self._seg_paths[bases[i]] = fs.join(self.root, "commitlog", f"{bases[i]:020d}")
+        head = self._maps.read(path, offset - bases[i], 4)
         return int.from_bytes(head, "big", signed=True) if len(head) == 4 else None
 
     def min_offset(self, qdir: str, bases: list[int]) -> int:
@@ -237,8 +244,13 @@ class StoreScan:
             for name in fs.listdir(tdir):
                 qid = queue_id_of(topic, name)
                 if qid is not None:
-                    out[(topic, qid)] = fs.join(tdir, name)
+                    out[(topic, qid)] = self._qdirs.get((topic, qid)) or fs.join(tdir, name)
+        self._qdirs = out
         return out
+
+    def qdir(self, topic: str, qid: int) -> str:
+        d = self._qdirs.get((topic, qid))
+        return d if d is not None else fs.join(self.root, "consumequeue", topic, str(qid))
 
     def bounds(self, qdir: str, bases: list[int]) -> tuple[int, int]:
         """(min, max) consume-queue offsets of a queue: min is its first unit pointing at a commitlog segment
@@ -287,7 +299,15 @@ class StoreScan:
             head = self._maps.read(path, k * UNIT_SIZE + 8, 4)
             if head == b"\0\0\0\0" or len(head) < 4:
                 return start + k            # nothing new: the common case between micro-batches
-        while k < cap:
+        # Most queues gained a few units since the last micro-batch: look at 16 first (no numpy: its per-call
+        # cost is what planning over 1,000 queues paid), then at up to PROBE_UNITS at a time.
+        raw = self._maps.read(path, k * UNIT_SIZE, min(16, cap - k) * UNIT_SIZE)
+        n = len(raw) // UNIT_SIZE
+        j = 0
+        while j < n and raw[j * UNIT_SIZE + 8:j * UNIT_SIZE + 12] != b"\0\0\0\0":
+            j += 1
+        k += j
+        while j == n and n and k < cap:
             raw = self._maps.read(path, k * UNIT_SIZE, min(PROBE_UNITS, cap - k) * UNIT_SIZE)
             n = len(raw) // UNIT_SIZE
             if n == 0:
@@ -301,8 +321,7 @@ class StoreScan:
         # The last unit must be whole: the record it points at has its size (a unit being written shows its
         # size only after its offset, so a size that matches the record means offset and size are in).
         while k > 0 and (k > k0 or verify):
-            off, size, _ = np.frombuffer(self._maps.read(path, (k - 1) * UNIT_SIZE, UNIT_SIZE),
-                                         dtype=UNITS)[0].tolist()
+            off, size, _ = _UNIT.unpack(self._maps.read(path, (k - 1) * UNIT_SIZE, UNIT_SIZE))
             if size == FILLER_SIZE or off < 0 or self.record_size(bases, off) == size:
                 break
             k -= 1
@@ -607,7 +626,7 @@ def plan_tasks(ranges: list[QueueRange], max_per: int | None, min_parts: int | N
         a = r.start
         while a < r.end:
             take = min(r.end - a, cap - used)
-            cur.append(dataclasses.replace(r, start=a, end=a + take))
+            cur.append(r if take == r.end - r.start else dataclasses.replace(r, start=a, end=a + take))
             used += take
             a += take
             if used >= cap:
@@ -640,6 +659,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # re-planned batch sees it again, so a gap is keyed by where it starts and counted once.
         self._gaps: dict = {}
         self._logged: set = set()              # queues whose loss was logged: once per queue, not per batch
+        self._wants: dict = {}                 # (topic, queue id) → selected: options do not change in a query
 
     # -- driver --------------------------------------------------------------------------------------------
     def _bounds(self) -> dict:
@@ -651,7 +671,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             scan = self._scans[broker]
             bases = _segments(root)
             for (topic, qid), qdir in scan.queue_dirs().items():
-                if self.opts.wants(topic, qid):
+                w = self._wants.get((topic, qid))
+                if w is None:
+                    w = self._wants[(topic, qid)] = self.opts.wants(topic, qid)
+                if w:
                     out[(broker, topic, qid)] = scan.bounds(qdir, bases)
         return out
 
@@ -796,7 +819,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             if broker not in bases_of:
                 bases_of[broker] = _segments(root)
-            mn = self._scans[broker].min_offset(fs.join(root, "consumequeue", topic, str(qid)), bases_of[broker])
+            scan = self._scans[broker]
+            mn = scan.min_offset(scan.qdir(topic, qid), bases_of[broker])
             if s < mn:
                 gone = min(mn, e) - s
                 lost_here.append((broker, topic, qid, s, gone))
