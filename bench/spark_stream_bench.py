@@ -170,11 +170,16 @@ print(sent)
 """
 
 
+def _iso_s(ts: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
 def bench_freshness(spark, tmp, rate, seconds, warmup=5.0):
     """Latency from store time to foreachBatch, once the query is warm: the first micro-batches pay for the JVM's
     code paths and the Python workers' start (seconds, once per query), which is not freshness. The query
-    starts, a warm-up producer writes for ``warmup`` seconds at the same rate, its rows are dropped, then the
-    measured producer runs."""
+    starts, a warm-up producer writes for ``warmup`` seconds at the same rate, the bench waits until its rows
+    are all through (they are not counted), then the measured producer runs."""
     path = os.path.join(tmp, "fresh")
     with MessageStore.open(path, StoreConfig(warm_mapped_file_enable=False)) as st:
         st.put(Message("init", b"x", 0))          # the store's directories exist before the query starts
@@ -187,20 +192,29 @@ def bench_freshness(spark, tmp, rate, seconds, warmup=5.0):
          .load(path)
          .writeStream.foreachBatch(fb).option("checkpointLocation", os.path.join(tmp, "ck-fresh"))
          .trigger(processingTime="0 seconds").start())
-    subprocess.run([sys.executable, "-c", PRODUCER, path, str(rate), str(warmup), ROOT], check=True,
-                   capture_output=True, text=True)
-    time.sleep(1)
+    warm = subprocess.run([sys.executable, "-c", PRODUCER, path, str(rate), str(warmup), ROOT], check=True,
+                          capture_output=True, text=True)
+    warm_sent, deadline = int(warm.stdout.strip()), time.monotonic() + 120
+    while sum(len(ts) for _, ts in list(seen)) < warm_sent and time.monotonic() < deadline:
+        time.sleep(0.1)                           # every warm-up row through: the query is warm
     warm_batches = len(q.recentProgress)
     t_prod = time.time()                          # rows stored from here on are measured
+    c0 = _tree_cpu(spark)
+    import resource
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     prod = subprocess.run([sys.executable, "-c", PRODUCER, path, str(rate), str(seconds), ROOT], check=True,
                           capture_output=True, text=True)
     sent = int(prod.stdout.strip())
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    producer_cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
     deadline = time.monotonic() + 60
 
     def measured():
         return [now - t for now, ts in list(seen) for t in ts if t >= t_prod]
     while len(measured()) < sent and time.monotonic() < deadline:
         time.sleep(0.2)
+    cpu = _tree_cpu(spark) - c0 - producer_cpu
+    wall = time.time() - t_prod
     q.stop()
     lags = measured()
     progress = [p for p in q.recentProgress[warm_batches:] if p["numInputRows"]]
@@ -211,9 +225,13 @@ def bench_freshness(spark, tmp, rate, seconds, warmup=5.0):
     if progress:
         keys = sorted({k for pr in progress for k in pr["durationMs"]})
         med = {k: statistics.median(pr["durationMs"].get(k, 0) for pr in progress) for k in keys}
-        print(f"  {len(progress)} micro-batches with rows in {time.time() - t_prod:.0f} s, median "
+        print(f"  {len(progress)} micro-batches with rows in {wall:.0f} s ({cpu:.1f} CPU-s of the Spark process "
+              f"tree, {cpu / len(progress):.2f} a micro-batch, the producer's {producer_cpu:.1f} not included), median "
               f"{statistics.median(pr['numInputRows'] for pr in progress):.0f} rows; median ms: "
               + ", ".join(f"{k} {v:.0f}" for k, v in med.items() if v))
+        print("  micro-batches (start s, rows, ms): " + ", ".join(
+            f"{_iso_s(pr['timestamp']) - t_prod:.1f}/{pr['numInputRows']}/{pr['durationMs'].get('triggerExecution', 0)}"
+            for pr in progress))
 
 
 def main():
