@@ -422,8 +422,8 @@ class StreamOptions:
 
     KNOWN = {"path", "paths", "brokers", "topics", "topicpattern", "queueids", "tags", "startingoffsets",
              "startingtimestamp", "maxmessagespertrigger", "maxbytespertrigger", "minpartitions",
-             "maxmessagesperpartition", "splitsize", "failondataloss", "consumergroup", "consumergroupendpoints", "checkcrc", "oncorrupt", "batchrows",
-             "batchbytes"}
+             "maxmessagesperpartition", "splitsize", "failondataloss", "consumergroup", "consumergroupendpoints",
+             "checkcrc", "oncorrupt", "batchrows", "batchbytes"}
 
     @classmethod
     def parse(cls, options) -> "StreamOptions":
