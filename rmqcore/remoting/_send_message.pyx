@@ -147,20 +147,21 @@ def send_response(int serialize_type, int opaque, str msg_id, int queue_id, long
 cdef class SendMessage:
     """One RemotingServer's common send (see the module's docstring). ``entries``: Broker.send_entries; ``send``:
     Broker.send; ``refusals``: what the put raises for a message it refuses before writing anything (the Python
-    path answers those); ``wake(topic)``: RemotingServer.wake; ``on_messages_in(topic, sizes)``: ServerEvents';
-    ``answer_send(conn, cmd, result, msg)``: RemotingConnection._answer_send, for a status other than PUT_OK."""
+    path answers those); ``server``: the RemotingServer (its wake after a put); ``on_messages_in(topic, sizes)``:
+    ServerEvents'; ``answer_send(conn, cmd, result, msg)``: RemotingConnection._answer_send, for a status other
+    than PUT_OK."""
     cdef dict entries
     cdef object put
     cdef tuple refusals
-    cdef object wake
+    cdef object server
     cdef object on_messages_in
     cdef object answer_send
 
-    def __init__(self, dict entries not None, send, tuple refusals not None, wake, on_messages_in, answer_send):
+    def __init__(self, dict entries not None, send, tuple refusals not None, server, on_messages_in, answer_send):
         self.entries = entries
         self.put = send
         self.refusals = refusals
-        self.wake = wake
+        self.server = server
         self.on_messages_in = on_messages_in
         self.answer_send = answer_send
 
@@ -224,8 +225,16 @@ cdef class SendMessage:
         if r.status is not PUT_OK:
             self.answer_send(conn, cmd, r, msg)
             return True
-        self.wake(topic)
+        server = self.server
+        if not server._dispatch_pending or topic in server._arrivals:
+            server.wake(topic)      # else a pass is already asked for and no pull waits on the topic: nothing to do
         if not (cmd.flag & ONEWAY_FLAG) and not conn._closed:
-            conn._write(send_response(cmd.serialize_type, cmd.opaque, r.msg_id, msg._queue_id, r.queue_offset))
+            frame = send_response(cmd.serialize_type, cmd.opaque, r.msg_id, msg._queue_id, r.queue_offset)
+            batch = conn._batch
+            if batch is None:
+                conn._write(frame)
+            else:                   # RemotingConnection._write's common case: the answers of one read, gathered
+                (<list>batch).append(frame)
+                conn._batch_bytes += len(frame)
         self.on_messages_in(topic, [r.wrote_bytes])
         return True

@@ -222,7 +222,7 @@ class RemotingServer:
                       or broker.store_config.broker_role == "SYNC_MASTER")
         # the common send in one compiled call (_send_message.pyx); None: every send takes _send's Python
         self.send_message = None if self._sync else SendMessage(
-            broker.send_entries, broker.send, SEND_REFUSALS, self.wake, self.events.on_messages_in,
+            broker.send_entries, broker.send, SEND_REFUSALS, self, self.events.on_messages_in,
             RemotingConnection._answer_send)
         self.is_slave = broker.store_config.is_slave
         self.slave_read_enable = broker.config.slave_read_enable
