@@ -56,7 +56,7 @@ cdef inline bint _decimal(object value, long long lo, long long hi, long long *o
     """``value`` (a str or None) as int() reads a plain decimal: an optional minus, 1-18 ASCII digits, in [lo, hi].
     False for anything else (None, a sign +, spaces, underscores, other digits, too long): the Python path reads it
     (and refuses it, or takes what int() takes)."""
-    if value is None or not PyUnicode_IS_COMPACT_ASCII(value):
+    if type(value) is not str or not PyUnicode_IS_COMPACT_ASCII(value):
         return False
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(value), i = 0
     cdef const uint8_t *p = <const uint8_t *>PyUnicode_1BYTE_DATA(value)
@@ -105,7 +105,7 @@ cdef inline object _get(dict d, str key):
 cdef bytes _hex_ascii(object s):
     """``s`` as ASCII bytes when it is upper-case hex (an offset msg id), else None (the answer then goes through
     encode_header)."""
-    if s is None or not PyUnicode_IS_COMPACT_ASCII(s):
+    if type(s) is not str or not PyUnicode_IS_COMPACT_ASCII(s):
         return None
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(s), i
     cdef const uint8_t *p = <const uint8_t *>PyUnicode_1BYTE_DATA(s)
@@ -190,7 +190,9 @@ cdef class SendMessage:
                                               _get(ext, "reconsumeTimes"), _get(ext, "batch"))
         else:
             return False
-        if topic is None or group is None or (batch is not None and batch != "false"):
+        # (the codec gives strings only; a command built otherwise takes the Python path)
+        if (type(topic) is not str or group is None or (batch is not None and batch != "false")
+                or (props_s is not None and type(props_s) is not str)):
             return False
         entry = _get(self.entries, topic)
         if entry is None or entry.slow:
