@@ -45,6 +45,7 @@ from .acl import RemotingAclValidator
 from .client_housekeeping import ClientHousekeepingService
 from . import slave_synchronize as _slave_sync
 from ._remoting_codec import FrameDecoder, encode_header
+from ._send_message import SendMessage
 from .codes import (SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
                     UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO,
                     GET_CONSUME_STATS, SEARCH_OFFSET_BY_TIMESTAMP, GET_MAX_OFFSET, GET_MIN_OFFSET,
@@ -87,6 +88,9 @@ MAX_SUSPEND_MS = 30_000
 PEER_WRITE_HIGH = 4 * 1024 * 1024        # a reader this far behind stops this connection's reads (flow control)
 DISPATCH_PACE = 0.001                   # ReputMessageService's sleep between passes
 BATCH_BYTES = 256 * 1024                # answers gathered past this are written before the next request
+# what a put raises for a message it refuses before writing anything (_put's answers)
+SEND_REFUSALS = (TopicNotExistError, NoPermissionError, SubscriptionGroupNotExistError, MessageIllegalError,
+                 IllegalNameError, BrokerRoleError, QueueIdIllegalError, RmqStoreError)
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024    # buffers one writev takes
 
 
@@ -216,6 +220,10 @@ class RemotingServer:
         # a put that waits (SYNC_FLUSH's flush, SYNC_MASTER's slave) runs in the send executor, not the loop
         self._sync = (broker.store_config.flush_disk_type == "SYNC_FLUSH"
                       or broker.store_config.broker_role == "SYNC_MASTER")
+        # the common send in one compiled call (_send_message.pyx); None: every send takes _send's Python
+        self.send_message = None if self._sync else SendMessage(
+            broker.send_entries, broker.send, SEND_REFUSALS, self, self.events.on_messages_in,
+            RemotingConnection._answer_send)
         self.is_slave = broker.store_config.is_slave
         self.slave_read_enable = broker.config.slave_read_enable
         self.offset_check_in_slave = broker.store_config.offset_check_in_slave
@@ -640,6 +648,9 @@ class RemotingConnection(asyncio.Protocol):
     # send
 
     def _send(self, cmd) -> None:
+        fast = self.server.send_message
+        if fast is not None and fast.send(self, cmd):
+            return
         ext = cmd.ext_fields
         if cmd.code != SEND_MESSAGE:
             ext = {V2_NAMES.get(k, k): v for k, v in ext.items()}
