@@ -88,9 +88,15 @@ MAX_SUSPEND_MS = 30_000
 PEER_WRITE_HIGH = 4 * 1024 * 1024        # a reader this far behind stops this connection's reads (flow control)
 DISPATCH_PACE = 0.001                   # ReputMessageService's sleep between passes
 BATCH_BYTES = 256 * 1024                # answers gathered past this are written before the next request
-# what a put raises for a message it refuses before writing anything (_put's answers)
-SEND_REFUSALS = (TopicNotExistError, NoPermissionError, SubscriptionGroupNotExistError, MessageIllegalError,
-                 IllegalNameError, BrokerRoleError, QueueIdIllegalError, RmqStoreError)
+# what a put raises for a message it refuses before writing anything, and the answer's code (_put; the first
+# class that matches: RmqStoreError last, it is the others' base). BrokerRoleError (a SLAVE's store) is answered
+# SERVICE_NOT_AVAILABLE with SendMessageProcessor.handlePutMessageResult's remark.
+SEND_REFUSAL_CODES = ((TopicNotExistError, TOPIC_NOT_EXIST), (NoPermissionError, NO_PERMISSION),
+                      (SubscriptionGroupNotExistError, SUBSCRIPTION_GROUP_NOT_EXIST),
+                      (MessageIllegalError, MESSAGE_ILLEGAL), (IllegalNameError, MESSAGE_ILLEGAL),
+                      (BrokerRoleError, SERVICE_NOT_AVAILABLE), (QueueIdIllegalError, SYSTEM_ERROR),
+                      (RmqStoreError, SYSTEM_ERROR))
+SEND_REFUSALS = tuple(cls for cls, _code in SEND_REFUSAL_CODES)
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024    # buffers one writev takes
 
 
@@ -698,20 +704,11 @@ class RemotingConnection(asyncio.Protocol):
     def _put(self, put, arg):
         try:
             return put(arg)
-        except TopicNotExistError as e:
-            raise Refusal(TOPIC_NOT_EXIST, str(e)) from None
-        except NoPermissionError as e:
-            raise Refusal(NO_PERMISSION, str(e)) from None
-        except SubscriptionGroupNotExistError as e:
-            raise Refusal(SUBSCRIPTION_GROUP_NOT_EXIST, str(e)) from None
-        except (MessageIllegalError, IllegalNameError) as e:
-            raise Refusal(MESSAGE_ILLEGAL, str(e)) from None
-        except BrokerRoleError:
-            # a SLAVE's store refuses puts; RocketMQ's broker answers SERVICE_NOT_AVAILABLE (the store's status)
-            # with SendMessageProcessor.handlePutMessageResult's remark
-            raise Refusal(SERVICE_NOT_AVAILABLE, service_not_available_remark(self.broker.store.path)) from None
-        except (QueueIdIllegalError, RmqStoreError) as e:
-            raise Refusal(SYSTEM_ERROR, str(e)) from None
+        except SEND_REFUSALS as e:
+            code = next(c for cls, c in SEND_REFUSAL_CODES if isinstance(e, cls))
+            if code == SERVICE_NOT_AVAILABLE:
+                raise Refusal(code, service_not_available_remark(self.broker.store.path)) from None
+            raise Refusal(code, str(e)) from None
 
     def _answer_send(self, cmd, result, arg) -> None:
         results = result if isinstance(result, list) else [result]
