@@ -12,11 +12,8 @@ the report of the master's end, so neither side's start-up (a JVM's, a Python's)
 - Java slave ← rmqcore master: `rmqcore serve --remoting` on the copy, a Java slave;
 - rmqcore slave ← Java master: the Java master, `rmqcore serve` as SLAVE.
 
-SYNC_MASTER sends (``sync_master_rows``): the harness's Java `Bench` (RocketMQ 4.9.7's producer; phases sync1 and
-sync8, 1 KiB bodies; each send answered once the slave has it) against a Java SYNC_MASTER + Java slave with a Java
-name server, and against `rmqcore serve` as SYNC_MASTER (its embedded name server) + the same Java slave. Each pair
-starts on fresh stores; the Bench starts once a probe send is acknowledged (the slave connected). ``--quick``: 2,000
-sends per phase; full: 20,000.
+SYNC_MASTER sends (``sync_master_rows``, the section at the end): the harness's Java `Bench` from 8 threads and from
+1 against Java SYNC_MASTER + Java SLAVE, rmqcore SYNC_MASTER + Java SLAVE and Java SYNC_MASTER + rmqcore SLAVE.
 
 Needs the JDK and the harness build (tests/java_util.py: $RMQCORE_JBROKER_BUILD, default ~/.cache/rmqcore/jbroker,
 made by ../shared/java-broker/prebuilt.sh); without them the row says so. ``--quick``: 30,000 records (~35 MiB) in
@@ -26,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -188,107 +186,6 @@ def run(quick: bool = False) -> list[tuple[str, str, str, str]]:
     return catch_up_rows(quick) + sync_master_rows(quick)
 
 
-def _probe_send(addr: str, deadline_s: float = 90.0) -> None:
-    """One SEND_MESSAGE_V2 (310) to the master, again until it answers SUCCESS: the slave connected and acknowledged."""
-    from rmqcore.remoting import remoting_command as rc
-    host, port = addr.rsplit(":", 1)
-    ext = {"a": "ha_probe", "b": "ha_probe", "c": "TBW102", "d": "4", "e": "0", "f": "0",
-           "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false", "m": "false"}
-    end = time.monotonic() + deadline_s
-    code = None
-    while time.monotonic() < end:
-        try:
-            with socket.create_connection((host, int(port)), timeout=10) as s:
-                s.sendall(rc.encode_request(rc.RemotingCommand(310, "JAVA", 407, 1, 0, None, ext, rc.JSON, b"probe")))
-                buf = b""
-                while True:
-                    data = s.recv(1 << 16)
-                    if not data:
-                        raise ConnectionError(f"{addr} closed")
-                    buf += data
-                    cmds, _ = rc.decode_frames(buf)
-                    if cmds:
-                        code = cmds[0].code
-                        break
-            if code == 0:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"no acknowledged probe send to {addr} in {deadline_s} s (last code {code})")
-
-
-def _bench(harness, build, run_dir, ns, n) -> dict:
-    env = {**os.environ, "BUILD": build, "RUN_DIR": run_dir, "CLIENT_HEAP": "256m"}
-    r = subprocess.run(["bash", os.path.join(harness, "run.sh"), "bench", f"ns={ns}", "phases=sync1,syncN",
-                        f"n={n}", "warm=200", "queues=4", "size=1024", "threads=8"], env=env, capture_output=True,
-                       text=True, timeout=600)
-    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if r.returncode != 0 or line is None:
-        raise RuntimeError(f"Bench: {r.stdout[-1500:]} {r.stderr[-1500:]}")
-    return json.loads(line[len("RESULT "):])
-
-
-def sync_master_rows(quick: bool = False) -> list[tuple[str, str, str, str]]:
-    """The Java Bench's SYNC_MASTER send rate: rmqcore master + Java slave against Java master + Java slave."""
-    harness, build = _build()
-    if harness is None:
-        return [("SYNC_MASTER sends (ha)", "-", "", NOT_RUN)]
-    n, file_size = (2_000, 64 * MiB) if quick else (20_000, 256 * MiB)
-    cp = os.path.join(build, "classes") + ":" + open(os.path.join(build, "cp.txt")).read().strip()
-    base = tempfile.mkdtemp(prefix="rmqcore-ha-sync-bench-")
-    procs: list = []
-    res = {}
-    try:
-        ns_port, mport = _ports(), _ports()
-        jdir = os.path.join(base, "jns")
-        procs.append(_Java(cp, jdir, {"listenPort": ns_port, "kvConfigPath": f"{jdir}/kv.json",
-                                      "configStorePath": f"{jdir}/namesrv.properties"}, build,
-                           "org.apache.rocketmq.namesrv.NamesrvStartup"))
-        mdir = os.path.join(base, "jmaster")
-        procs.append(_Java(cp, mdir, {
-            "brokerClusterName": "HaBench", "brokerName": "broker-a", "brokerId": 0, "brokerRole": "SYNC_MASTER",
-            "namesrvAddr": f"127.0.0.1:{ns_port}", "brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1",
-            "listenPort": mport, "storePathRootDir": f"{mdir}/store", "storePathCommitLog": f"{mdir}/store/commitlog",
-            "mappedFileSizeCommitLog": file_size, "autoCreateTopicEnable": "true",
-            # a shared 2-core machine: the default 200 ms in the send queue refuses sends (TIMEOUT_CLEAN_QUEUE)
-            "waitTimeMillsInSendQueue": 5000}, build))
-        js, _ = _java_slave(cp, build, os.path.join(base, "jslave1"), f"127.0.0.1:{mport + 1}", file_size)
-        procs.append(js)
-        _probe_send(f"127.0.0.1:{mport}")
-        res["java"] = _bench(harness, build, os.path.join(base, "bench1"), f"127.0.0.1:{ns_port}", n)
-        for p in reversed(procs):
-            p.stop()
-        procs.clear()
-
-        rport, rns = _ports(), _ports()
-        rm = _rmqcore(os.path.join(base, "rmaster"), {
-            "brokerClusterName": "HaBench", "brokerName": "broker-r", "brokerRole": "SYNC_MASTER",
-            "brokerIP1": "127.0.0.1", "listenPort": str(rport), "mappedFileSizeCommitLog": str(file_size)},
-            os.path.join(base, "rmaster.log"), rport, ("--namesrv", f"127.0.0.1:{rns}"))
-        procs.append(rm)
-        js, _ = _java_slave(cp, build, os.path.join(base, "jslave2"), f"127.0.0.1:{rport + 1}", file_size)
-        procs.append(js)
-        _probe_send(f"127.0.0.1:{rport}")
-        res["rmqcore"] = _bench(harness, build, os.path.join(base, "bench2"), f"127.0.0.1:{rns}", n)
-    finally:
-        for p in reversed(procs):
-            if isinstance(p, _Java):
-                p.stop()
-            else:
-                _stop(p)
-        shutil.rmtree(base, ignore_errors=True)
-    rows = []
-    for phase, label in (("sync1", "1 thread"), ("sync8", "8 threads")):
-        base_rate = res["java"][phase]["msgs_per_s"]
-        rate = res["rmqcore"][phase]["msgs_per_s"]
-        rows.append((f"SYNC_MASTER sends, Java Bench {label}, Java master + Java slave ({n:,} × 1 KiB)",
-                     f"{base_rate:,.0f}", "msg/s", "the Java pair, the reference for the row below"))
-        rows.append((f"SYNC_MASTER sends, Java Bench {label}, rmqcore master + Java slave", f"{rate:,.0f}", "msg/s",
-                     f"{rate / base_rate:.2f}× the Java pair (aim ≥ 1×)"))
-    return rows
-
-
 def catch_up_rows(quick: bool = False) -> list[tuple[str, str, str, str]]:
     harness, build = _build()
     if harness is None:
@@ -362,3 +259,176 @@ def catch_up_rows(quick: bool = False) -> list[tuple[str, str, str, str]]:
                 _stop(p)
         subprocess.run(["bash", sh, "stop"], env=env, capture_output=True, timeout=120)
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- SYNC_MASTER sends ----------------------------------------------------------------------------------------------
+# The harness's Java `Bench` (RocketMQ 4.9.7's DefaultMQProducer, retryTimesWhenSendFailed 0, so a
+# FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE answer is returned to Bench, not retried) against a SYNC_MASTER whose
+# slave must have each record before the send is answered (CommitLog.submitReplicaRequest / GroupTransferService in
+# 4.9.7). One Java name server; the master registers with it (Bench finds it there); the slave is given
+# haMasterAddress, as in the catch-up rows. ASYNC_FLUSH on every broker: the rows compare replication, not disk
+# flush.
+
+SYNC_PAIRS = (("jj", "Java SYNC_MASTER + Java SLAVE"), ("rj", "rmqcore SYNC_MASTER + Java SLAVE"),
+              ("jr", "Java SYNC_MASTER + rmqcore SLAVE"))
+_SYNC_CONF = {"brokerClusterName": "HaSyncBench", "brokerName": "broker-a", "flushDiskType": "ASYNC_FLUSH",
+              "brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1", "autoCreateTopicEnable": "true"}
+# the Java broker only (rmqcore's remoting front has no send-queue timeout): a send waiting longer than this in the
+# send queue is refused (SYSTEM_BUSY), 200 ms by default; raised so that a loaded 2-core machine's refusals do not
+# count as the pair's failures
+_SYNC_JAVA_CONF = {"waitTimeMillsInSendQueue": "5000"}
+
+
+class _Rmqcore:
+    """`rmqcore serve --remoting` (``_rmqcore``) with the ``pid`` Bench reads the server's CPU from."""
+
+    def __init__(self, store, conf, log_path, port):
+        self.proc = _rmqcore(store, conf, log_path, port)
+        self.pid = self.proc.pid
+
+    def stop(self):
+        _stop(self.proc)
+
+
+def _sync_broker(kind, role, cp, build, run_dir, ns, file_size, ha_master=None):
+    """A Java ("j") or rmqcore ("r") broker of the pair (``role``: a master's, or SLAVE): (its process, its remoting
+    address)."""
+    port = _ports()
+    conf = {**_SYNC_CONF, "brokerRole": role, "brokerId": 1 if role == "SLAVE" else 0, "listenPort": port,
+            "mappedFileSizeCommitLog": file_size}
+    if role != "SLAVE":
+        conf["namesrvAddr"] = ns
+    else:
+        conf["haMasterAddress"] = ha_master
+    if kind == "j":
+        conf.update(storePathRootDir=f"{run_dir}/store", storePathCommitLog=f"{run_dir}/store/commitlog",
+                    **_SYNC_JAVA_CONF)
+        proc = _Java(cp, run_dir, conf, build)
+        proc.pid = proc.proc.pid
+    else:
+        os.makedirs(run_dir, exist_ok=True)
+        proc = _Rmqcore(os.path.join(run_dir, "store"), {k: str(v) for k, v in conf.items()},
+                        os.path.join(run_dir, "serve.log"), port)
+    return proc, f"127.0.0.1:{port}"
+
+
+def _sync_bench(harness, build, run_dir, ns, pid, threads, n, warm, timeout_s) -> dict:
+    """One Bench run: ``threads`` 1 -> its sync1 phase (stops at the first answer that is not SEND_OK, which it
+    prints), else syncN (counts them); {"msgs", "errors", "msgs_per_s", "p50_us", "p99_us", ..., "failure"}."""
+    phase = "sync1" if threads == 1 else "syncN"
+    env = {**os.environ, "BUILD": build, "RUN_DIR": run_dir, "CLIENT_HEAP": "256m"}
+    os.makedirs(run_dir, exist_ok=True)
+    out_path, err_path = os.path.join(run_dir, "bench.out"), os.path.join(run_dir, "bench.err")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        # run.sh execs java: this pid is the JVM's
+        p = subprocess.Popen(["bash", os.path.join(harness, "run.sh"), "java", "Bench", f"ns={ns}",
+                              f"broker_pid={pid}", f"phases={phase}", f"n={n}", f"warm={warm}",
+                              f"threads={threads}", "queues=4", "size=1024", f"timeout_s={timeout_s}"],
+                             env=env, stdout=out, stderr=err, text=True)
+    deadline = time.monotonic() + timeout_s + 120
+    failed = None
+    while p.poll() is None:
+        # Bench's main throws on a warm-up or sync1 answer that is not SEND_OK (IllegalStateException naming the
+        # SendResult); the producer's non-daemon threads then keep the JVM up: stop it, with what it said
+        said = open(err_path).read()
+        if 'Exception in thread "main"' in said:
+            time.sleep(0.5)             # the rest of the stack trace
+            failed = open(err_path).read()
+        elif time.monotonic() > deadline:
+            failed = f"Bench did not end in {timeout_s + 120} s"
+        if failed is not None:
+            p.kill()
+            break
+        time.sleep(0.2)
+    p.wait(30)
+    text = open(out_path).read()
+    line = next((ln for ln in text.splitlines() if ln.startswith("RESULT ")), None)
+    if failed is not None or line is None:
+        said = failed or (text + open(err_path).read())
+        why = next((ln for ln in said.splitlines() if "sendStatus=" in ln or "Exception" in ln), said[-300:])
+        m = re.search(r"([\w-]+): SendResult \[sendStatus=(\w+)", why)
+        return {"msgs": 0, "errors": 1, "msgs_per_s": 0.0,
+                "failure": f"{m[1]} send answered {m[2]}" if m else why.strip()[:300]}
+    res = json.loads(line[len("RESULT "):])
+    return res["sync1" if threads == 1 else f"sync{threads}"]
+
+
+def _replicated(master: str, slave: str, timeout: float = 60.0) -> tuple[int, int]:
+    """(master's max offset, slave's) once the slave reached it, or at ``timeout``."""
+    end = _max_offset(master)
+    deadline = time.monotonic() + timeout
+    while (off := _max_offset(slave)) < end and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return end, off
+
+
+def sync_master_rows(quick: bool = False) -> list[tuple[str, str, str, str]]:
+    """The rows of the SYNC_MASTER sends: each pair of SYNC_PAIRS, Bench with 8 threads then 1 thread."""
+    harness, build = _build()
+    if harness is None:
+        return [("SYNC_MASTER sends (ha)", "-", "", NOT_RUN)]
+    # n per Bench phase; timeout_s caps a slow pair's phase (its rate is then over the sends it made)
+    n8, n1, warm, timeout_s = (6_000, 1_500, 500, 20) if quick else (40_000, 8_000, 3_000, 60)
+    file_size = 128 * MiB
+    cp = os.path.join(build, "classes") + ":" + open(os.path.join(build, "cp.txt")).read().strip()
+    base = tempfile.mkdtemp(prefix="rmqcore-ha-sync-bench-")
+    procs: list = []
+    res = {}
+    try:
+        ns_port = _ports()
+        procs.append(_Java(cp, os.path.join(base, "ns"), {"listenPort": ns_port,
+                                                         "kvConfigPath": f"{base}/ns/kv.json",
+                                                         "configStorePath": f"{base}/ns/namesrv.properties"},
+                           build, main="org.apache.rocketmq.namesrv.NamesrvStartup"))
+        ns = f"127.0.0.1:{ns_port}"
+        for key, _ in SYNC_PAIRS:
+            d = os.path.join(base, key)
+            master, maddr = _sync_broker(key[0], "SYNC_MASTER", cp, build, d + "-master", ns, file_size)
+            procs.append(master)
+            mport = int(maddr.rsplit(":", 1)[1])
+            slave, saddr = _sync_broker(key[1], "SLAVE", cp, build, d + "-slave", ns, file_size,
+                                        ha_master=f"127.0.0.1:{mport + 1}")
+            procs.append(slave)
+            out = res[key] = {}
+            # a fresh pair's first put creates the first commitlog file on both sides (the Java broker's 128 MiB
+            # mapping and its slave's take seconds on a loaded machine: the Java pair's first send was answered
+            # FLUSH_SLAVE_TIMEOUT in 3 runs of 5, and Bench's warm-up stops at it): one send first, again until
+            # SEND_OK (3 tries), what it was answered shown in the rows
+            out["primed"] = []
+            for _ in range(3):
+                first = _sync_bench(harness, build, d + f"-prime{len(out['primed'])}", ns, master.pid, 1, 1, 0, 30)
+                if "failure" not in first:
+                    break
+                out["primed"].append(first["failure"])
+            for threads, n in ((8, n8), (1, n1)):
+                out[threads] = _sync_bench(harness, build, d + f"-bench{threads}", ns, master.pid, threads, n, warm,
+                                           timeout_s)
+            out["offsets"] = _replicated(maddr, saddr)
+            for p in (slave, master):
+                p.stop()
+                procs.remove(p)
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    rows = []
+    for threads in (8, 1):
+        ref = res["jj"][threads]["msgs_per_s"]
+        for key, label in SYNC_PAIRS:
+            ph = res[key][threads]
+            m_end, s_end = res[key]["offsets"]
+            checks = [f"{ph['msgs']:,} sends, {ph.get('errors', 0)} not SEND_OK"
+                      + (f" ({ph['failure']})" if "failure" in ph else ""),
+                      "slave at master's max offset" if s_end >= m_end else
+                      f"slave NOT caught up: {s_end:,} of {m_end:,}"]
+            if res[key]["primed"]:
+                checks.append(f"the pair's first send(s) before Bench: {'; '.join(res[key]['primed'])}")
+            if ph.get("p50_us") is not None:
+                checks.append(f"p50/p99 {ph['p50_us'] / 1e3:.1f}/{ph['p99_us'] / 1e3:.1f} ms")
+            if ph.get("broker_cpu_pct", -1) >= 0:
+                checks.append(f"master CPU {ph['broker_cpu_pct']} %")
+            vs = "the reference pair" if key == "jj" else (f"{ph['msgs_per_s'] / ref:.2f}× the Java pair" if ref
+                                                           else "the Java pair failed")
+            rows.append((f"SYNC_MASTER sends, {label} (Java Bench, {threads} thread{'s' * (threads > 1)}, 1 KiB, "
+                         "ASYNC_FLUSH)", f"{ph['msgs_per_s']:,.0f}", "msg/s", f"{vs}; " + "; ".join(checks)))
+    return rows
