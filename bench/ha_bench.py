@@ -216,6 +216,11 @@ def catch_up_rows(quick: bool = False) -> list[tuple[str, str, str, str]]:
                            timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"harness restart: {r.stdout[-1500:]} {r.stderr[-1500:]}")
+        # the restarted master answers once it is up (-1 before: the harness's start returns when its port is
+        # open, the runtime info may come a moment later); its end is the one the Bench left
+        deadline = time.monotonic() + 60
+        while _max_offset(f"127.0.0.1:{bp}") < 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert _max_offset(f"127.0.0.1:{bp}") == end
         res = {}
         js, saddr = _java_slave(cp, build, os.path.join(base, "jslave1"), f"127.0.0.1:{bp + 1}", file_size)
