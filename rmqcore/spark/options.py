@@ -2,6 +2,12 @@
 Below both sources, so neither imports the other for them."""
 from __future__ import annotations
 
+# Default splitSize (both sources cut tasks by it). Every task costs Spark ~65 ms of CPU whatever it reads (measured
+# on PySpark 4.3, 2 vCPUs: ~40 ms in the JVM, ~25 ms in the Python worker; see bench/README, issue 13), about what
+# rmqcore's decoder spends on 64 MiB of full rows or 300 MiB of narrow ones. 128 MiB halves that overhead against
+# 64 MiB and still gives a 1 GiB segment eight tasks.
+DEFAULT_SPLIT_SIZE = 128 << 20
+
 def _bool(v, default: bool) -> bool:
     if v is None:
         return default

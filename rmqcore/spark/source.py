@@ -59,7 +59,7 @@ from .arrow import SegmentRead, iter_segment_batches
 from . import fs
 from .layout import (check_not_live, dispatched_end, index_positions, list_segments, parse_stores, parse_time,
                      prune_by_queues, prune_by_time, snapshot_end, split_ranges)
-from .options import _bool, _csv, _ints, parse_size  # noqa: F401  (also read by the stream source)
+from .options import DEFAULT_SPLIT_SIZE, _bool, _csv, _ints, parse_size  # noqa: F401  (also read by the stream source)
 from .schema import DDL, arrow_schema
 from .writer import RocketMQStoreWriter
 
@@ -67,12 +67,6 @@ log = logging.getLogger("rmqcore.spark")
 
 FORMAT = "rocketmq-store"
 PUSHDOWN_FORMAT = "rocketmq-store-pushdown"
-
-# Default splitSize. Every task costs Spark ~65 ms of CPU whatever it reads (measured on PySpark 4.3, 2 vCPUs:
-# ~40 ms in the JVM, ~25 ms in the Python worker; see bench/README, issue 13), about what rmqcore's decoder
-# spends on 64 MiB of full rows or 300 MiB of narrow ones. 128 MiB halves that overhead against 64 MiB and still
-# gives a 1 GiB segment eight tasks.
-DEFAULT_SPLIT_SIZE = 128 << 20
 
 
 @dataclass

@@ -57,8 +57,8 @@ from .._codec import java_hash_code
 from . import fs
 from .arrow import SegmentRead, iter_segment_batches
 from .layout import is_segment_name, lock_held, parse_stores
+from .options import DEFAULT_SPLIT_SIZE
 from .schema import arrow_schema
-from .source import DEFAULT_SPLIT_SIZE
 
 log = logging.getLogger("rmqcore.spark.stream")
 
