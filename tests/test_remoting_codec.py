@@ -86,6 +86,46 @@ def test_json_headers_of_any_shape(h):
     _both(struct.pack(">iI", 4 + len(header), len(header)) + header)
 
 
+# The compiled decoder reads the common header shape in one pass and leaves every other header to json.loads
+# (_remoting_codec._json_fast): headers written every way a client may write them, and the border cases of that
+# pass, decode as the reference decodes them, errors included.
+any_texts = st.text(max_size=10) | st.sampled_from(["KEYS\x01k0\x02UNIQ_KEY\x01FD00\x02WAIT\x01true", "\ud83d\ude00",
+                                                    "a\"b\\c/", "\x00\x1f\x7f", "é€𝄞"])
+header_values = st.none() | st.booleans() | st.integers(-(1 << 32), 1 << 32) | any_texts | st.floats(allow_nan=False)
+headers = st.fixed_dictionaries(
+    {"code": st.integers(-(1 << 31) - 2, (1 << 31) + 1) | header_values},
+    optional={"language": st.sampled_from(["JAVA", "CPP", "PYTHON"]) | header_values,
+              "version": st.integers(-5, 500) | header_values, "opaque": int32 | header_values,
+              "flag": st.integers(0, 3) | header_values, "remark": any_texts | header_values,
+              "serializeTypeCurrentRPC": st.just("JSON") | header_values,
+              "extFields": st.none() | st.dictionaries(any_texts, any_texts | header_values, max_size=6)})
+
+
+@given(headers, st.booleans(), st.sampled_from([(",", ":"), (", ", ": "), (" ,\n", " :\t")]), st.booleans())
+def test_json_headers_as_any_client_writes_them(h, ascii_only, separators, padded):
+    header = json.dumps(h, ensure_ascii=ascii_only, separators=separators)
+    if padded:
+        header = f" \r\n{header}\t "
+    raw = header.encode("utf-8", "surrogatepass")
+    _both(struct.pack(">iI", 4 + len(raw), len(raw)) + raw)
+
+
+@pytest.mark.parametrize("header", [
+    b'{"code":310,"extFields":{"a":"x","a":"y"},"extFields":{"b":"z"},"code":11}',      # the last wins
+    b'{"code":01}', b'{"code":-0}', b'{"code":1.0}', b'{"code":1e2}', b'{"code":2147483648}',
+    b'{"code":-2147483649}', b'{"code":99999999999999999999}', b'{"code":"310"}', b'{"code":null}',
+    b'{"code":1,"extFields":{"k":"\\ud800"}}', b'{"code":1,"extFields":{"k":"\\udc00x"}}',
+    b'{"code":1,"extFields":{"k":"\\ud83d\\ude00\\u00e9\\u20ac\\u0001\\n\\/"}}',
+    b'{"code":1,"extFields":{"k":"\\x"}}', b'{"code":1,"extFields":{"k":"\\u12"}}',
+    b'{"code":1,"other":"\xff"}', b'{"code":1,"other":"\xed\xa0\x80"}', b'{"code":1,"remark":"\xc3\xa9"}',
+    b'{"code":1,"extFields":{"k":null,"j":1,"t":true}}', b'{"code":1,"extFields":{}}', b'{"code":1,}',
+    b'{"code":1} x', b'{"code":1', b'{"code" 1}', b'{"code":1,"language":null,"remark":null}',
+    b'{"code":1,"other":{"x":[1,2]}}', b'{"\\u0063ode":1}', b'{}', b' {"code":1} ', b'{"code":1,"k":"a\tb"}',
+])
+def test_json_header_borders(header):
+    _both(struct.pack(">iI", 4 + len(header), len(header)) + header)
+
+
 @given(st.sampled_from([ref.JSON, ref.ROCKETMQ]), st.integers(0, 400), int32, st.integers(0, 3),
        st.none() | texts, ext_maps, st.integers(0, 1000))
 def test_answers_are_written_alike_and_read_back(stype, code, opaque, flag, remark, ext, body_len):

@@ -10,14 +10,15 @@ type and header in one buffer (the body, a pull's records, is written after it b
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
 
 
 cdef extern from "Python.h":
     bint PyUnicode_IS_COMPACT_ASCII(object o)
     void* PyUnicode_1BYTE_DATA(object o)
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 import json
 
@@ -118,7 +119,336 @@ cdef object _json_object(const uint8_t* p, Py_ssize_t n):
         raise FrameError(f"header is not JSON: {e}") from None
 
 
+# -- the common JSON header, read in one pass ------------------------------------------------------------------
+# A client's header is a flat object: ints, strings, and extFields, an object of strings. _json_fast reads exactly
+# that shape straight from the bytes into the command (no text object for the whole header, no dict for it, no
+# second dict for extFields). Anything else -- an escape, a control character, a float, a nested value it does not
+# expect, bytes that are not strict UTF-8, an int out of range, a missing code -- makes it give up having set
+# nothing the caller keeps, and the header takes the general path below, whose results and errors are json.loads'
+# own. So both paths give equal commands for every header the fast one takes (tests/test_remoting_codec.py).
+
+cdef enum:
+    F_CODE = 1
+    F_LANGUAGE = 2
+    F_VERSION = 4
+    F_OPAQUE = 8
+    F_FLAG = 16
+    F_REMARK = 32
+
+
+cdef inline Py_ssize_t _ws(const uint8_t* p, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    while i < n and (p[i] == 0x20 or p[i] == 0x0A or p[i] == 0x0D or p[i] == 0x09):
+        i += 1
+    return i
+
+
+cdef inline Py_ssize_t _string_end(const uint8_t* p, Py_ssize_t i, Py_ssize_t n, int* kind) noexcept nogil:
+    """``p[i]`` follows an opening quote: the index of the closing quote, or -1 for a string the fast path leaves
+    (a control character, no end). ``kind``: 0 ASCII without escapes, 1 other bytes without escapes, 2 escapes
+    (fastjson writes the properties' separators \\u0001 and \\u0002 so)."""
+    cdef uint8_t c
+    cdef int k = 0
+    while i < n:
+        c = p[i]
+        if c == 0x22:
+            kind[0] = k
+            return i
+        if c == 0x5C:
+            k = 2
+            i += 2
+            continue
+        if c < 0x20:
+            return -1
+        if c >= 0x80 and k == 0:
+            k = 1
+        i += 1
+    return -1
+
+
+cdef inline int _hex4(const uint8_t* p) noexcept nogil:
+    cdef int v = 0, i, d
+    cdef uint8_t c
+    for i in range(4):
+        c = p[i]
+        if 0x30 <= c <= 0x39:
+            d = c - 0x30
+        elif 0x61 <= c <= 0x66:
+            d = c - 0x61 + 10
+        elif 0x41 <= c <= 0x46:
+            d = c - 0x41 + 10
+        else:
+            return -1
+        v = (v << 4) | d
+    return v
+
+
+cdef Py_ssize_t _unescape(const uint8_t* p, Py_ssize_t n, uint8_t* out) noexcept nogil:
+    """A string's bytes with JSON's escapes undone, as UTF-8 into ``out`` (never longer than ``p``): its length, or
+    -1 for an escape JSON does not have or a lone surrogate (the general path's to read or refuse)."""
+    cdef Py_ssize_t i = 0, o = 0
+    cdef int u, lo
+    cdef uint8_t c
+    while i < n:
+        c = p[i]
+        if c != 0x5C:
+            out[o] = c
+            o += 1
+            i += 1
+            continue
+        if i + 1 >= n:
+            return -1
+        c = p[i + 1]
+        i += 2
+        if c == 0x22 or c == 0x5C or c == 0x2F:
+            out[o] = c
+        elif c == 0x62:
+            out[o] = 0x08
+        elif c == 0x66:
+            out[o] = 0x0C
+        elif c == 0x6E:
+            out[o] = 0x0A
+        elif c == 0x72:
+            out[o] = 0x0D
+        elif c == 0x74:
+            out[o] = 0x09
+        elif c == 0x75:
+            if i + 4 > n:
+                return -1
+            u = _hex4(p + i)
+            if u < 0:
+                return -1
+            i += 4
+            if 0xDC00 <= u <= 0xDFFF:
+                return -1
+            if 0xD800 <= u <= 0xDBFF:
+                if i + 6 > n or p[i] != 0x5C or p[i + 1] != 0x75:
+                    return -1
+                lo = _hex4(p + i + 2)
+                if lo < 0xDC00 or lo > 0xDFFF:
+                    return -1
+                i += 6
+                u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00)
+            if u < 0x80:
+                out[o] = u
+            elif u < 0x800:
+                out[o] = 0xC0 | (u >> 6)
+                out[o + 1] = 0x80 | (u & 0x3F)
+                o += 1
+            elif u < 0x10000:
+                out[o] = 0xE0 | (u >> 12)
+                out[o + 1] = 0x80 | ((u >> 6) & 0x3F)
+                out[o + 2] = 0x80 | (u & 0x3F)
+                o += 2
+            else:
+                out[o] = 0xF0 | (u >> 18)
+                out[o + 1] = 0x80 | ((u >> 12) & 0x3F)
+                out[o + 2] = 0x80 | ((u >> 6) & 0x3F)
+                out[o + 3] = 0x80 | (u & 0x3F)
+                o += 3
+        else:
+            return -1
+        o += 1
+    return o
+
+
+cdef object _utf8_or_none(const uint8_t* p, Py_ssize_t n):
+    try:
+        return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+    except UnicodeDecodeError:
+        return None
+
+
+cdef object _fast_str(const uint8_t* p, Py_ssize_t n, int kind):
+    """The string's text; None where the fast path leaves it (see _unescape; bytes that are not strict UTF-8)."""
+    cdef uint8_t small[512]
+    cdef uint8_t* buf
+    cdef Py_ssize_t m
+    if kind == 0:
+        return PyUnicode_DecodeASCII(<const char*>p, n, NULL)
+    if kind == 1:
+        return _utf8_or_none(p, n)
+    if n <= 512:
+        buf = &small[0]
+    else:
+        buf = <uint8_t*>PyMem_Malloc(n)
+    if buf == NULL:
+        raise MemoryError()
+    m = _unescape(p, n, buf)
+    text = _utf8_or_none(buf, m) if m >= 0 else None
+    if buf != &small[0]:
+        PyMem_Free(buf)
+    return text
+
+
+cdef inline Py_ssize_t _fast_int(const uint8_t* p, Py_ssize_t i, Py_ssize_t n, long long* out) noexcept nogil:
+    """A JSON integer at ``p[i]`` within [INT_MIN, INT_MAX]: the index after it, or -1 (a fraction, an exponent,
+    a leading zero, out of range: the general path's to read or refuse)."""
+    cdef bint neg = False
+    cdef long long v = 0
+    cdef Py_ssize_t start
+    if i < n and p[i] == 0x2D:
+        neg = True
+        i += 1
+    start = i
+    while i < n and 0x30 <= p[i] <= 0x39:
+        v = v * 10 + (p[i] - 0x30)
+        i += 1
+        if i - start > 10:
+            return -1
+    if i == start or (p[start] == 0x30 and i - start > 1):
+        return -1
+    if i < n and (p[i] == 0x2E or p[i] == 0x65 or p[i] == 0x45):
+        return -1
+    if neg:
+        v = -v
+    if v < INT_MIN or v > INT_MAX:
+        return -1
+    out[0] = v
+    return i
+
+
+cdef inline bint _key_is(const uint8_t* p, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept nogil:
+    return n == m and memcmp(p, name, m) == 0
+
+
+cdef Py_ssize_t _fast_ext(const uint8_t* p, Py_ssize_t i, Py_ssize_t n, dict ext) except -2:
+    """extFields' object at ``p[i]`` (after its ``{``) into ``ext``: the index after its ``}``, or -1."""
+    cdef Py_ssize_t ks, ke, vs, ve
+    cdef int ka, va
+    i = _ws(p, i, n)
+    if i < n and p[i] == 0x7D:
+        return i + 1
+    while True:
+        if i >= n or p[i] != 0x22:
+            return -1
+        ks = i + 1
+        ke = _string_end(p, ks, n, &ka)
+        if ke < 0:
+            return -1
+        i = _ws(p, ke + 1, n)
+        if i >= n or p[i] != 0x3A:
+            return -1
+        i = _ws(p, i + 1, n)
+        if i < n and p[i] == 0x22:
+            vs = i + 1
+            ve = _string_end(p, vs, n, &va)
+            if ve < 0:
+                return -1
+            key = _fast_str(p + ks, ke - ks, ka)
+            value = _fast_str(p + vs, ve - vs, va)
+            if key is None or value is None:
+                return -1
+            ext[key] = value
+            i = ve + 1
+        else:
+            return -1           # null (fastjson leaves null fields out), a number, a boolean: the general path's
+        i = _ws(p, i, n)
+        if i < n and p[i] == 0x2C:
+            i = _ws(p, i + 1, n)
+            continue
+        if i < n and p[i] == 0x7D:
+            return i + 1
+        return -1
+
+
+cdef bint _json_fast(RemotingCommand cmd, const uint8_t* p, Py_ssize_t n) except -1:
+    """The header's fields into ``cmd`` if it has the common shape (see above): True; else False."""
+    cdef Py_ssize_t i = _ws(p, 0, n), ks, ke, vs, ve
+    cdef int ka, va
+    cdef long long v
+    cdef int seen = 0
+    cdef long long code = 0, version = 0, opaque = 0, flag = 0
+    cdef object language = None, remark = None
+    cdef dict ext = None
+    if i >= n or p[i] != 0x7B:
+        return False
+    i = _ws(p, i + 1, n)
+    if i < n and p[i] == 0x7D:
+        return False            # {}: no code; the general path names it
+    while True:
+        if i >= n or p[i] != 0x22:
+            return False
+        ks = i + 1
+        ke = _string_end(p, ks, n, &ka)
+        if ke < 0:
+            return False
+        i = _ws(p, ke + 1, n)
+        if i >= n or p[i] != 0x3A:
+            return False
+        i = _ws(p, i + 1, n)
+        if i >= n:
+            return False
+        if _key_is(p + ks, ke - ks, b"extFields", 9):
+            if p[i] != 0x7B:
+                return False
+            ext = {}
+            i = _fast_ext(p, i + 1, n, ext)
+            if i < 0:
+                return False
+        elif p[i] == 0x22:
+            vs = i + 1
+            ve = _string_end(p, vs, n, &va)
+            if ve < 0:
+                return False
+            if _key_is(p + ks, ke - ks, b"language", 8):
+                language = _fast_str(p + vs, ve - vs, va)
+                if language is None:
+                    return False
+                seen |= F_LANGUAGE
+            elif _key_is(p + ks, ke - ks, b"remark", 6):
+                remark = _fast_str(p + vs, ve - vs, va)
+                if remark is None:
+                    return False
+                seen |= F_REMARK
+            elif (_key_is(p + ks, ke - ks, b"code", 4) or _key_is(p + ks, ke - ks, b"version", 7)
+                    or _key_is(p + ks, ke - ks, b"opaque", 6) or _key_is(p + ks, ke - ks, b"flag", 4)):
+                return False    # a string where an int belongs: the general path's error
+            elif ka or (va and _fast_str(p + vs, ve - vs, va) is None):
+                return False    # a field not read here: still text the general path would take
+            i = ve + 1
+        elif p[i] == 0x2D or 0x30 <= p[i] <= 0x39:
+            i = _fast_int(p, i, n, &v)
+            if i < 0:
+                return False
+            if _key_is(p + ks, ke - ks, b"code", 4):
+                code = v
+                seen |= F_CODE
+            elif _key_is(p + ks, ke - ks, b"version", 7):
+                version = v
+                seen |= F_VERSION
+            elif _key_is(p + ks, ke - ks, b"opaque", 6):
+                opaque = v
+                seen |= F_OPAQUE
+            elif _key_is(p + ks, ke - ks, b"flag", 4):
+                flag = v
+                seen |= F_FLAG
+            elif (_key_is(p + ks, ke - ks, b"language", 8) or _key_is(p + ks, ke - ks, b"remark", 6)
+                    or ka):
+                return False
+        else:
+            return False        # null, true, false, an array, an object: the general path's
+        i = _ws(p, i, n)
+        if i < n and p[i] == 0x2C:
+            i = _ws(p, i + 1, n)
+            continue
+        if i < n and p[i] == 0x7D:
+            break
+        return False
+    if _ws(p, i + 1, n) != n or not (seen & F_CODE):
+        return False
+    cmd.code = code
+    cmd.language = language if seen & F_LANGUAGE else "JAVA"
+    cmd.version = version
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.remark = remark
+    cmd.ext_fields = ext if ext is not None else {}
+    return True
+
+
 cdef int _json_header(RemotingCommand cmd, const uint8_t* p, Py_ssize_t n) except -1:
+    if _json_fast(cmd, p, n):
+        return 0
     h = _json_object(p, n)
     if type(h) is not dict:
         raise FrameError(f"header is not a JSON object but {type(h).__name__}")
