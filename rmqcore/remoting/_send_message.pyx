@@ -148,7 +148,7 @@ cdef class SendMessage:
     """One RemotingServer's common send (see the module's docstring). ``entries``: Broker.send_entries; ``send``:
     Broker.send; ``refusals``: what the put raises for a message it refuses before writing anything (the Python
     path answers those); ``server``: the RemotingServer (its wake after a put); ``on_messages_in(topic, sizes)``:
-    ServerEvents'; ``answer_send(conn, cmd, result, msg)``: RemotingConnection._answer_send, for a status other
+    ServerEvents', called by count(); ``answer_send(conn, cmd, result, msg)``: RemotingConnection._answer_send, for a status other
     than PUT_OK."""
     cdef dict entries
     cdef object put
@@ -156,6 +156,7 @@ cdef class SendMessage:
     cdef object server
     cdef object on_messages_in
     cdef object answer_send
+    cdef dict stored                # topic -> [record sizes] stored since the last count()
 
     def __init__(self, dict entries not None, send, tuple refusals not None, server, on_messages_in, answer_send):
         self.entries = entries
@@ -164,6 +165,15 @@ cdef class SendMessage:
         self.server = server
         self.on_messages_in = on_messages_in
         self.answer_send = answer_send
+        self.stored = {}
+
+    def count(self):
+        """Pass what was stored since the last call to ``on_messages_in``, one call a topic: the server calls it
+        after each read's requests (ServerEvents takes a lock a call: one a read, not one a message)."""
+        if self.stored:
+            stored, self.stored = self.stored, {}
+            for topic, sizes in stored.items():
+                self.on_messages_in(topic, sizes)
 
     def send(self, conn, cmd):
         """Store and answer ``cmd`` (on ``conn``, a RemotingConnection) if it is the common send: True; else False,
@@ -238,5 +248,9 @@ cdef class SendMessage:
             else:                   # RemotingConnection._write's common case: the answers of one read, gathered
                 (<list>batch).append(frame)
                 conn._batch_bytes += len(frame)
-        self.on_messages_in(topic, [r.wrote_bytes])
+        sizes = _get(self.stored, topic)
+        if sizes is None:
+            self.stored[topic] = [r.wrote_bytes]
+        else:
+            (<list>sizes).append(r.wrote_bytes)
         return True

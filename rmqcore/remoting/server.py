@@ -514,6 +514,9 @@ class RemotingConnection(asyncio.Protocol):
         brought."""
         self._batch = batch = []
         self._batch_bytes = 0
+        # the common send straight to its compiled call (with an ACL validator, handle checks first and _send
+        # calls it)
+        fast = self.server.send_message if self.validator is None else None
         try:
             for i, cmd in enumerate(commands):
                 if self._closed:
@@ -524,7 +527,8 @@ class RemotingConnection(asyncio.Protocol):
                 if cmd.flag & RESPONSE_FLAG:
                     continue            # an answer to the broker's own oneway requests: nothing waits for one
                 try:
-                    self.handle(cmd)
+                    if fast is None or not fast.send(self, cmd):
+                        self.handle(cmd)
                 except Refusal as r:
                     self.reply(cmd, r.code, remark=r.remark)
                 except Exception as e:       # never let one request end the connection or the server
@@ -538,6 +542,8 @@ class RemotingConnection(asyncio.Protocol):
             self._batch = None
             if batch and not self._closed:
                 self._write_buffers(batch)
+            if self.server.send_message is not None:
+                self.server.send_message.count()    # the read's stored messages into ServerEvents, under one lock
 
     # -- writing ----------------------------------------------------------------------------------------------
 
@@ -655,8 +661,8 @@ class RemotingConnection(asyncio.Protocol):
 
     def _send(self, cmd) -> None:
         fast = self.server.send_message
-        if fast is not None and fast.send(self, cmd):
-            return
+        if fast is not None and self.validator is not None and fast.send(self, cmd):
+            return                  # (without a validator _run has tried it)
         ext = cmd.ext_fields
         if cmd.code != SEND_MESSAGE:
             ext = {V2_NAMES.get(k, k): v for k, v in ext.items()}
