@@ -189,6 +189,9 @@ def test_the_common_send_takes_the_compiled_path(sides):
         def send(self, conn, cmd):
             calls.append(real.send(conn, cmd))
             return calls[-1]
+
+        def count(self):
+            real.count()
     fast.server.send_message = Spy()
     try:
         ext = {"a": "pg", "b": "t4", "c": "TBW102", "d": "4", "e": "2", "f": "0", "g": "1700000000000", "h": "0",
@@ -214,3 +217,29 @@ def test_the_send_answer_template_is_encode_headers_bytes(stype, opaque, msg_id,
            "TRACE_ON": "true"}
     assert send_response(stype, opaque, msg_id, queue_id, offset) == \
         encode_header(stype, 0, opaque, rc.RESPONSE_FLAG, None, ext, 0)
+
+
+def test_sends_are_counted_for_the_console_and_metrics_as_the_python_path_counts_them(sides):
+    """The compiled send counts its messages once a read (SendMessage.count, called after the read's requests):
+    after each read, ServerEvents holds what the Python path's per-send count holds."""
+    fast, slow = sides
+    ext = {"a": "pg", "b": "t1", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1700000000000", "h": "0",
+           "i": "TAGS\x01a\x02", "j": "0", "k": "false", "m": "false"}
+
+    def figures(side):
+        ev = side.server.events
+        return ev.messages_in.get(("t1", "NORMAL"), 0), ev.bytes_in.get("t1", 0), list(ev.message_size)
+
+    before = figures(fast), figures(slow)
+    for n, body in ((5, b"x" * 10), (1, b"y" * 1500), (3, b"z" * 100)):
+        data = b"".join(rc.encode_request(rc.RemotingCommand(310, "JAVA", 395, i, 0, None, ext, rc.JSON, body))
+                        for i in range(n))
+        fast.feed(data, 1)
+        slow.feed(data, 1)
+        assert figures(fast)[0] - before[0][0] == figures(slow)[0] - before[1][0]
+        assert figures(fast)[1] - before[0][1] == figures(slow)[1] - before[1][1]
+    assert figures(fast)[0] - before[0][0] == 9
+    assert [a - b for a, b in zip(figures(fast)[2], before[0][2])] == \
+        [a - b for a, b in zip(figures(slow)[2], before[1][2])]
+    fast.records()
+    slow.records()
