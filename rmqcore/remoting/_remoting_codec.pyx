@@ -37,16 +37,8 @@ cdef long long INT_MAX = (1 << 31) - 1
 
 @cython.final
 cdef class RemotingCommand:
-    """One decoded request (or response): remoting_command.RemotingCommand's fields."""
-    cdef public int code
-    cdef public str language
-    cdef public int version
-    cdef public int opaque
-    cdef public int flag
-    cdef public object remark
-    cdef public dict ext_fields
-    cdef public int serialize_type
-    cdef public bytes body
+    """One decoded request (or response): remoting_command.RemotingCommand's fields (declared in the .pxd, so the
+    compiled send reads them as a struct's)."""
 
     def astuple(self):
         return (self.code, self.language, self.version, self.opaque, self.flag, self.remark, self.ext_fields,
@@ -268,6 +260,7 @@ cdef object _fast_str(const uint8_t* p, Py_ssize_t n, int kind):
     if kind == 1:
         return _utf8_or_none(p, n)
     if n <= 512:
+        small[0] = 0            # (gcc cannot see that _unescape writes what is read)
         buf = &small[0]
     else:
         buf = <uint8_t*>PyMem_Malloc(n)

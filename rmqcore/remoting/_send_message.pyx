@@ -24,6 +24,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy, strlen
 
 from rmqcore._message cimport Message, PutResult
+from rmqcore.remoting._remoting_codec cimport RemotingCommand
 
 from rmqcore.broker.mix_all import PROPERTY_TRANSACTION_PREPARED as _TRAN, PROPERTY_WAIT_STORE_MSG_OK as _WAIT
 from rmqcore.remoting.remoting_command import BROKER_VERSION as _BROKER_VERSION
@@ -223,8 +224,11 @@ cdef class SendMessage:
     def send(self, conn, cmd):
         """Store and answer ``cmd`` (on ``conn``, a RemotingConnection) if it is the common send: True; else False,
         nothing changed."""
-        cdef int code = cmd.code
-        cdef dict ext = cmd.ext_fields
+        if type(cmd) is not RemotingCommand:
+            return False            # a command the codec did not read (the reference's, a test's): the Python path
+        cdef RemotingCommand c = <RemotingCommand>cmd
+        cdef int code = c.code
+        cdef dict ext = c.ext_fields
         cdef Py_ssize_t pos = 0
         cdef PyObject *k
         cdef PyObject *v
@@ -266,7 +270,7 @@ cdef class SendMessage:
             del props[WAIT]         # as _send: the store waits for a message without it as for one with it
         cdef Message msg = Message.__new__(Message)
         msg.topic = topic
-        msg.body = cmd.body
+        msg.body = c.body
         msg._queue_id = <int>queue_id
         msg._flag = <int>flag
         msg._sys_flag = <int>sys_flag
@@ -285,8 +289,8 @@ cdef class SendMessage:
         server = self.server
         if not server._dispatch_pending or topic in server._arrivals:
             server.wake(topic)      # else a pass is already asked for and no pull waits on the topic: nothing to do
-        if not (cmd.flag & ONEWAY_FLAG) and not conn._closed:
-            frame = send_response(cmd.serialize_type, cmd.opaque, r.msg_id, msg._queue_id, r.queue_offset)
+        if not (c.flag & ONEWAY_FLAG) and not conn._closed:
+            frame = send_response(c.serialize_type, c.opaque, r.msg_id, msg._queue_id, r.queue_offset)
             batch = conn._batch
             if batch is None:
                 conn._write(frame)
