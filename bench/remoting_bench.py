@@ -37,7 +37,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FULL = {"rounds": 2, "n": 10_000, "warm": 2_000}
+FULL = {"rounds": 3, "n": 10_000, "warm": 2_000}
 QUICK = {"rounds": 1, "n": 2_000, "warm": 500}
 SEND_PHASES = ("sync1", "sync8", "async_w64")
 PHASES = SEND_PHASES + ("consume", "push")
