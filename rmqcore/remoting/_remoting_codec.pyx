@@ -126,6 +126,7 @@ cdef enum:
     F_OPAQUE = 8
     F_FLAG = 16
     F_REMARK = 32
+    F_EXT = 64
 
 
 cdef inline Py_ssize_t _ws(const uint8_t* p, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
@@ -300,8 +301,20 @@ cdef inline Py_ssize_t _fast_int(const uint8_t* p, Py_ssize_t i, Py_ssize_t n, l
     return i
 
 
-cdef inline bint _key_is(const uint8_t* p, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept nogil:
-    return n == m and memcmp(p, name, m) == 0
+cdef inline int _field(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """Which header field the key's bytes name (F_*), 0 for another; told by length first."""
+    cdef int f = 0
+    if n == 4:
+        f = F_CODE if memcmp(p, b"code", 4) == 0 else (F_FLAG if memcmp(p, b"flag", 4) == 0 else 0)
+    elif n == 6:
+        f = F_OPAQUE if memcmp(p, b"opaque", 6) == 0 else (F_REMARK if memcmp(p, b"remark", 6) == 0 else 0)
+    elif n == 7 and memcmp(p, b"version", 7) == 0:
+        f = F_VERSION
+    elif n == 8 and memcmp(p, b"language", 8) == 0:
+        f = F_LANGUAGE
+    elif n == 9 and memcmp(p, b"extFields", 9) == 0:
+        f = F_EXT
+    return f
 
 
 cdef Py_ssize_t _fast_ext(const uint8_t* p, Py_ssize_t i, Py_ssize_t n, dict ext) except -2:
@@ -349,7 +362,7 @@ cdef bint _json_fast(RemotingCommand cmd, const uint8_t* p, Py_ssize_t n) except
     cdef Py_ssize_t i = _ws(p, 0, n), ks, ke, vs, ve
     cdef int ka, va
     cdef long long v
-    cdef int seen = 0
+    cdef int seen = 0, f
     cdef long long code = 0, version = 0, opaque = 0, flag = 0
     cdef object language = None, remark = None
     cdef dict ext = None
@@ -371,7 +384,8 @@ cdef bint _json_fast(RemotingCommand cmd, const uint8_t* p, Py_ssize_t n) except
         i = _ws(p, i + 1, n)
         if i >= n:
             return False
-        if _key_is(p + ks, ke - ks, b"extFields", 9):
+        f = _field(p + ks, ke - ks)
+        if f == F_EXT:
             if p[i] != 0x7B:
                 return False
             ext = {}
@@ -383,43 +397,34 @@ cdef bint _json_fast(RemotingCommand cmd, const uint8_t* p, Py_ssize_t n) except
             ve = _string_end(p, vs, n, &va)
             if ve < 0:
                 return False
-            if _key_is(p + ks, ke - ks, b"language", 8):
-                language = _fast_str(p + vs, ve - vs, va)
-                if language is None:
+            if f == F_LANGUAGE or f == F_REMARK:
+                text = _fast_str(p + vs, ve - vs, va)
+                if text is None:
                     return False
-                seen |= F_LANGUAGE
-            elif _key_is(p + ks, ke - ks, b"remark", 6):
-                remark = _fast_str(p + vs, ve - vs, va)
-                if remark is None:
-                    return False
-                seen |= F_REMARK
-            elif (_key_is(p + ks, ke - ks, b"code", 4) or _key_is(p + ks, ke - ks, b"version", 7)
-                    or _key_is(p + ks, ke - ks, b"opaque", 6) or _key_is(p + ks, ke - ks, b"flag", 4)):
+                if f == F_LANGUAGE:
+                    language = text
+                else:
+                    remark = text
+            elif f != 0:
                 return False    # a string where an int belongs: the general path's error
             elif ka or (va and _fast_str(p + vs, ve - vs, va) is None):
                 return False    # a field not read here: still text the general path would take
             i = ve + 1
         elif p[i] == 0x2D or 0x30 <= p[i] <= 0x39:
             i = _fast_int(p, i, n, &v)
-            if i < 0:
-                return False
-            if _key_is(p + ks, ke - ks, b"code", 4):
+            if i < 0 or f == F_LANGUAGE or f == F_REMARK or (f == 0 and ka):
+                return False    # (an int where a string belongs: the general path's error)
+            if f == F_CODE:
                 code = v
-                seen |= F_CODE
-            elif _key_is(p + ks, ke - ks, b"version", 7):
+            elif f == F_VERSION:
                 version = v
-                seen |= F_VERSION
-            elif _key_is(p + ks, ke - ks, b"opaque", 6):
+            elif f == F_OPAQUE:
                 opaque = v
-                seen |= F_OPAQUE
-            elif _key_is(p + ks, ke - ks, b"flag", 4):
+            elif f == F_FLAG:
                 flag = v
-                seen |= F_FLAG
-            elif (_key_is(p + ks, ke - ks, b"language", 8) or _key_is(p + ks, ke - ks, b"remark", 6)
-                    or ka):
-                return False
         else:
             return False        # null, true, false, an array, an object: the general path's
+        seen |= f
         i = _ws(p, i, n)
         if i < n and p[i] == 0x2C:
             i = _ws(p, i + 1, n)
