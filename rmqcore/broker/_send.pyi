@@ -1,6 +1,7 @@
 """The per-message part of Broker.send and Broker.send_batch, in C."""
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 from rmqcore._message import Message
@@ -21,8 +22,11 @@ class Sender:
     """Broker.send / send_batch over one store."""
     def __init__(self, cache: dict[str, SendEntry], cluster: str, put: Callable[[Message], Any],
                  put_batch: Callable[..., list[Any]], check: Callable[[Message], None],
-                 put_transaction: Callable[[Message], Any]) -> None: ...
+                 put_transaction: Callable[[Message], Any],
+                 put_async: Callable[[Message], Future[Any]] | None = None) -> None: ...
     def send(self, msg: Message) -> Any:
         """Broker.send (see its docstring)."""
+    def send_async(self, msg: Message) -> Future[Any]:
+        """Broker.send_async (see its docstring)."""
     def send_batch(self, messages: Iterable[Message]) -> list[Any]:
         """Broker.send_batch (see its docstring)."""

@@ -17,6 +17,8 @@ from cpython.unicode cimport PyUnicode_Check, PyUnicode_GET_LENGTH
 
 from rmqcore._message cimport Message
 
+from concurrent.futures import Future as _Future
+
 from rmqcore.broker import mix_all
 from rmqcore.broker.errors import NoPermissionError
 
@@ -72,16 +74,19 @@ cdef inline bint _clears(SendEntry entry, Message msg):
 cdef class Sender:
     """Broker.send / send_batch over one store. ``cache`` maps topic -> SendEntry (filled and emptied by the broker);
     ``check(msg)`` runs every rule for a message the cache does not clear (raising the refusal, or adjusting the
-    message: queue id, DLQ topic, sys flag); ``put_transaction(msg)`` takes a message carrying TRAN_MSG."""
+    message: queue id, DLQ topic, sys flag); ``put_transaction(msg)`` takes a message carrying TRAN_MSG;
+    ``put_async(msg)`` (MessageStore.put_async) is send_async's put."""
     cdef dict cache
     cdef str cluster
     cdef object put
+    cdef object put_async
     cdef object put_batch
     cdef object check
     cdef object put_transaction
     cdef dict batch_properties      # {CLUSTER: cluster}: put_batch encodes it once per batch, not per message
 
-    def __init__(self, dict cache not None, str cluster not None, put, put_batch, check, put_transaction):
+    def __init__(self, dict cache not None, str cluster not None, put, put_batch, check, put_transaction,
+                 put_async=None):
         self.cache = cache
         self.cluster = cluster
         self.batch_properties = {PROPERTY_CLUSTER: cluster}
@@ -89,6 +94,7 @@ cdef class Sender:
         self.put_batch = put_batch
         self.check = check
         self.put_transaction = put_transaction
+        self.put_async = put_async
 
     cdef inline SendEntry _entry(self, object topic):
         cdef PyObject *found = PyDict_GetItemWithError(self.cache, topic)   # borrowed; NULL: not cached
@@ -99,15 +105,28 @@ cdef class Sender:
             msg.properties = {}
         return msg.properties
 
-    def send(self, Message msg not None):
-        """Broker.send (see its docstring)."""
+    cdef inline bint _checked(self, Message msg) except -1:
+        """send's and send_async's checks and stamp (the one place they are): raises the refusal; True for a
+        message carrying TRAN_MSG (put_transaction's)."""
         if not _clears(self._entry(msg.topic), msg):
             self.check(msg)
         cdef dict props = self._properties(msg)
         props[PROPERTY_CLUSTER] = self.cluster
-        if PROPERTY_TRANSACTION_PREPARED in props:
+        return PROPERTY_TRANSACTION_PREPARED in props
+
+    def send(self, Message msg not None):
+        """Broker.send (see its docstring)."""
+        if self._checked(msg):
             return self.put_transaction(msg)
         return self.put(msg)
+
+    def send_async(self, Message msg not None):
+        """Broker.send_async (see its docstring): send's checks, raised here, then the store's put_async."""
+        if self._checked(msg):
+            out = _Future()
+            out.set_result(self.put_transaction(msg))      # a half message's put waits: the caller's choice
+            return out
+        return self.put_async(msg)
 
     def send_batch(self, messages):
         """Broker.send_batch (see its docstring). The broker's CLUSTER goes to the store as a batch property

@@ -45,6 +45,7 @@ MULTI_TAGS_FLAG = 0x2
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
+    from concurrent.futures import Future
 
     from .._message import Message, MessageExt, PutResult
     from ..message import GetResult
@@ -107,10 +108,11 @@ class Broker:
                 manager.load()
             self.topic_config_manager.add_change_listener(self._invalidate_sends)
             self._sender = Sender(self._send_cache, self._cluster, self.store.put, self.store.put_batch,
-                                  self._check_send, self._put_transaction_message)
+                                  self._check_send, self._put_transaction_message, self.store.put_async)
             # The instance's send and send_batch are the Sender's C methods: a Python method in between would cost
             # a frame per message, a tenth of a small put (the class's methods below say what they do).
             self.send = self._sender.send
+            self.send_async = self._sender.send_async
             self.send_batch = self._sender.send_batch
             from .transaction import TransactionalMessageService
             cfg = self.config
@@ -273,6 +275,15 @@ class Broker:
         changes, so the common send costs a dict lookup and a few compares (in C: rmqcore/broker/_send.pyx) on top
         of the store's put. An open broker's ``send`` is the Sender's method itself; this one serves the class."""
         return self._sender.send(msg)
+
+    def send_async(self, msg: Message) -> Future[PutResult]:
+        """``send`` without waiting for the store's flush (SYNC_FLUSH) or a slave (SYNC_MASTER), as RocketMQ's
+        SendMessageProcessor answers from DefaultMessageStore.asyncPutMessage's CompletableFuture: the same checks
+        and stamp, refusals raised here, then MessageStore.put_async (the record is appended now; the Future
+        completes with its PutResult once it is durable, or with FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT /
+        SLAVE_NOT_AVAILABLE). A message carrying TRAN_MSG is stored by the transaction service's put, which waits:
+        its Future is complete on return (a caller that must not block keeps such messages off this path)."""
+        return self._sender.send_async(msg)
 
     def send_batch(self, messages: Sequence[Message]) -> list[PutResult]:
         """Store many messages with one store lock and one flush wait (MessageStore.put_batch), each checked as

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..broker.errors import (IllegalNameError, MessageNotFoundError, NoPermissionError, OffsetIllegalError,
                              PutFailedError, QueueIdIllegalError, SubscriptionGroupNotExistError,
                              TopicNotExistError)
-from ..broker.mix_all import PROPERTY_WAIT_STORE_MSG_OK, RETRY_GROUP_TOPIC_PREFIX
+from ..broker.mix_all import PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK, RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_config import TopicConfig
 from ..broker.topic_validator import PERM_READ, PERM_WRITE
 from .._message import Message
@@ -42,6 +42,7 @@ from ..status import GetStatus, PutStatus
 from . import admin, namesrv as _ns
 from . import transaction as _tx
 from .acl import RemotingAclValidator
+from .pending_sends import PendingSends
 from .client_housekeeping import ClientHousekeepingService
 from . import slave_synchronize as _slave_sync
 from ._remoting_codec import FrameDecoder, encode_header
@@ -223,7 +224,8 @@ class RemotingServer:
         self._dispatch_pending = False
         self._last_dispatch = 0.0
         self._dispatch_handle: asyncio.Handle | None = None
-        # a put that waits (SYNC_FLUSH's flush, SYNC_MASTER's slave) runs in the send executor, not the loop
+        # SYNC_FLUSH / SYNC_MASTER: a send is answered when its put_async completes (pending_sends.py); a batch or a
+        # transaction half message (whose puts wait) runs in the send executor, not the loop
         self._sync = (broker.store_config.flush_disk_type == "SYNC_FLUSH"
                       or broker.store_config.broker_role == "SYNC_MASTER")
         # the common send in one compiled call (_send_message.pyx); None: every send takes _send's Python
@@ -234,6 +236,7 @@ class RemotingServer:
         self.slave_read_enable = broker.config.slave_read_enable
         self.offset_check_in_slave = broker.store_config.offset_check_in_slave
         self.executor: ThreadPoolExecutor | None = None
+        self.pending_sends: PendingSends | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.transaction_check = _tx.TransactionCheck(self)
         self.housekeeping = ClientHousekeepingService(self, broker.config.channel_expired_timeout)
@@ -245,6 +248,7 @@ class RemotingServer:
         self.loop = loop = asyncio.get_running_loop()
         if self._sync:
             self.executor = ThreadPoolExecutor(8, thread_name_prefix="rmqcore-remoting-send")
+            self.pending_sends = PendingSends(loop)
         if self.sock is not None:
             srv = await loop.create_server(lambda: RemotingConnection(self), sock=self.sock)
         else:
@@ -297,6 +301,10 @@ class RemotingServer:
                 if not any(c.pulls for c in self._conns):
                     break
                 await asyncio.sleep(0.01)
+            if self.pending_sends is not None:
+                # sends whose flush or slave is awaited are answered before the connections close (and the store
+                # after them): each completes by its sync_flush_timeout
+                await self.pending_sends.drain(self.broker.store_config.sync_flush_timeout / 1000 + 1)
             for c in list(self._conns):
                 c.transport.close()
             for srv in self._servers:
@@ -693,6 +701,9 @@ class RemotingConnection(asyncio.Protocol):
                           born_timestamp=born, born_host=self.peer, reconsume_times=reconsume)
             put, arg = self.broker.send, msg
         if self.server._sync:
+            if not batch and PROPERTY_TRANSACTION_PREPARED not in props:
+                self._send_async(cmd, msg)
+                return
             task = asyncio.ensure_future(self._send_in_pool(cmd, put, arg, topic))
             self.pulls.add(task)
             task.add_done_callback(self.pulls.discard)
@@ -706,6 +717,15 @@ class RemotingConnection(asyncio.Protocol):
             self.reply(cmd, r.code, remark=r.remark)
             return
         self._answer_send(cmd, result, arg)
+
+    def _send_async(self, cmd, msg) -> None:
+        """A SYNC_FLUSH / SYNC_MASTER send: checked and appended now, in the loop (the append waits for nothing but
+        the put lock, as an ASYNC_FLUSH send's does), answered when the flush or the slave completes it."""
+        fut = self._put(self.broker.send_async, msg)
+        if fut.done():          # SLAVE_NOT_AVAILABLE, WAIT=false, a failed put: no flush or slave to wait for
+            self._answer_send(cmd, fut.result(), msg)
+        else:
+            self.server.pending_sends.add(self, cmd, msg, fut)
 
     def _put(self, put, arg):
         try:
