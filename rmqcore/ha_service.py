@@ -120,7 +120,9 @@ class HAService:
             if offset > self.push2slave_max_offset:
                 self.push2slave_max_offset = offset
                 self._acked.notify_all()
-        self.transfer.wakeup()
+        # the put_async requests it covers are completed here, in the slave's ReadSocketService thread: one thread
+        # hop less per SYNC_MASTER send than waking the GroupTransferService for them (which keeps the deadlines)
+        self.transfer.complete_acked()
 
     def wait_transfer(self, end: int, timeout_s: float) -> bool:
         """Block until a slave acknowledged ``end`` (True) or ``timeout_s`` passed (False)."""
@@ -339,6 +341,11 @@ class GroupTransferService(threading.Thread):
     def wakeup(self) -> None:
         if self._requests:
             self._wake.set()
+
+    def complete_acked(self) -> None:
+        """Complete, in the caller's thread, the requests an acknowledgement covers (and any past its deadline)."""
+        if self._requests:
+            self._complete(False)
 
     def run(self) -> None:
         while not self._stopped.is_set():
