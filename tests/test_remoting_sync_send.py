@@ -5,11 +5,13 @@ as the 4.x clients' async sends are), each answered once its flush or its slave'
 from __future__ import annotations
 
 import os
+import signal
 import socket
 
 from rmqcore import MessageStore, StoreConfig
 from rmqcore.remoting import remoting_command as rc
-from remoting_util import Client, RemotingProcess, props, wait_for
+from rmqcore.remoting.codes import FLUSH_SLAVE_TIMEOUT
+from remoting_util import Client, RemotingProcess, props, send_v2, wait_for
 from store_util import queue_messages
 
 FILE = 1 << 20          # small commitlog files: the sends cross file ends
@@ -94,6 +96,11 @@ def test_sync_flush_acknowledged_sends_survive_kill_9(tmp_path):
     with RemotingProcess(store, {"brokerIP1": "127.0.0.1", "flushDiskType": "SYNC_FLUSH",
                                  "mappedFileSizeCommitLog": str(FILE)}, namesrv=False) as server:
         answers = _pipelined(server.address, 4, 200, "f")
+        # a prepared transaction message keeps the send executor (its put waits for the flush): answered as before
+        tx = Client(server.address)
+        half = send_v2(tx, TOPIC, b"half", properties={"TRAN_MSG": "true", "PGROUP": "txg"}, group="txg")
+        assert half.code == 0 and half.ext_fields["msgId"]
+        tx.close()
         # sends still in flight when the process is killed: those answered before are what must be stored
         late = Client(server.address)
         opaques = [(_request(late, b"late", i % QUEUES, f"late-{i}"), f"late-{i}") for i in range(100)]
@@ -104,3 +111,29 @@ def test_sync_flush_acknowledged_sends_survive_kill_9(tmp_path):
     for key, a in answers.items():
         assert got[key][200:] == key.encode()
     assert first.code == 0 and "late-0" in got
+
+
+def test_sigterm_answers_the_sends_waiting_for_a_slave_before_it_closes_their_connection(tmp_path):
+    """Sends in flight at SIGTERM are answered (here FLUSH_SLAVE_TIMEOUT: the slave is frozen, its connection open)
+    before the server closes their connection; before, the executor's sends outlived a 0.5 s grace and their
+    answers were dropped with the connection."""
+    ha_port = _free_port()
+    common = {"brokerIP1": "127.0.0.1", "mappedFileSizeCommitLog": str(FILE), "haSendHeartbeatInterval": "500",
+              "syncFlushTimeout": "2000"}
+    with RemotingProcess(str(tmp_path / "m"), {**common, "brokerRole": "SYNC_MASTER", "haListenPort": str(ha_port)},
+                         namesrv=False) as master:
+        with RemotingProcess(str(tmp_path / "s"), {**common, "brokerRole": "SLAVE", "brokerId": "1",
+                                                   "haMasterAddress": f"127.0.0.1:{ha_port}"},
+                             namesrv=False) as slave:
+            c = Client(master.address)
+            wait_for(lambda: c.answer(_request(c, b"probe", 0, "probe")).code == 0, "the slave to connect")
+            os.kill(slave.proc.pid, signal.SIGSTOP)
+            try:
+                opaques = [_request(c, b"x", i % QUEUES, f"w-{i}") for i in range(20)]
+                master.proc.send_signal(signal.SIGTERM)
+                codes = [c.answer(o).code for o in opaques]
+                assert master.proc.wait(30) == 0
+            finally:
+                os.kill(slave.proc.pid, signal.SIGCONT)
+            assert codes == [FLUSH_SLAVE_TIMEOUT] * 20
+            c.close()
