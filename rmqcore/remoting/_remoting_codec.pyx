@@ -5,7 +5,7 @@ against (tests/test_remoting_codec.py: equal commands and equal errors for every
 
 ``FrameDecoder.feed`` takes what the socket gave and returns the whole commands it completes, keeping a partial
 frame for the next call: the frame scan and the ROCKETMQ binary header are read in C from the buffer; a JSON header
-goes through the stdlib's C JSON scanner, its fields checked here. ``encode_header`` writes an answer's length,
+of the common shape too (_json_fast), any other through the stdlib's C JSON scanner, its fields checked here. ``encode_header`` writes an answer's length,
 type and header in one buffer (the body, a pull's records, is written after it by the caller, as it is).
 """
 cimport cython
@@ -114,9 +114,9 @@ cdef object _json_object(const uint8_t* p, Py_ssize_t n):
 # -- the common JSON header, read in one pass ------------------------------------------------------------------
 # A client's header is a flat object: ints, strings, and extFields, an object of strings. _json_fast reads exactly
 # that shape straight from the bytes into the command (no text object for the whole header, no dict for it, no
-# second dict for extFields). Anything else -- an escape, a control character, a float, a nested value it does not
-# expect, bytes that are not strict UTF-8, an int out of range, a missing code -- makes it give up having set
-# nothing the caller keeps, and the header takes the general path below, whose results and errors are json.loads'
+# second dict for extFields; JSON's escapes are undone here). Anything else -- an escape JSON does not have, a lone
+# surrogate, a raw control character, a float, null, a nested value it does not expect, bytes that are not strict
+# UTF-8, an int out of range, a missing code -- makes it give up having set nothing the caller keeps, and the header takes the general path below, whose results and errors are json.loads'
 # own. So both paths give equal commands for every header the fast one takes (tests/test_remoting_codec.py).
 
 cdef enum:

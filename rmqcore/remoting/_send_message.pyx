@@ -5,7 +5,8 @@ emptied on every change of the topic table or of the broker's permission, so an 
 server whose puts do not wait (ASYNC_FLUSH, no SYNC_MASTER). The header's fields are read from the decoded
 extFields, the Message built, Broker.send called (the same Sender and store put the Python path calls: every rule
 of a send, delay levels and timers included, is theirs, not this module's), and the answer's frame written from a
-template; the topic's dispatch is asked for and the message counted as RemotingConnection._answer_send does.
+template; the topic's dispatch is asked for, and the message counted for ServerEvents as
+RemotingConnection._answer_send counts it (gathered, and passed on once a read by ``SendMessage.count``).
 
 Holds none of SendMessageProcessor's rules, only the test of whether a request may skip the Python around them:
 ``SendMessage.send`` returns False, having changed nothing, for anything else (a batch, a V2 header carrying a long
@@ -194,8 +195,8 @@ cdef class SendMessage:
     """One RemotingServer's common send (see the module's docstring). ``entries``: Broker.send_entries; ``send``:
     Broker.send; ``refusals``: what the put raises for a message it refuses before writing anything (the Python
     path answers those); ``server``: the RemotingServer (its wake after a put); ``on_messages_in(topic, sizes)``:
-    ServerEvents', called by count(); ``answer_send(conn, cmd, result, msg)``: RemotingConnection._answer_send, for a status other
-    than PUT_OK."""
+    ServerEvents', called by count(); ``answer_send(conn, cmd, result, msg)``: RemotingConnection._answer_send,
+    for a status other than PUT_OK."""
     cdef dict entries
     cdef object put
     cdef tuple refusals
