@@ -106,6 +106,11 @@ class Client:
             self.buf += data
 
     def answer(self, opaque: int) -> rc.RemotingCommand:
+        # answers may come out of order (a broker answers a send when its put completes, as RocketMQ's does; clients
+        # match them by opaque): one read while waiting for another is kept in pending, and found there
+        for i, cmd in enumerate(self.pending):
+            if cmd.flag & rc.RESPONSE_FLAG and cmd.opaque == opaque:
+                return self.pending.pop(i)
         while True:
             cmd = self.read()
             assert cmd is not None, "the server closed the connection"
