@@ -47,12 +47,26 @@ def _slave(store, ha_port):
     return p
 
 
-def _send(endpoint, n, tag):
+def _send(endpoint, n, tag, await_slave=False):
+    """Send n messages, each answered only once acknowledged; with ``await_slave`` the first is sent again while
+    the master answers HA_NOT_AVAILABLE (up to 30 s): a slave process just started connects and reports in its own
+    time, and until the master has its connection RocketMQ's isSlaveOK is false too. Every later send must pass."""
     p = Producer(config(endpoint), (TOPIC,))
     p.startup()
     try:
-        return [p.send(message(TOPIC, os.urandom(900) + f"{tag}-{i}".encode(), keys=f"{tag}-{i}")).message_id
-                for i in range(n)]
+        ids = []
+        deadline = time.monotonic() + 30
+        for i in range(n):
+            m = message(TOPIC, os.urandom(900) + f"{tag}-{i}".encode(), keys=f"{tag}-{i}")
+            while True:
+                try:
+                    ids.append(p.send(m).message_id)
+                    break
+                except InternalErrorException:
+                    if not await_slave or ids or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        return ids
     finally:
         p.shutdown()
 
@@ -73,7 +87,7 @@ def test_sync_master_and_slave_processes(tmp_path):
         with pytest.raises(InternalErrorException, match="no slave is available"):
             _send(master.endpoint, 1, "alone")
         slave = _slave(sstore, ha_port)
-        acked = _send(master.endpoint, 150, "a")        # each answered only once the slave acknowledged it
+        acked = _send(master.endpoint, 150, "a", await_slave=True)     # each answered once the slave has it
         assert len(acked) == 150
         # a slave refuses sends as a slave
         with pytest.raises(ForbiddenException, match="SLAVE"):
@@ -83,19 +97,12 @@ def test_sync_master_and_slave_processes(tmp_path):
         with pytest.raises(InternalErrorException, match="no slave is available"):
             _send(master.endpoint, 1, "slave-down")
         slave = _slave(sstore, ha_port)
-        acked += _send(master.endpoint, 100, "b")
-        # the master killed mid-stream and restarted on its store: the slave reconnects and goes on
+        acked += _send(master.endpoint, 100, "b", await_slave=True)
+        # the master killed mid-stream and restarted on its store: the slave reconnects (within its 5 s retry)
+        # and goes on
         master.kill()
         master = _master(mstore, ha_port)
-        deadline = time.monotonic() + 30
-        while True:                                     # the slave reconnects within its 5 s retry
-            try:
-                acked += _send(master.endpoint, 100, "c")
-                break
-            except InternalErrorException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        acked += _send(master.endpoint, 100, "c", await_slave=True)
         assert master.terminate() == 0
         master = None
         time.sleep(1.0)                                 # the slave's last reports; then stop it cleanly
