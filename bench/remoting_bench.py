@@ -100,8 +100,10 @@ def _echo_main(listen: str) -> int:
         state["route"] = route(f"{host}:{bound}")
         print(f"remoting on {host}:{bound}", flush=True)
         await srv.serve_forever()
+    from rmqcore.serve.cli import _loop_factory
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=_loop_factory("auto")) as runner:   # serve's own loop: a fair floor
+            runner.run(main())
     except KeyboardInterrupt:
         pass
     return 0

@@ -597,8 +597,9 @@ class RemotingConnection(asyncio.Protocol):
     def _write_buffers(self, bufs: list) -> None:
         """Write ``bufs`` in order. With nothing queued in the transport they go to the kernel in one writev from
         where they are (a pull's records straight from the mapped files: asyncio 3.11's writelines would join them
-        into one bytes object first); only what the socket did not take is handed to the transport (copied there,
-        so the mapping need not outlive this call). Behind queued data, everything goes to the transport."""
+        into one bytes object first); only what the socket did not take is handed to the transport (asyncio's
+        copies it; uvloop's keeps the views, and a view holds its mapped file open until it is sent). Behind queued
+        data (both loops count what they hold in get_write_buffer_size), everything goes to the transport."""
         t = self.transport
         if self._fd < 0 or t.get_write_buffer_size() or t.is_closing():
             t.writelines(bufs)

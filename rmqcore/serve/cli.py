@@ -66,6 +66,9 @@ def add_parser(sub) -> None:
                         "and haListenPort when the --config file sets brokerRole, haListenPort or listenPort")
     s.add_argument("--ha-master", metavar="HOST:PORT",
                    help="a slave (brokerRole=SLAVE): replicate from this master's HA port (haMasterAddress)")
+    s.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+                   help="the event loop both fronts run on: uvloop (libuv, in C; the server extra installs it) or "
+                        "the standard library's asyncio loop. auto (the default): uvloop when it is installed")
     s.set_defaults(func=run)
 
 
@@ -114,8 +117,25 @@ def load_config(path: str):
     return bc, sc, srv, rest
 
 
+def _loop_factory(choice: str):
+    """The event loop factory for ``--loop``: uvloop's for "uvloop" (or "auto" with it installed), else None (the
+    standard library's loop). uvloop runs the loop's own work (readiness, reads, timers, callbacks) in C: per wake-up
+    of a request-answer round trip that was most of the server's CPU (bench/README.md, the remoting front)."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError as e:
+        if choice == "uvloop":
+            from ..admin_views import missing_extra
+            raise ValueError(missing_extra("--loop uvloop", "server", e)) from None
+        return None
+    return uvloop.new_event_loop
+
+
 def run(args: argparse.Namespace) -> int:
     from ..admin_views import EXIT_ERROR, missing_extra
+    loop_factory = _loop_factory(args.loop)
     if args.listen is None and args.remoting is None:
         args.listen = "127.0.0.1:8081"
     if args.namesrv is not None and args.remoting is None:
@@ -211,8 +231,9 @@ def run(args: argparse.Namespace) -> int:
                 remoting[1].close()
             raise
         try:
-            return asyncio.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http,
-                                      console, remoting, ha, made))
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                return runner.run(_serve(broker, host, port, srv, acl, tls_cert, tls_key, args.advertise, http,
+                                         console, remoting, ha, made))
         finally:
             broker.close()
 
