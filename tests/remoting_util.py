@@ -148,6 +148,29 @@ def wait_for(cond, what: str, timeout: float = 30.0, interval: float = 0.3):
         time.sleep(interval)
 
 
+def stop_process(pid: int, timeout: float = 30.0) -> None:
+    """SIGSTOP ``pid`` and return once every one of its threads is stopped. kill() returns before that: the kernel
+    stops one thread of a multi-threaded process, which then stops the others, and on a loaded machine that thread
+    may wait milliseconds for a CPU while the others run on (a stopped slave's HA thread still acknowledging the
+    next send)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        running = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]     # after "(comm)", which may hold spaces
+            except (FileNotFoundError, ProcessLookupError):
+                continue                                              # a thread that ended meanwhile
+            if state not in "TtZX":
+                running.append((tid, state))
+        if not running:
+            return
+        assert time.monotonic() < deadline, f"threads of {pid} not stopped {timeout} s after SIGSTOP: {running}"
+        time.sleep(0.001)
+
+
 def props(d: dict) -> str:
     """MessageDecoder.messageProperties2String."""
     return "".join(f"{k}\x01{v}\x02" for k, v in d.items())

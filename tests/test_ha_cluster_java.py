@@ -28,7 +28,7 @@ import pytest
 
 from java_util import build_dir, ensure_build
 from rmqcore import fastjson
-from remoting_util import Client, RemotingProcess, send_v2, wait_for
+from remoting_util import Client, RemotingProcess, send_v2, stop_process, wait_for
 from test_ha_slave_sync import broker_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -341,7 +341,7 @@ def test_java_producer_to_an_rmqcore_sync_master_of_a_java_slave(jvm, tmp_path):
             return [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("STATUS ")]
         _wait(lambda: produce(1, True) == ["SEND_OK"], "the Java slave to acknowledge", 90)
         assert produce(5) == ["SEND_OK"] * 5
-        os.kill(slave.proc.pid, _signal.SIGSTOP)
+        stop_process(slave.proc.pid)
         try:
             # the first waits syncFlushTimeout for the stopped slave; then the master is more than
             # haSlaveFallbehindMax ahead of its acknowledgement: refused at once

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from rmqcore import fastjson
-from remoting_util import Client, RemotingProcess, pull, send_v2, wait_for
+from remoting_util import Client, RemotingProcess, pull, send_v2, stop_process, wait_for
 
 TOPIC = "sync_t"
 GROUP = "sync_g"
@@ -232,7 +232,7 @@ def test_sync_master_answers_as_rocketmq_with_a_slow_and_a_stopped_slave(tmp_pat
         p.startup()
         try:
             p.send(message(TOPIC, b"grpc-ok"))
-            os.kill(s.proc.pid, _signal.SIGSTOP)
+            stop_process(s.proc.pid)
             try:
                 t0 = time.monotonic()
                 a = send_v2(c, TOPIC, b"y" * 1000, queue_id=0)

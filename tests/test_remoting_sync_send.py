@@ -11,7 +11,7 @@ import socket
 from rmqcore import MessageStore, StoreConfig
 from rmqcore.remoting import remoting_command as rc
 from rmqcore.remoting.codes import FLUSH_SLAVE_TIMEOUT
-from remoting_util import Client, RemotingProcess, props, send_v2, wait_for
+from remoting_util import Client, RemotingProcess, props, send_v2, stop_process, wait_for
 from store_util import queue_messages
 
 FILE = 1 << 20          # small commitlog files: the sends cross file ends
@@ -127,7 +127,7 @@ def test_sigterm_answers_the_sends_waiting_for_a_slave_before_it_closes_their_co
                              namesrv=False) as slave:
             c = Client(master.address)
             wait_for(lambda: c.answer(_request(c, b"probe", 0, "probe")).code == 0, "the slave to connect")
-            os.kill(slave.proc.pid, signal.SIGSTOP)
+            stop_process(slave.proc.pid)
             try:
                 opaques = [_request(c, b"x", i % QUEUES, f"w-{i}") for i in range(20)]
                 master.proc.send_signal(signal.SIGTERM)
