@@ -26,6 +26,7 @@ cdef class MessageExt:
     cdef readonly str topic
     cdef dict _props                    # parsed lazily
     cdef const unsigned char *_ptr(self, _Buffer b) except NULL
+    cdef object _record(self)
 
 
 cdef class PutResult:

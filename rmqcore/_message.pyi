@@ -105,6 +105,9 @@ class MessageExt:
     def as_dict(self) -> dict[str, Any]:
         """Every field, the body as bytes."""
 
+def record_views(messages: list[MessageExt]) -> list[memoryview]:
+    """[m.record() for m in messages] in one call: a pull's body, each record a zero-copy view of its file."""
+
 def decode_message(data: Buffer, offset: int = 0, check_crc: bool = False, base_offset: int = 0) -> MessageExt:
     """Decode the record at ``offset`` of ``data``; CorruptRecordError naming the field when it is not one."""
 

@@ -286,9 +286,15 @@ cdef class MessageExt:
     def transaction_type(self):
         return self.rv.sys_flag & TRANSACTION_ROLLBACK_TYPE
 
+    cdef object _record(self):
+        # a memoryview source (a mapped file's) is sliced as it is: one view made, not two
+        if type(self._src) is memoryview:
+            return self._src[self._pos:self._pos + self.rv.total_size]
+        return memoryview(self._src)[self._pos:self._pos + self.rv.total_size]
+
     def record(self):
         """Zero-copy view of the whole record."""
-        return memoryview(self._src)[self._pos:self._pos + self.rv.total_size]
+        return self._record()
 
     def as_dict(self):
         """Every field, the body as bytes: for comparisons and export."""
@@ -306,6 +312,15 @@ cdef class MessageExt:
     def __repr__(self):
         return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
                 f"commitlog_offset={self.commitlog_offset}, store_size={self.store_size})")
+
+
+def record_views(list messages not None):
+    """[m.record() for m in messages] in one call: a pull's body, each record a zero-copy view of its file."""
+    cdef MessageExt m
+    cdef list out = []
+    for m in messages:
+        out.append(m._record())
+    return out
 
 
 cdef MessageExt _make_ext(object src, Py_ssize_t pos, const unsigned char *p, RecordView *rv, str topic=None):

@@ -141,6 +141,10 @@ def test_decode_matches_reference(fields, store_host, qoff, phys, store_ts, vers
     assert bytes(m.body) == fields["body"]
     # zero-copy: the body is a view into the source buffer
     assert m.body.obj is rec or isinstance(m.body, memoryview)
+    # the whole record, from bytes and from a view of them (a mapped file's case)
+    assert bytes(m.record()) == rec and [bytes(v) for v in _message.record_views([m])] == [rec]
+    framed = memoryview(b"\0" * 7 + rec + b"\0" * 3)
+    assert [bytes(v) for v in _message.record_views([_message.decode_message(framed, 7)])] == [rec]
 
 
 def assert_same_verdict(buf):
@@ -333,6 +337,15 @@ def test_pull_loop_is_the_reference(tmp_path_factory, case, max_count, max_bytes
         assert ([m.commitlog_offset for m in msgs], *rest) == (want[0], *want[1:])
         assert all(bytes(m.body) == R.decode_message(ref_files[(m.commitlog_offset - first_from) // PULL_FILE][1],
                                                      m.commitlog_offset % PULL_FILE)["body"] for m in msgs)
+        # a pull's body: each record as stored, views whose lengths add up to the loop's total
+        stored = []
+        for m in msgs:
+            data, at = ref_files[(m.commitlog_offset - first_from) // PULL_FILE][1], m.commitlog_offset % PULL_FILE
+            stored.append(data[at:at + struct.unpack_from(">i", data, at)[0]])
+        views = _message.record_views(msgs)
+        assert [bytes(v) for v in views] == [bytes(m.record()) for m in msgs] == stored
+        assert sum(len(v) for v in views) == rest[2]
+        del views
         # the same units read in place from a consume-queue file, from unit ``skip`` on
         (root / "cq").mkdir()
         cq = MappedFile(str(root / "cq" / ("%020d" % 0)), 20 * 32, runway=0)

@@ -34,7 +34,7 @@ from ..broker.errors import (IllegalNameError, MessageNotFoundError, NoPermissio
 from ..broker.mix_all import PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK, RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_config import TopicConfig
 from ..broker.topic_validator import PERM_READ, PERM_WRITE
-from .._message import Message
+from .._message import Message, record_views
 from ..errors import BrokerRoleError, MessageIllegalError, RmqStoreError
 from ..serve.events import ServerEvents
 from ..serve.filter import FilterError, compile_filter
@@ -555,17 +555,20 @@ class RemotingConnection(asyncio.Protocol):
 
     # -- writing ----------------------------------------------------------------------------------------------
 
-    def reply(self, cmd, code: int, ext: dict | None = None, remark: str | None = None, body=None) -> None:
+    def reply(self, cmd, code: int, ext: dict | None = None, remark: str | None = None, body=None,
+              size: int = -1) -> None:
         """The answer to ``cmd`` in its own serialize type; nothing for a oneway request. ``body``: bytes, or a
-        list of buffers (a pull's records, views of the mapped files) written after the header as they are."""
+        list of buffers (a pull's records, views of the mapped files) written after the header as they are, whose
+        total length is ``size`` when the caller knows it."""
         if cmd.flag & ONEWAY_FLAG or self._closed:
             return
         if body is None:
             self._write(encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext, 0))
         elif isinstance(body, list):
-            size = 0
-            for b in body:
-                size += len(b)
+            if size < 0:
+                size = 0
+                for b in body:
+                    size += len(b)
             header = encode_header(cmd.serialize_type, code, cmd.opaque, RESPONSE_FLAG, remark, ext, size)
             if self._batch is not None:
                 self._batch.append(header)
@@ -1063,10 +1066,12 @@ class RemotingConnection(asyncio.Protocol):
         ext = {"suggestWhichBrokerId": str(suggest), "nextBeginOffset": str(nxt), "minOffset": str(r.min_offset),
                "maxOffset": str(r.max_offset)}
         if code == SUCCESS:
-            records = [m.record() for m in msgs]
+            records = record_views(msgs)
+            # the store summed the sizes of the records it found (GetMessageResult.bufferTotalSize)
+            size = r.buffer_total_size if matcher is None else sum(m.store_size for m in msgs)
             # PullMessageProcessor: the remark is the store's GetMessageStatus name on every status, FOUND too
-            self.reply(cmd, SUCCESS, ext, remark=s.name, body=records)
-            self.server.events.on_messages_out(topic, group, len(records), sum(len(b) for b in records))
+            self.reply(cmd, SUCCESS, ext, remark=s.name, body=records, size=size)
+            self.server.events.on_messages_out(topic, group, len(records), size)
         else:
             self.reply(cmd, code, ext, remark=s.name)
 
