@@ -23,7 +23,7 @@ MACROS = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"), ("_GNU_SOURCE", "1")
 DIRECTIVES = {"language_level": 3, "embedsignature": True}
 
 # Dotted names under rmqcore (broker._send is rmqcore/broker/_send.pyx).
-MODULES = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send", "server._converter", "remoting._remoting_codec", "remoting._send_message"]
+MODULES = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send", "server._converter", "remoting._remoting_codec", "remoting._send_message", "remoting._pull_message"]
 HEADERS = sorted(glob.glob("include/*.h"))
 PXDS = sorted(glob.glob("rmqcore/**/*.pxd", recursive=True))
 # What setup.py last compiled, per module: a digest of everything the module is made from and the digest of the

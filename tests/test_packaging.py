@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.dirname(os.path.abspath(rmqcore.__file__))
 IN_SOURCE_TREE = os.path.exists(os.path.join(ROOT, "setup.py"))
 # The compiled modules, dotted under rmqcore (setup.py's MODULES).
-COMPILED = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send", "server._converter", "remoting._remoting_codec", "remoting._send_message"]
+COMPILED = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send", "server._converter", "remoting._remoting_codec", "remoting._send_message", "remoting._pull_message"]
 
 
 def test_license_is_an_spdx_string():

@@ -53,6 +53,17 @@ def test_the_namesrv_port_answers_only_name_server_codes(server):
     c = Client(server.namesrv)
     a = send_v2(c, "t-ns", b"x")
     assert a.code == 3
+    # a send to a topic the broker's port has served, and a pull that would find it, are not the name server's
+    # either (the compiled send and pull serve the broker's port only)
+    b = Client(server.address)
+    for body in (b"y", b"y"):           # the first creates the topic, the second finds its checks cached
+        assert send_v2(b, "t-ns", body, queue_id=0).code == 0
+    assert send_v2(c, "t-ns", b"z", queue_id=0).code == 3
+    assert b.answer(pull(b, "g-ns", "t-ns", 0, 0)).code == 0        # the group exists now
+    assert c.answer(pull(c, "g-ns", "t-ns", 0, 0)).code == 3
+    p = b.answer(pull(b, "g-ns", "t-ns", 0, 0))
+    assert p.code == 0 and p.ext_fields["maxOffset"] == "2"
+    b.close()
     c.close()
 
 

@@ -16,7 +16,7 @@ mypy_api = pytest.importorskip("mypy.api", reason="mypy is in the test extra")
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The directory holding the rmqcore package that is imported (a source tree, or site-packages for a wheel).
 PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(rmqcore.__file__)))
-COMPILED = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send", "server._converter", "remoting._remoting_codec", "remoting._send_message"]
+COMPILED = ["_crc", "_codec", "_message", "_encoder", "_commit_log", "_pull", "_mapped_file", "_flush", "_index_file", "_dispatch", "_segment", "_schedule", "broker._send", "server._converter", "remoting._remoting_codec", "remoting._send_message", "remoting._pull_message"]
 
 USER_SCRIPT = '''
 from rmqcore import GetResult, GetStatus, Message, MessageExt, MessageStore, PutResult, PutStatus, StoreConfig

@@ -12,10 +12,6 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
 
-
-cdef extern from "Python.h":
-    bint PyUnicode_IS_COMPACT_ASCII(object o)
-    void* PyUnicode_1BYTE_DATA(object o)
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcmp, memcpy, memmove
 from cpython.mem cimport PyMem_Free, PyMem_Malloc

@@ -25,7 +25,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy, strlen
 
 from rmqcore._message cimport Message, PutResult
-from rmqcore.remoting._remoting_codec cimport RemotingCommand
+from rmqcore.remoting._remoting_codec cimport RemotingCommand, decimal_field as _decimal, dict_get as _get
 
 from rmqcore.broker.mix_all import PROPERTY_TRANSACTION_PREPARED as _TRAN, PROPERTY_WAIT_STORE_MSG_OK as _WAIT
 from rmqcore.remoting.remoting_command import BROKER_VERSION as _BROKER_VERSION
@@ -54,33 +54,6 @@ cdef long long INT_MIN = -(1 << 31)
 cdef long long INT_MAX = (1 << 31) - 1
 
 
-cdef inline bint _decimal(object value, long long lo, long long hi, long long *out):
-    """``value`` (a str or None) as int() reads a plain decimal: an optional minus, 1-18 ASCII digits, in [lo, hi].
-    False for anything else (None, a sign +, spaces, underscores, other digits, too long): the Python path reads it
-    (and refuses it, or takes what int() takes)."""
-    if type(value) is not str or not PyUnicode_IS_COMPACT_ASCII(value):
-        return False
-    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(value), i = 0
-    cdef const uint8_t *p = <const uint8_t *>PyUnicode_1BYTE_DATA(value)
-    cdef bint neg = n > 0 and p[0] == 0x2D
-    if neg:
-        i = 1
-    if n - i < 1 or n - i > 18:
-        return False
-    cdef long long v = 0
-    while i < n:
-        if p[i] < 0x30 or p[i] > 0x39:
-            return False
-        v = v * 10 + (p[i] - 0x30)
-        i += 1
-    if neg:
-        v = -v
-    if v < lo or v > hi:
-        return False
-    out[0] = v
-    return True
-
-
 cdef dict _properties(str text):
     """server.string_to_properties (MessageDecoder.string2messageProperties) in C: ``name\\x01value\\x02...``."""
     cdef dict out = {}
@@ -97,11 +70,6 @@ cdef dict _properties(str text):
         if end >= n:
             return out
         start = end + 1
-
-
-cdef inline object _get(dict d, str key):
-    cdef PyObject *v = PyDict_GetItemWithError(d, key)
-    return None if v is NULL else <object>v
 
 
 cdef bytes _hex_ascii(object s):

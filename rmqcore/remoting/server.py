@@ -33,7 +33,7 @@ from ..broker.errors import (IllegalNameError, MessageNotFoundError, NoPermissio
                              TopicNotExistError)
 from ..broker.mix_all import PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK, RETRY_GROUP_TOPIC_PREFIX
 from ..broker.topic_config import TopicConfig
-from ..broker.topic_validator import PERM_READ, PERM_WRITE
+from ..broker.topic_validator import PERM_READ, PERM_WRITE, validate_group
 from .._message import Message, record_views
 from ..errors import BrokerRoleError, MessageIllegalError, RmqStoreError
 from ..serve.events import ServerEvents
@@ -46,6 +46,7 @@ from .pending_sends import PendingSends
 from .client_housekeeping import ClientHousekeepingService
 from . import slave_synchronize as _slave_sync
 from ._remoting_codec import FrameDecoder, encode_header
+from ._pull_message import PullMessage
 from ._send_message import SendMessage
 from .codes import (SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
                     UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO,
@@ -235,6 +236,10 @@ class RemotingServer:
         self.is_slave = broker.store_config.is_slave
         self.slave_read_enable = broker.config.slave_read_enable
         self.offset_check_in_slave = broker.store_config.offset_check_in_slave
+        # the common pull in one compiled call (_pull_message.pyx); None: every pull takes _pull's Python (a slave
+        # keeps no offset a pull carries and may move none; slaveReadEnable suggests a broker per pull)
+        self.pull_message = None if self.is_slave or self.slave_read_enable else PullMessage(
+            self, broker, validate_group, self.events.on_messages_out)
         self.executor: ThreadPoolExecutor | None = None
         self.pending_sends: PendingSends | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -522,9 +527,12 @@ class RemotingConnection(asyncio.Protocol):
         brought."""
         self._batch = batch = []
         self._batch_bytes = 0
-        # the common send straight to its compiled call (with an ACL validator, handle checks first and _send
-        # calls it)
-        fast = self.server.send_message if self.validator is None else None
+        # the common send and pull straight to their compiled calls (with an ACL validator, handle checks first and
+        # _send or _pull runs; the name server's port serves neither)
+        srv = self.server
+        send = pull = None
+        if self.validator is None and not self.namesrv_only:
+            send, pull = srv.send_message, srv.pull_message
         try:
             for i, cmd in enumerate(commands):
                 if self._closed:
@@ -535,7 +543,8 @@ class RemotingConnection(asyncio.Protocol):
                 if cmd.flag & RESPONSE_FLAG:
                     continue            # an answer to the broker's own oneway requests: nothing waits for one
                 try:
-                    if fast is None or not fast.send(self, cmd):
+                    if not ((send is not None and send.send(self, cmd))
+                            or (pull is not None and pull.pull(self, cmd))):
                         self.handle(cmd)
                 except Refusal as r:
                     self.reply(cmd, r.code, remark=r.remark)
@@ -550,8 +559,8 @@ class RemotingConnection(asyncio.Protocol):
             self._batch = None
             if batch and not self._closed:
                 self._write_buffers(batch)
-            if self.server.send_message is not None:
-                self.server.send_message.count()    # the read's stored messages into ServerEvents, under one lock
+            if srv.send_message is not None:
+                srv.send_message.count()    # the read's stored messages into ServerEvents, under one lock
 
     # -- writing ----------------------------------------------------------------------------------------------
 
@@ -925,6 +934,9 @@ class RemotingConnection(asyncio.Protocol):
     # pull
 
     def _pull(self, cmd) -> None:
+        fast = self.server.pull_message
+        if fast is not None and self.validator is not None and fast.pull(self, cmd):
+            return                  # (without a validator _run has tried it)
         ext = cmd.ext_fields
         group = _need(ext, "consumerGroup")
         topic = _need(ext, "topic")
