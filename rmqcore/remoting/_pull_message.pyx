@@ -15,8 +15,6 @@ answer is the one it always gave. Differentially tested against that path (tests
 answers, equal offsets committed).
 """
 cimport cython
-from cpython.dict cimport PyDict_GetItemWithError
-from cpython.object cimport PyObject
 
 from rmqcore.remoting._remoting_codec cimport RemotingCommand, decimal_field, dict_get
 
